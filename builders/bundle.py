@@ -1,0 +1,84 @@
+"""bundle: gather the engine and the tokenizer, and describe them in bundle.json.
+
+A bundle is self-contained: the runtime loads it on a machine that never built
+it, with onnxruntime, numpy and tokenizers only.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+BUNDLE_SCHEMA = 1
+
+
+class Options(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    variant: str = Field(pattern="^ordinary$", description="Execution variant.")
+    precision: dict[str, str] = Field(description="Recipe precision, recorded for readers.")
+
+
+def _ids(value: Any) -> list[int]:
+    if value is None:
+        return []
+    return [value] if isinstance(value, int) else list(value)
+
+
+def build(request: Any, writer: Any) -> None:
+    from tokenizers import Tokenizer
+
+    opts = Options.model_validate(request.options)
+    engine_dir = request.inputs["engine"]
+    ckpt = request.inputs["checkpoint"] / "checkpoint"
+    engine = json.loads((engine_dir / "engine.json").read_text())
+    io = json.loads((engine_dir / "io.json").read_text())
+    config = json.loads((ckpt / "config.json").read_text())
+    gen_path = ckpt / "generation_config.json"
+    generation = json.loads(gen_path.read_text()) if gen_path.exists() else {}
+    tok_config = json.loads((ckpt / "tokenizer_config.json").read_text())
+    if not (ckpt / "tokenizer.json").exists():
+        raise request.error(
+            "the checkpoint has no tokenizer.json", "use a fast-tokenizer checkpoint"
+        )
+    tokenizer = Tokenizer.from_file(str(ckpt / "tokenizer.json"))
+
+    eos = _ids(generation.get("eos_token_id", config.get("eos_token_id")))
+    pad_token = tok_config.get("pad_token")
+    pad = tokenizer.token_to_id(pad_token) if isinstance(pad_token, str) else None
+    if pad is None:
+        pad = _ids(generation.get("pad_token_id", config.get("pad_token_id"))) or eos
+        pad = pad[0] if isinstance(pad, list) else pad
+    shutil.copyfile(engine_dir / engine["file"], writer.path("engine.onnx"))
+    shutil.copyfile(ckpt / "tokenizer.json", writer.path("tokenizer.json"))
+    writer.write_json(
+        "bundle.json",
+        {
+            "schema_version": BUNDLE_SCHEMA,
+            "variant": opts.variant,
+            "precision": opts.precision,
+            "architecture": io["architecture"],
+            "engines": {
+                "main": {
+                    "file": "engine.onnx",
+                    "backend": engine["backend"],
+                    "backend_version": engine["version"],
+                    "provider": engine["provider"],
+                }
+            },
+            "io": {"inputs": io["inputs"], "outputs": io["outputs"], "kv_cache": io["kv_cache"]},
+            "tokenizer": {
+                "file": "tokenizer.json",
+                "add_bos": bool(tok_config.get("add_bos_token", False)),
+                "bos": (_ids(config.get("bos_token_id")) or [None])[0],
+                "eos": eos,
+                "pad": pad,
+            },
+            "limits": {
+                "max_batch_size": engine["max_batch_size"],
+                "max_seq_len": engine["max_seq_len"],
+            },
+        },
+    )

@@ -1,0 +1,68 @@
+"""reference: the independent fp32 answer a bundle is judged against.
+
+transformers in fp32 with eager attention, on the fetched checkpoint: its own
+tokenizer (transformers' AutoTokenizer, not the runtime's code path), its own
+greedy `generate`, and the teacher-forced logits at every position of prompt plus
+continuation. Generation semantics match the runtime exactly: stop at EOS, no
+min_new_tokens, no repetition penalty (FIELD_NOTES: a processor difference is a
+comparison of different things).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Options(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    prompts: list[str] = Field(min_length=1, description="Prompts to run.")
+    max_new_tokens: int = Field(ge=1, description="Greedy tokens per prompt.")
+    dtype: str = Field(pattern="^float32$", description="Reference dtype; always fp32.")
+
+
+def build(request: Any, writer: Any) -> None:
+    import numpy as np
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+
+    opts = Options.model_validate(request.options)
+    checkpoint = request.inputs["checkpoint"] / "checkpoint"
+    torch.manual_seed(0)
+    tokenizer = AutoTokenizer.from_pretrained(checkpoint)
+    model = AutoModelForCausalLM.from_pretrained(
+        checkpoint, dtype=torch.float32, attn_implementation="eager", use_safetensors=True
+    ).eval()
+    eos = model.generation_config.eos_token_id
+    eos_ids = [eos] if isinstance(eos, int) else list(eos or [])
+    config = GenerationConfig(
+        do_sample=False,
+        num_beams=1,
+        max_new_tokens=opts.max_new_tokens,
+        eos_token_id=eos_ids,
+        pad_token_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos_ids[0],
+    )
+    records, logits = [], {}
+    for i, prompt in request.progress(enumerate(opts.prompts), len(opts.prompts), "fp32 reference"):
+        prompt_ids = tokenizer(prompt, add_special_tokens=True)["input_ids"]
+        with torch.no_grad():
+            ids = torch.tensor([prompt_ids])
+            out = model.generate(ids, attention_mask=torch.ones_like(ids), generation_config=config)
+            new = out[0, len(prompt_ids) :].tolist()
+            if eos_ids and any(t in eos_ids for t in new):
+                new = new[: next(j for j, t in enumerate(new) if t in eos_ids) + 1]
+            full = torch.tensor([prompt_ids + new])
+            logits[f"p{i}"] = model(full).logits[0].numpy().astype(np.float32)
+        records.append({"prompt": prompt, "prompt_ids": prompt_ids, "tokens": new})
+    np.savez(writer.path("logits.npz"), **logits)
+    writer.write_json(
+        "reference.json",
+        {
+            "engine": "transformers",
+            "dtype": "float32",
+            "attn_implementation": "eager",
+            "eos": eos_ids,
+            "records": records,
+        },
+    )

@@ -1,0 +1,142 @@
+"""validate: run the bundle through runtime/ and measure it against the reference.
+
+Metrics (names and meanings in kiln.schema.METRICS):
+  * greedy: the bundle generates for all prompts, left-padded in batches of the
+    bundle's max_batch_size, and is compared token by token with the reference;
+  * logits: teacher-forced logits over prompt plus reference continuation, every
+    position, compared with the reference's fp32 logits (max |delta|, cosine);
+  * a greedy divergence must be explained by a small reference top-2 gap at the
+    position where it happens; otherwise it counts as unexplained.
+
+It writes measurements only. The core applies the gates and writes the evidence.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Options(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    prompts: list[str] = Field(min_length=1, description="Prompts (must equal the reference's).")
+    max_new_tokens: int = Field(ge=1, description="Greedy tokens per prompt.")
+
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def host() -> dict[str, Any]:
+    return {
+        "cpu": _cpu_name(),
+        "cores": os.cpu_count() or 1,
+        "os": f"{platform.system()} {platform.release()}",
+        "python": platform.python_version(),
+        "gpu": None,
+    }
+
+
+def compare(
+    bundle: Any, ref: dict[str, Any], ref_logits: Any, gen: list[list[int]]
+) -> dict[str, float]:
+    import numpy as np
+
+    matched = total = 0
+    first_div = None
+    max_diff = 0.0
+    min_cos = 1.0
+    gaps: list[tuple[int, int]] = []  # (prompt, position) of each divergence
+    for i, (record, got) in enumerate(zip(ref["records"], gen, strict=True)):
+        want = record["tokens"]
+        n = len(want)
+        same = [a == b for a, b in zip(want, got, strict=False)]
+        agree = next((j for j, s in enumerate(same) if not s), min(len(got), n))
+        if agree < n:
+            gaps.append((i, agree))
+            first_div = agree if first_div is None else min(first_div, agree)
+        matched += agree
+        total += n
+        ids = record["prompt_ids"] + want
+        mine = bundle.logits(ids)
+        theirs = ref_logits[f"p{i}"]
+        max_diff = max(max_diff, float(np.abs(mine - theirs).max()))
+        cos = (mine * theirs).sum(-1) / (
+            np.linalg.norm(mine, axis=-1) * np.linalg.norm(theirs, axis=-1)
+        )
+        min_cos = min(min_cos, float(cos.min()))
+    unexplained = 0
+    for i, pos in gaps:
+        row = ref_logits[f"p{i}"][len(ref["records"][i]["prompt_ids"]) + pos - 1]
+        top2 = np.sort(row)[-2:]
+        if top2[1] - top2[0] > 2 * max_diff:
+            unexplained += 1
+    return {
+        "token_match_rate": matched / total if total else 1.0,
+        "first_divergence": float(
+            first_div if first_div is not None else max(len(r["tokens"]) for r in ref["records"])
+        ),
+        "max_abs_logit_diff": max_diff,
+        "min_logit_cosine": min_cos,
+        "unexplained_divergences": float(unexplained),
+    }
+
+
+def build(request: Any, writer: Any) -> None:
+    import numpy as np
+
+    from runtime import Sampler, load
+
+    opts = Options.model_validate(request.options)
+    ref_dir = request.inputs["reference"]
+    ref = json.loads((ref_dir / "reference.json").read_text())
+    ref_logits = np.load(ref_dir / "logits.npz")
+    bundle = load(request.inputs["bundle"])
+    prompt_ids = [bundle.encode(p) for p in opts.prompts]
+    tokenizer_agree = sum(
+        a == r["prompt_ids"] for a, r in zip(prompt_ids, ref["records"], strict=True)
+    )
+    gen: list[list[int]] = []
+    new_tokens = 0
+    seconds = 0.0
+    size = bundle.max_batch_size
+    batches = [prompt_ids[i : i + size] for i in range(0, len(prompt_ids), size)]
+    for batch in request.progress(batches, len(batches), "greedy decode"):
+        out = bundle.generate(batch, opts.max_new_tokens, Sampler())
+        gen.extend(out.tokens)
+        new_tokens += sum(len(t) for t in out.tokens)
+        seconds += out.seconds
+    metrics = compare(bundle, ref, ref_logits, gen)
+    metrics["tokenizer_match_rate"] = tokenizer_agree / len(opts.prompts)
+    metrics["decode_tokens_per_s"] = new_tokens / seconds if seconds else 0.0
+    engine = bundle.meta["engines"]["main"]
+    writer.write_json(
+        "evidence.json",
+        {
+            "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+            "host": host(),
+            "backend": {
+                "name": engine["backend"],
+                "version": engine["backend_version"],
+                "device": engine["provider"],
+            },
+            "metrics": metrics,
+            "outputs": [bundle.decode(g) for g in gen],
+        },
+    )
+    request.log(
+        "token match {token_match_rate:.3f}, max |dlogit| {max_abs_logit_diff:.2e}, "
+        "min cosine {min_logit_cosine:.6f}".format(**metrics)
+    )

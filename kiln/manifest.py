@@ -1,0 +1,47 @@
+"""manifests/<recipe>.json: the lock (what was built, exactly) and the evidence.
+
+Canonical JSON with a schema_version. The lock holds nothing that varies between
+two clean builds (no dates, no hosts), so they give identical locks; provenance
+lives in the evidence records. A manifest is written last, atomically, after every
+artifact it names exists.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kiln.canonical import pretty
+from kiln.errors import KilnError
+from kiln.load import load_json_model
+from kiln.schema import Evidence, Lock, Manifest
+from kiln.store import atomic_write
+
+
+def read(path: Path, display: str | None = None) -> Manifest | None:
+    if not path.exists():
+        return None
+    return load_json_model(Manifest, path, display)
+
+
+def write(path: Path, manifest: Manifest) -> None:
+    atomic_write(path, pretty(manifest.model_dump(mode="json")))
+
+
+def has_evidence(path: Path, step_key: str, lock: Lock) -> bool:
+    """Is this validation already recorded, under this exact lock?"""
+    try:
+        current = read(path)
+    except KilnError:
+        return False
+    if current is None or current.lock != lock:
+        return False
+    return any(e.step_key == step_key for e in current.evidence)
+
+
+def record(path: Path, recipe: str, lock: Lock, evidence: Evidence) -> Manifest:
+    """Append one evidence record, refreshing the lock."""
+    current = read(path)
+    history = list(current.evidence) if current else []
+    manifest = Manifest(schema_version=1, recipe=recipe, lock=lock, evidence=[*history, evidence])
+    write(path, manifest)
+    return manifest

@@ -1,0 +1,116 @@
+"""Recipe -> Plan: the steps one recipe expands to, each with its key.
+
+Pure: no I/O and no heavy imports. The recipe declares; the planner decides. A
+step's key is the sha256 of the canonical JSON of everything that decides its
+output (its kind, options, the keys of its inputs, the library versions and the
+code it runs) and nothing else, so steps of different recipes with equal keys
+are one step, and run once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from kiln.canonical import key_of
+from kiln.schema import PromptSet, Recipe
+from kiln.toolchain import Toolchain
+
+KINDS = ("fetch", "reference", "export", "onnx", "engine", "bundle", "validate")
+
+# The ONNX opset the exporter targets. 17 is what the legacy (TorchScript)
+# exporter handles best; it is 10-20x faster than dynamo (FIELD_NOTES).
+OPSET = 17
+
+
+@dataclass(frozen=True)
+class Step:
+    kind: str
+    name: str  # for people: "export kiln-tiny/llama@86b0c01"
+    options: dict[str, Any]
+    inputs: dict[str, str]  # role -> key of the step that produces it
+    material: dict[str, Any] = field(repr=False)  # exactly what the key hashes
+
+    @property
+    def key(self) -> str:
+        return key_of(self.material)
+
+
+@dataclass(frozen=True)
+class Plan:
+    recipe: str
+    steps: tuple[Step, ...]  # in dependency order
+
+    def step(self, kind: str) -> Step:
+        for s in self.steps:
+            if s.kind == kind:
+                return s
+        raise KeyError(kind)
+
+    def by_key(self) -> dict[str, Step]:
+        return {s.key: s for s in self.steps}
+
+
+def _step(
+    kind: str, name: str, options: dict[str, Any], inputs: dict[str, Step], tools: Toolchain
+) -> Step:
+    input_keys = {role: s.key for role, s in sorted(inputs.items())}
+    material = {
+        "kind": kind,
+        "options": options,
+        "inputs": input_keys,
+        "libraries": tools.libraries(kind),
+        "code": tools.code[kind],
+    }
+    return Step(kind, name, options, input_keys, material)
+
+
+def plan(name: str, recipe: Recipe, prompts: PromptSet, tools: Toolchain) -> Plan:
+    """Expand one recipe. Only what decides an output goes into a step's options."""
+    model = recipe.model
+    at = f"{model.repo}@{model.revision[:7]}"
+    fetch = _step(
+        "fetch", f"fetch {at}", {"repo": model.repo, "revision": model.revision}, {}, tools
+    )
+    check = {
+        "prompts": list(prompts.prompts),
+        "max_new_tokens": recipe.validation.max_new_tokens,
+    }
+    reference = _step(
+        "reference",
+        f"reference {at} fp32",
+        {**check, "dtype": "float32"},
+        {"checkpoint": fetch},
+        tools,
+    )
+    export = _step(
+        "export",
+        f"export {at}",
+        {"opset": OPSET, "exporter": "torchscript"},
+        {"checkpoint": fetch},
+        tools,
+    )
+    graph = _step("onnx", f"onnx {at}", {"optimize": True}, {"export": export}, tools)
+    build = recipe.build
+    engine = _step(
+        "engine",
+        f"engine {at} {build.backend}",
+        {
+            "backend": build.backend,
+            "max_batch_size": build.max_batch_size,
+            "max_seq_len": build.max_seq_len,
+        },
+        {"onnx": graph},
+        tools,
+    )
+    bundle = _step(
+        "bundle",
+        f"bundle {name}",
+        {"variant": recipe.execution.variant, "precision": recipe.precision.model_dump()},
+        {"engine": engine, "checkpoint": fetch},
+        tools,
+    )
+    validate = _step(
+        "validate", f"validate {name}", check, {"bundle": bundle, "reference": reference}, tools
+    )
+    return Plan(name, (fetch, reference, export, graph, engine, bundle, validate))

@@ -1,0 +1,199 @@
+"""The data models: Recipe, Thresholds and Manifest, each with a schema_version.
+
+Every model forbids unknown keys and describes every field; the descriptions feed
+the error messages, the editor JSON Schema and the site.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+
+Revision = Annotated[
+    str,
+    StringConstraints(pattern=r"^[0-9a-f]{40}$"),
+    Field(description="A 40-hex commit id. Branch and tag names are not pins."),
+]
+RepoId = Annotated[
+    str,
+    StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$"),
+    Field(description="A Hugging Face repo id, 'org/name'."),
+]
+Name = Annotated[
+    str,
+    StringConstraints(pattern=r"^[a-z0-9][a-z0-9_.-]{0,79}$"),
+    Field(description="A lowercase name: letters, digits, '.', '_' and '-'."),
+]
+Sha256 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
+
+Verdict = Literal["pass", "quality-fail", "build-fail", "unsupported-here", "not-run"]
+VERDICTS: tuple[str, ...] = ("pass", "quality-fail", "build-fail", "unsupported-here", "not-run")
+
+# What the validate step measures; a gate may name any of these.
+METRICS: dict[str, str] = {
+    "token_match_rate": "Fraction of the reference's greedy tokens the bundle reproduces.",
+    "first_divergence": "Smallest index, over all prompts, where greedy output first differs "
+    "from the reference (max_new_tokens when it never does).",
+    "max_abs_logit_diff": "Largest |bundle - reference| logit over every teacher-forced "
+    "position of every prompt.",
+    "min_logit_cosine": "Smallest cosine similarity between bundle and reference logit vectors "
+    "over every teacher-forced position.",
+    "unexplained_divergences": "Greedy divergences where the reference's top-2 logit gap exceeds "
+    "twice the measured max |delta logit|, so numerics cannot explain them.",
+    "tokenizer_match_rate": "Fraction of prompts the bundle's tokenizer encodes exactly as the "
+    "reference's transformers tokenizer does.",
+    "decode_tokens_per_s": "Generated tokens per second of the bundle's greedy decode "
+    "(informative; timings on shared machines are noisy).",
+}
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+# ---------------------------------------------------------------- recipes
+
+
+class Checkpoint(Strict):
+    repo: RepoId = Field(description="Hugging Face repo id of the checkpoint.")
+    revision: Revision = Field(description="Pinned 40-hex revision of the checkpoint.")
+
+
+class Precision(Strict):
+    weights: Literal["fp32"] = Field(
+        "fp32", description="Weight precision of the engine. fp32 keeps the checkpoint's weights."
+    )
+    kv_cache: Literal["auto"] = Field(
+        "auto", description="KV-cache dtype; 'auto' follows the compute dtype."
+    )
+
+
+class Ordinary(Strict):
+    variant: Literal["ordinary"] = Field(
+        description="Plain autoregressive decoding: one token per target forward."
+    )
+
+
+class Build(Strict):
+    backend: Literal["onnxruntime"] = Field(
+        "onnxruntime", description="Engine backend that builds and runs the bundle."
+    )
+    max_batch_size: int = Field(4, ge=1, le=256, description="Largest batch the engine serves.")
+    max_seq_len: int = Field(
+        256, ge=8, le=131072, description="Largest prompt plus generated length, in tokens."
+    )
+
+
+class Validation(Strict):
+    thresholds: Name = Field(description="Gates to apply: thresholds/<name>.yaml.")
+    prompts: Name = Field("default", description="Prompt set: prompts/<name>.yaml.")
+    max_new_tokens: int = Field(
+        32, ge=1, le=4096, description="Greedy tokens generated per prompt for comparison."
+    )
+
+
+class Recipe(Strict):
+    schema_version: Literal[1] = Field(description="Recipe schema version; this is version 1.")
+    description: str = Field(max_length=2000, description="One or two sentences for the site.")
+    task: Literal["text-generation"] = Field(
+        "text-generation", description="What the model does; decides export, runtime and metrics."
+    )
+    model: Checkpoint = Field(description="The checkpoint, pinned.")
+    precision: Precision = Field(default_factory=Precision, description="Numeric precision.")
+    execution: Ordinary = Field(description="How tokens are produced at run time.")
+    build: Build = Field(default_factory=Build, description="Engine build options.")
+    validation: Validation = Field(description="How the bundle is compared with the reference.")
+
+
+# ---------------------------------------------------------------- thresholds
+
+
+class Gate(Strict):
+    metric: Literal[tuple(METRICS)] = Field(  # type: ignore[valid-type]
+        description="The measured metric this gate judges."
+    )
+    direction: Literal["higher", "lower"] = Field(
+        description="Which way is better: 'higher' passes at or above the threshold, "
+        "'lower' at or below it."
+    )
+    threshold: float = Field(description="The bound the metric must meet.")
+    why: str = Field("", max_length=500, description="Why this bound, for reviewers.")
+
+    def passes(self, value: float) -> bool:
+        return value >= self.threshold if self.direction == "higher" else value <= self.threshold
+
+
+class Thresholds(Strict):
+    schema_version: Literal[1] = Field(description="Thresholds schema version; this is version 1.")
+    description: str = Field(max_length=2000, description="What these gates are for.")
+    gates: list[Gate] = Field(min_length=1, description="All gates must pass for 'pass'.")
+
+
+class PromptSet(Strict):
+    schema_version: Literal[1] = Field(description="Prompt set schema version; this is version 1.")
+    description: str = Field(max_length=2000, description="What the prompts exercise.")
+    prompts: list[Annotated[str, StringConstraints(min_length=1, max_length=2000)]] = Field(
+        min_length=8, description="Fixed prompts; at least 8."
+    )
+
+
+# ---------------------------------------------------------------- manifests
+
+
+class FileHash(Strict):
+    path: str = Field(description="Path inside the checkpoint snapshot.")
+    sha256: Sha256 = Field(description="sha256 of the file's bytes.")
+    size: int = Field(ge=0, description="Size in bytes.")
+
+
+class CheckpointLock(Strict):
+    repo: RepoId = Field(description="Hugging Face repo id.")
+    revision: Revision = Field(description="The pinned revision that was resolved.")
+    files: list[FileHash] = Field(description="Every resolved file, sorted by path.")
+
+
+class StepLock(Strict):
+    kind: str = Field(description="Step kind: fetch, export, onnx, engine, bundle, ...")
+    name: str = Field(description="Human name of the step, e.g. 'export:kiln-tiny/llama'.")
+    key: Sha256 = Field(description="sha256 of the canonical JSON of the step's inputs.")
+
+
+class Lock(Strict):
+    model: CheckpointLock = Field(description="The resolved checkpoint.")
+    steps: list[StepLock] = Field(description="Every step of the plan, in execution order.")
+    toolchain: dict[str, str] = Field(description="Versions of the libraries the steps used.")
+
+
+class GateResult(Strict):
+    metric: str = Field(description="Metric judged.")
+    direction: Literal["higher", "lower"] = Field(description="Which way is better.")
+    threshold: float = Field(description="Bound applied.")
+    value: float | None = Field(description="Measured value; null when not measured.")
+    passed: bool = Field(description="Whether the measured value met the bound.")
+
+
+class Host(Strict):
+    cpu: str = Field(description="CPU model name.")
+    cores: int = Field(description="Logical CPU count.")
+    os: str = Field(description="Operating system and kernel.")
+    python: str = Field(description="Python version.")
+    gpu: str | None = Field(None, description="GPU model, when the run used one.")
+
+
+class Evidence(Strict):
+    date: str = Field(description="UTC time the validation ran, ISO 8601.")
+    host: Host = Field(description="Where it ran.")
+    backend: dict[str, str] = Field(description="Backend name, version and device.")
+    step_key: Sha256 = Field(description="Key of the validate step that produced this record.")
+    metrics: dict[str, float] = Field(description="Every measured metric.")
+    gates: list[GateResult] = Field(description="The gates applied, with their outcome.")
+    verdict: Verdict = Field(description="pass, quality-fail, build-fail, unsupported-here, ...")
+    reason: str = Field("", description="Why, when the verdict is not 'pass'.")
+
+
+class Manifest(Strict):
+    schema_version: Literal[1] = Field(description="Manifest schema version; this is version 1.")
+    recipe: Name = Field(description="The recipe this manifest belongs to.")
+    lock: Lock = Field(description="What was built, exactly.")
+    evidence: list[Evidence] = Field(description="One record per validation run, oldest first.")

@@ -1,0 +1,82 @@
+"""What a step's output depends on besides its options: library versions and our code.
+
+Versions come from package metadata, so nothing heavy is imported. Code versions are
+the sha256 of the source files a step runs, so editing a builder invalidates exactly
+the steps it builds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import platform
+from dataclasses import dataclass
+from functools import cache
+from importlib import metadata
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# Libraries whose version can change a step's output, by step kind.
+LIBRARIES: dict[str, tuple[str, ...]] = {
+    "fetch": (),
+    "reference": ("torch", "transformers", "tokenizers", "safetensors"),
+    "export": ("torch", "transformers", "onnx", "safetensors"),
+    "onnx": ("onnx", "onnxscript"),
+    "engine": ("onnxruntime",),
+    "bundle": (),
+    "validate": ("onnxruntime", "numpy", "tokenizers"),
+}
+
+# Source files each step kind runs, relative to the repo root. A directory means
+# every .py file under it.
+CODE: dict[str, tuple[str, ...]] = {
+    "fetch": ("builders/fetch.py",),
+    "reference": ("builders/reference.py",),
+    "export": ("builders/export.py",),
+    "onnx": ("builders/onnx.py",),
+    "engine": ("builders/engine.py",),
+    "bundle": ("builders/bundle.py",),
+    "validate": ("builders/validate.py", "runtime"),
+}
+
+
+def version(dist: str) -> str:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return "absent"
+
+
+@dataclass(frozen=True)
+class Toolchain:
+    """Everything outside the recipe that step keys depend on."""
+
+    versions: dict[str, str]
+    code: dict[str, str]
+
+    def libraries(self, kind: str) -> dict[str, str]:
+        return {lib: self.versions[lib] for lib in LIBRARIES[kind]}
+
+    def lock(self) -> dict[str, str]:
+        """What the manifest's lock records: every library a step uses, and Python."""
+        return {**self.versions, "python": ".".join(platform.python_version_tuple()[:2])}
+
+
+def _digest(paths: tuple[str, ...], root: Path) -> str:
+    h = hashlib.sha256()
+    for rel in paths:
+        target = root / rel
+        files = sorted(target.rglob("*.py")) if target.is_dir() else [target]
+        for f in files:
+            h.update(f.relative_to(root).as_posix().encode() + b"\0")
+            h.update(f.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+@cache
+def current(root: Path = ROOT) -> Toolchain:
+    libs = sorted({lib for group in LIBRARIES.values() for lib in group})
+    return Toolchain(
+        versions={lib: version(lib) for lib in libs},
+        code={kind: _digest(paths, root) for kind, paths in CODE.items()},
+    )

@@ -1,0 +1,154 @@
+"""Load a bundle and generate: prefill and decode with an explicit KV cache.
+
+The runtime needs onnxruntime, numpy and tokenizers, nothing from builders/: a
+bundle runs on a machine that never built it. bundle.json says everything the
+loop needs: the I/O names, the KV-cache layout, the tokenizer and the limits.
+
+Batches are left-padded. Position ids count real tokens only (cumsum of the
+attention mask, minus one), so a padded row computes exactly what it would alone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from runtime.sampling import Sampler
+
+BUNDLE_SCHEMA = 1
+
+
+class BundleError(Exception):
+    """A request the bundle cannot serve, said in the user's terms."""
+
+
+@dataclass
+class Generation:
+    tokens: list[list[int]]  # generated ids per prompt, up to and including EOS
+    steps: int  # target forward passes after the prefill
+    seconds: float
+
+
+class Bundle:
+    def __init__(self, path: Path, threads: int | None = None) -> None:
+        import onnxruntime as ort
+        from tokenizers import Tokenizer
+
+        self.path = Path(path)
+        meta_path = self.path / "bundle.json"
+        if not meta_path.is_file():
+            raise BundleError(f"{self.path} is not a bundle: bundle.json is missing")
+        self.meta: dict[str, Any] = json.loads(meta_path.read_text())
+        if self.meta.get("schema_version") != BUNDLE_SCHEMA:
+            raise BundleError(f"bundle schema {self.meta.get('schema_version')} is not supported")
+        engine = self.meta["engines"]["main"]
+        so = ort.SessionOptions()
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # done at build
+        so.intra_op_num_threads = threads or min(4, os.cpu_count() or 1)
+        self.session = ort.InferenceSession(
+            str(self.path / engine["file"]), so, providers=[engine["provider"]]
+        )
+        tok = self.meta["tokenizer"]
+        self.tokenizer = Tokenizer.from_file(str(self.path / tok["file"]))
+        self.eos = set(tok["eos"])
+        self.pad = int(tok["pad"])
+        self.bos = tok["bos"] if tok["add_bos"] else None
+        kv = self.meta["io"]["kv_cache"]
+        self.kv_heads, self.head_dim = kv["kv_heads"], kv["head_dim"]
+        self.past_names = [v["name"] for v in self.meta["io"]["inputs"][3:]]
+        self.output_names = [v["name"] for v in self.meta["io"]["outputs"]]
+        self.max_batch_size = self.meta["limits"]["max_batch_size"]
+        self.max_seq_len = self.meta["limits"]["max_seq_len"]
+
+    # ------------------------------------------------------------ text
+
+    def encode(self, text: str) -> list[int]:
+        ids = self.tokenizer.encode(text, add_special_tokens=False).ids
+        return ([self.bos] if self.bos is not None else []) + ids
+
+    def decode(self, ids: list[int]) -> str:
+        return str(self.tokenizer.decode([i for i in ids if i not in self.eos]))
+
+    # ------------------------------------------------------------ forward passes
+
+    def _empty_cache(self, batch: int) -> list[np.ndarray]:
+        shape = (batch, self.kv_heads, 0, self.head_dim)
+        return [np.zeros(shape, np.float32) for _ in self.past_names]
+
+    def forward(
+        self, ids: np.ndarray, mask: np.ndarray, positions: np.ndarray, past: list[np.ndarray]
+    ) -> tuple[np.ndarray, list[np.ndarray]]:
+        feeds = {"input_ids": ids, "attention_mask": mask, "position_ids": positions}
+        feeds.update(zip(self.past_names, past, strict=True))
+        logits, *present = self.session.run(self.output_names, feeds)
+        return logits, present
+
+    def logits(self, ids: list[int]) -> np.ndarray:
+        """Teacher-forced logits [len(ids), vocab] of one sequence, in one prefill."""
+        self._check_length(len(ids), 0)
+        arr = np.asarray([ids], np.int64)
+        mask = np.ones_like(arr)
+        positions = np.arange(len(ids), dtype=np.int64)[None]
+        logits, _ = self.forward(arr, mask, positions, self._empty_cache(1))
+        return logits[0]
+
+    def _check_length(self, prompt: int, new: int) -> None:
+        if prompt + new > self.max_seq_len:
+            raise BundleError(
+                f"a prompt of {prompt} tokens plus {new} new tokens exceeds the bundle's "
+                f"max_seq_len of {self.max_seq_len}; shorten the prompt or rebuild with a "
+                "larger build.max_seq_len"
+            )
+
+    # ------------------------------------------------------------ generation
+
+    def generate(
+        self, prompts: list[list[int]], max_new_tokens: int, sampler: Sampler | None = None
+    ) -> Generation:
+        """Generate for a batch of token-id prompts (left-padded into one batch)."""
+        import time
+
+        sampler = sampler or Sampler()
+        if not prompts or len(prompts) > self.max_batch_size:
+            raise BundleError(
+                f"batch of {len(prompts)} prompts; this bundle serves 1 to {self.max_batch_size}"
+            )
+        if any(len(p) == 0 for p in prompts):
+            raise BundleError("empty prompt: nothing to condition on")
+        width = max(len(p) for p in prompts)
+        self._check_length(width, max_new_tokens)
+        started = time.perf_counter()
+        batch = len(prompts)
+        ids = np.full((batch, width), self.pad, np.int64)
+        mask = np.zeros((batch, width), np.int64)
+        for row, p in enumerate(prompts):
+            ids[row, width - len(p) :] = p
+            mask[row, width - len(p) :] = 1
+        positions = np.maximum(mask.cumsum(axis=1) - 1, 0)
+        logits, past = self.forward(ids, mask, positions, self._empty_cache(batch))
+        out: list[list[int]] = [[] for _ in prompts]
+        done = np.zeros(batch, bool)
+        last_pos = positions[:, -1:]
+        steps = 0
+        for step in range(max_new_tokens):
+            nxt = sampler(logits[:, -1, :])
+            for row in np.flatnonzero(~done):
+                out[row].append(int(nxt[row]))
+                done[row] = int(nxt[row]) in self.eos
+            if done.all() or step == max_new_tokens - 1:
+                break
+            nxt = np.where(done, self.pad, nxt)
+            mask = np.concatenate([mask, np.ones((batch, 1), np.int64)], axis=1)
+            last_pos = last_pos + 1
+            logits, past = self.forward(nxt[:, None], mask, last_pos, past)
+            steps += 1
+        return Generation(out, steps, time.perf_counter() - started)
+
+
+def load(path: Path | str, threads: int | None = None) -> Bundle:
+    return Bundle(Path(path), threads)

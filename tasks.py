@@ -1,0 +1,355 @@
+"""catalog -> doit task dicts. The only module that knows doit's dict format.
+
+Every step of every selected recipe becomes one `build:<kind>-<key>` subtask;
+steps with equal keys are yielded once, so recipes that share a checkpoint share
+its fetch and export. A step is up to date when its artifact is in the store (the
+store is the truth; doit's DB is only a hint). The last task of a recipe writes its
+manifest.
+
+Nothing heavy is imported here: builders and the runtime are imported inside
+actions, so `doit list`, `doit check` and `doit plan` stay fast.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Callable, Iterator
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from doit import get_var
+from doit.exceptions import TaskFailed
+
+import tinyhub
+from kiln import catalog as catalog_mod
+from kiln import manifest, toolchain
+from kiln.errors import KilnError
+from kiln.execute import run_step
+from kiln.gates import judge
+from kiln.plan import Plan, Step, plan
+from kiln.schema import CheckpointLock, Evidence, FileHash, Lock, StepLock
+from kiln.store import Store
+
+Task = dict[str, Any]
+
+
+@cache
+def _catalog() -> catalog_mod.Catalog:
+    return catalog_mod.load()
+
+
+def _store() -> Store:
+    return Store(_catalog().paths.store)
+
+
+def _plan(name: str) -> Plan:
+    cat = _catalog()
+    recipe = cat.recipe(name)
+    return plan(name, recipe, cat.prompts[recipe.validation.prompts], toolchain.current())
+
+
+def _guard(action: Callable[..., Any]) -> Callable[..., Any]:
+    """Turn a KilnError into a clean task failure: a message, no traceback."""
+
+    def run(*args: Any, **kwargs: Any) -> Any:
+        try:
+            result = action(*args, **kwargs)
+        except KilnError as exc:
+            return TaskFailed(f"error: {exc}")
+        return result if result is not None else True
+
+    run.__name__ = getattr(action, "__name__", "action")
+    return run
+
+
+def _failing(name: str, error: KilnError) -> Task:
+    return {"name": name, "actions": [_guard(_raise(error))], "uptodate": [False], "verbosity": 2}
+
+
+def _raise(error: KilnError) -> Callable[[], None]:
+    def fail() -> None:
+        raise error
+
+    return fail
+
+
+def _selected() -> list[str]:
+    """Recipe names from `recipe=a,b`; all valid recipes when absent."""
+    wanted = get_var("recipe", None)
+    if not wanted:
+        return sorted(_catalog().recipes)
+    return [n.strip() for n in wanted.split(",") if n.strip()]
+
+
+def _task_name(step: Step) -> str:
+    return f"{step.kind}-{step.key[:12]}"
+
+
+# ---------------------------------------------------------------- build
+
+
+def _expected_files(name: str, step: Step) -> dict[str, str]:
+    """File hashes the committed lock recorded for this exact repo@revision."""
+    path = _catalog().paths.manifest(name)
+    try:
+        current = manifest.read(path)
+    except KilnError:
+        return {}
+    if current is None:
+        return {}
+    model = current.lock.model
+    if (model.repo, model.revision) != (step.options["repo"], step.options["revision"]):
+        return {}
+    return {f.path: f.sha256 for f in model.files}
+
+
+def _context(name: str, step: Step) -> dict[str, Any]:
+    if step.kind == "fetch":
+        return {"hub": _catalog().paths.hub, "expected": _expected_files(name, step)}
+    return {}
+
+
+def _step_task(name: str, step: Step, by_key: dict[str, Step], mirror: bool) -> Task:
+    deps = [f"build:{_task_name(by_key[k])}" for k in step.inputs.values()]
+    if mirror and step.kind == "fetch" and tinyhub.is_tiny(step.options["repo"]):
+        deps.append("build:mirror")
+    store = _store()
+    return {
+        "name": _task_name(step),
+        "title": lambda _task, s=step: f"{s.kind:<9} {s.name}  [{s.key[:12]}]",
+        "actions": [_guard(lambda s=step: run_step(s, _store(), _context(name, s)) and None)],
+        "task_dep": deps,
+        "uptodate": [lambda s=step: store.has(s.key)],
+        "verbosity": 2,
+    }
+
+
+def _needed_tiny(names: list[str]) -> list[tuple[str, str]]:
+    models = {
+        (_catalog().recipes[n].model.repo, _catalog().recipes[n].model.revision) for n in names
+    }
+    return sorted((repo, rev) for repo, rev in models if tinyhub.is_tiny(repo))
+
+
+def _mirror_task(needed: list[tuple[str, str]]) -> Task:
+    hub = _catalog().paths.hub
+
+    def present() -> bool:
+        return all((tinyhub.repo_dir(hub, r) / "snapshots" / rev).is_dir() for r, rev in needed)
+
+    def write() -> None:
+        made = dict(tinyhub.write_mirror(hub))
+        for repo, rev in needed:
+            if made.get(repo) != rev:
+                raise KilnError.one(
+                    f"a recipe pins {repo}@{rev}, but tinyhub generates {repo}@{made.get(repo)}",
+                    None,
+                    "the tiny checkpoint generator changed; pin the new revision in the recipe",
+                )
+        print(f"   mirror: {len(made)} tiny checkpoints in {hub}", file=sys.stderr)
+
+    return {
+        "name": "mirror",
+        "title": lambda _task: f"mirror    tiny checkpoints -> {hub}",
+        "actions": [_guard(write)],
+        "uptodate": [present],
+        "verbosity": 2,
+    }
+
+
+def _lock(p: Plan) -> Lock:
+    files = json.loads(_store().get(p.step("fetch").key).file("files.json").read_text())
+    return Lock(
+        model=CheckpointLock(
+            repo=files["repo"],
+            revision=files["revision"],
+            files=[FileHash(**f) for f in sorted(files["files"], key=lambda f: f["path"])],
+        ),
+        steps=[StepLock(kind=s.kind, name=s.name, key=s.key) for s in p.steps],
+        toolchain=toolchain.current().lock(),
+    )
+
+
+def record_manifest(name: str, p: Plan) -> None:
+    """Judge the validation against the recipe's gates and append the evidence."""
+    cat = _catalog()
+    validate = p.step("validate")
+    measured = json.loads(_store().get(validate.key).file("evidence.json").read_text())
+    thresholds = cat.thresholds[cat.recipe(name).validation.thresholds]
+    gates, verdict, reason = judge(thresholds, measured["metrics"])
+    evidence = Evidence(
+        date=measured["date"],
+        host=measured["host"],
+        backend=measured["backend"],
+        step_key=validate.key,
+        metrics=measured["metrics"],
+        gates=gates,
+        verdict=verdict,
+        reason=reason,
+    )
+    path = cat.paths.manifest(name)
+    manifest.record(path, name, _lock(p), evidence)
+    print(f"   {name}: {verdict}{' (' + reason + ')' if reason else ''} -> {cat.paths.rel(path)}")
+
+
+def _manifest_task(name: str, p: Plan) -> Task:
+    path = _catalog().paths.manifest(name)
+    validate = p.step("validate")
+
+    def recorded() -> bool:
+        store = _store()
+        if not all(store.has(s.key) for s in p.steps):
+            return False
+        return manifest.has_evidence(path, validate.key, _lock(p))
+
+    return {
+        "name": f"manifest-{name}",
+        "title": lambda _task: f"manifest  {name} -> {_catalog().paths.rel(path)}",
+        "actions": [_guard(lambda: record_manifest(name, p))],
+        "task_dep": [f"build:{_task_name(validate)}"],
+        "uptodate": [recorded],
+        "verbosity": 2,
+    }
+
+
+def task_build() -> Iterator[Task]:
+    """Build recipes: `doit build recipe=NAME` (default: every recipe)."""
+    names = _selected()
+    plans, problems = [], []
+    for name in names:
+        try:
+            plans.append(_plan(name))
+        except KilnError as exc:
+            problems.append((name, exc))
+    needed = _needed_tiny([p.recipe for p in plans])
+    mirror = bool(needed) and os.environ.get("KILN_HUB_ONLINE") != "1"
+    if mirror:
+        yield _mirror_task(needed)
+    seen: dict[str, Step] = {}
+    for p in plans:
+        for step in p.steps:
+            if step.key not in seen:
+                seen[step.key] = step
+                yield _step_task(p.recipe, step, seen, mirror)
+        yield _manifest_task(p.recipe, p)
+    for name, exc in problems:
+        yield _failing(f"recipe-{name}", exc)
+    if not get_var("recipe", None) and _catalog().problems:
+        yield _failing("catalog", KilnError(_catalog().all_problems()))
+
+
+# ---------------------------------------------------------------- check / plan
+
+
+def check() -> None:
+    cat = _catalog()
+    problems = cat.all_problems()
+    manifests = sorted(cat.paths.manifests.glob("*.json"))
+    for path in manifests:
+        try:
+            manifest.read(path, cat.paths.rel(path))
+        except KilnError as exc:
+            problems.extend(exc.problems)
+    counts = (
+        f"{len(cat.recipes)} recipes, {len(cat.thresholds)} thresholds, "
+        f"{len(cat.prompts)} prompt sets, {len(manifests)} manifests"
+    )
+    if problems:
+        raise KilnError(problems)
+    print(f"ok: {counts}")
+
+
+def task_check() -> Task:
+    """Validate the catalog: recipes, thresholds, prompts and manifests."""
+    return {"actions": [_guard(check)], "uptodate": [False], "verbosity": 2}
+
+
+def show_plan(names: list[str]) -> None:
+    store = _store()
+    for name in names:
+        p = _plan(name)
+        print(f"plan for {name}:")
+        for s in p.steps:
+            state = "up to date" if store.has(s.key) else "will run"
+            print(f"  {s.kind:<9} {s.key[:12]}  {state:<10}  {s.name}")
+        print(f"  manifest  {_catalog().paths.rel(_catalog().paths.manifest(name))}")
+
+
+def task_plan() -> Task:
+    """Show what `doit build recipe=NAME` would run, step by step, with keys."""
+    return {
+        "actions": [_guard(lambda: show_plan(_selected()))],
+        "uptodate": [False],
+        "verbosity": 2,
+    }
+
+
+# ---------------------------------------------------------------- run / site
+
+
+def generate(name: str) -> None:
+    from runtime import BundleError, Sampler, load
+
+    prompt = get_var("prompt", None)
+    if not prompt:
+        raise KilnError.one("no prompt", None, f'doit run recipe={name} prompt="Hello"')
+    p = _plan(name)
+    try:
+        sampler = Sampler(
+            temperature=float(get_var("temperature", "0")),
+            top_k=int(get_var("top_k", "0")),
+            top_p=float(get_var("top_p", "1")),
+            seed=int(get_var("seed", "0")),
+        )
+        bundle = load(_store().get(p.step("bundle").key).path)
+        out = bundle.generate(
+            [bundle.encode(prompt)], int(get_var("max_new_tokens", "32")), sampler
+        )
+    except (BundleError, ValueError) as exc:
+        raise KilnError.one(str(exc), None) from None
+    print(prompt + bundle.decode(out.tokens[0]))
+
+
+def task_generate() -> Task:
+    """Generate with a built bundle: `doit run recipe=NAME prompt="..."`."""
+    names = _selected() if get_var("recipe", None) else []
+    if len(names) != 1:
+        error = KilnError.one("name one recipe", None, 'doit run recipe=tiny-llama prompt="Hello"')
+        return {"actions": [_guard(_raise(error))], "uptodate": [False], "verbosity": 2}
+    name = names[0]
+    try:
+        bundle_task = f"build:{_task_name(_plan(name).step('bundle'))}"
+    except KilnError as exc:
+        return {"actions": [_guard(_raise(exc))], "uptodate": [False], "verbosity": 2}
+    return {
+        "actions": [_guard(lambda: generate(name))],
+        "task_dep": [bundle_task],
+        "uptodate": [False],
+        "verbosity": 2,
+    }
+
+
+def task_site() -> Task:
+    """Render the Models & Recipes site from recipes and manifests into _site/."""
+    from kiln import sitegen
+
+    cat = _catalog()
+    paths = cat.paths
+    inputs = [
+        *paths.recipes.glob("*.yaml"),
+        *paths.thresholds.glob("*.yaml"),
+        *paths.prompts.glob("*.yaml"),
+        *paths.manifests.glob("*.json"),
+        *sitegen.TEMPLATES.rglob("*"),
+        sitegen.__file__,
+    ]
+    return {
+        "actions": [_guard(lambda: sitegen.build(_catalog(), paths.site))],
+        "file_dep": sorted(str(p) for p in map(Path, inputs) if p.is_file()),
+        "targets": [str(paths.site / "index.html")],
+        "clean": True,
+        "verbosity": 2,
+    }

@@ -1,0 +1,204 @@
+"""Embedded tiny checkpoints, written into a local Hugging Face hub mirror.
+
+No model hub is reachable from this project's machines, so kiln makes its default
+checkpoints itself. A tiny checkpoint is a real transformers config whose weights
+come from a seeded PCG64 stream, turned into floats by our own arithmetic (not by
+numpy's distribution code, whose algorithms may change between releases), so the
+weights are bit-identical on every machine and across library versions.
+
+The mirror uses the hub's cache layout (documented in huggingface_hub's
+``file_download.py``), so ``snapshot_download(repo, revision=sha,
+local_files_only=True)`` and ``from_pretrained`` resolve from it unchanged:
+
+    models--kiln-tiny--llama/
+      blobs/<sha256>                       file contents
+      refs/main                            40-hex revision, no newline
+      snapshots/<revision>/<file> -> ../../blobs/<sha256>
+
+A revision is the sha1 of the sorted ``<sha256>  <path>`` listing of its files:
+content-addressed, like a git commit id, and 40 hex like one.
+
+This package imports numpy, safetensors and (for parameter shapes) transformers
+inside its functions; the core (kiln/) never imports it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).parent
+TOKENIZER_FILE = HERE / "tokenizer.json"
+GENERATOR_VERSION = 1
+
+PAD, BOS, EOS = 0, 1, 2
+_COMMON: dict[str, Any] = {
+    "vocab_size": 512,
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 512,
+    "rms_norm_eps": 1e-6,
+    "tie_word_embeddings": False,
+    "bos_token_id": BOS,
+    "eos_token_id": EOS,
+    "pad_token_id": PAD,
+    "torch_dtype": "float32",
+}
+
+# repo id -> config.json. Adding an architecture is adding an entry here.
+SPECS: dict[str, dict[str, Any]] = {
+    "kiln-tiny/llama": {
+        **_COMMON,
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "rope_theta": 10000.0,
+    },
+    "kiln-tiny/qwen3": {
+        **_COMMON,
+        "architectures": ["Qwen3ForCausalLM"],
+        "model_type": "qwen3",
+        "head_dim": 16,
+        "rope_theta": 1000000.0,
+    },
+}
+
+
+def is_tiny(repo: str) -> bool:
+    return repo in SPECS
+
+
+def _uniform(seed_text: str, count: int) -> Any:
+    """`count` float64 values in [-1, 1) from a PCG64 stream seeded by `seed_text`.
+
+    Only the raw 64-bit outputs of PCG64 are used; the mapping to floats is ours.
+    """
+    import numpy as np
+
+    seed = int.from_bytes(hashlib.sha256(seed_text.encode()).digest()[:16], "little")
+    raw = np.random.PCG64(seed).random_raw(count)
+    unit = (raw >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))
+    return unit * 2.0 - 1.0
+
+
+def tensor_values(repo: str, name: str, shape: tuple[int, ...]) -> Any:
+    """The float32 values of one parameter, a pure function of (repo, name, shape)."""
+    count = 1
+    for dim in shape:
+        count *= dim
+    u = _uniform(f"kiln-tiny/v{GENERATOR_VERSION}/{repo}/{name}", count)
+    if len(shape) == 1:
+        # Norm scales hover around one; biases around zero.
+        center = 1.0 if "norm" in name else 0.0
+        values = center + 0.1 * u
+    else:
+        # Uniform with std 1/sqrt(fan_in), so activations keep their scale through
+        # the layers and the logits are peaked enough for a stable greedy decode.
+        # Embeddings get std 1.
+        fan_in = 1 if "embed" in name else shape[-1]
+        values = u * (3.0 / fan_in) ** 0.5
+    return values.astype("<f4").reshape(shape)
+
+
+def parameter_shapes(config: dict[str, Any]) -> dict[str, tuple[int, ...]]:
+    """Names and shapes of the checkpoint's tensors, read from transformers on meta."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    cfg = AutoConfig.for_model(**{k: v for k, v in config.items() if k != "architectures"})
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(cfg)
+    return {name: tuple(t.shape) for name, t in model.state_dict().items()}
+
+
+def checkpoint_files(repo: str) -> dict[str, bytes]:
+    """Every file of the tiny checkpoint `repo`, by path."""
+    from safetensors.numpy import save
+
+    config = SPECS[repo]
+    tensors = {
+        name: tensor_values(repo, name, shape)
+        for name, shape in sorted(parameter_shapes(config).items())
+    }
+    generation = {
+        "bos_token_id": BOS,
+        "eos_token_id": EOS,
+        "pad_token_id": PAD,
+        "do_sample": False,
+    }
+    tokenizer_config = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "bos_token": "<|bos|>",
+        "eos_token": "<|eos|>",
+        "pad_token": "<|pad|>",
+        "model_max_length": config["max_position_embeddings"],
+        "clean_up_tokenization_spaces": False,
+    }
+    return {
+        "config.json": _json(config),
+        "generation_config.json": _json(generation),
+        "model.safetensors": save(tensors, metadata={"format": "pt"}),
+        "tokenizer.json": TOKENIZER_FILE.read_bytes(),
+        "tokenizer_config.json": _json(tokenizer_config),
+    }
+
+
+def _json(obj: Any) -> bytes:
+    return (json.dumps(obj, sort_keys=True, indent=2) + "\n").encode()
+
+
+def revision_of(files: dict[str, bytes]) -> str:
+    listing = "".join(
+        f"{hashlib.sha256(data).hexdigest()}  {path}\n" for path, data in sorted(files.items())
+    )
+    return hashlib.sha1(listing.encode()).hexdigest()
+
+
+def repo_dir(cache_dir: Path, repo: str) -> Path:
+    return cache_dir / ("models--" + repo.replace("/", "--"))
+
+
+def write_repo(cache_dir: Path, repo: str) -> str:
+    """Write `repo` into the hub cache at `cache_dir`; returns its revision."""
+    files = checkpoint_files(repo)
+    revision = revision_of(files)
+    root = repo_dir(cache_dir, repo)
+    snapshot = root / "snapshots" / revision
+    for path, data in sorted(files.items()):
+        digest = hashlib.sha256(data).hexdigest()
+        blob = root / "blobs" / digest
+        if not blob.exists():
+            _atomic_write(blob, data)
+        link = snapshot / path
+        link.parent.mkdir(parents=True, exist_ok=True)
+        if not link.is_symlink():
+            link.symlink_to(os.path.relpath(blob, link.parent))
+    _atomic_write(root / "refs" / "main", revision.encode())
+    return revision
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".incomplete")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_mirror(cache_dir: Path) -> Iterator[tuple[str, str]]:
+    """Write every tiny checkpoint; yields (repo, revision) as each is done."""
+    for repo in sorted(SPECS):
+        yield repo, write_repo(cache_dir, repo)
