@@ -16,6 +16,7 @@ import json
 import os
 import sys
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -29,9 +30,10 @@ from kiln import manifest, toolchain
 from kiln.errors import KilnError
 from kiln.execute import run_step
 from kiln.gates import judge
+from kiln.load import locate
 from kiln.plan import Plan, Step, plan
 from kiln.schema import CheckpointLock, Evidence, FileHash, Lock, StepLock
-from kiln.store import Store
+from kiln.store import Store, atomic_write
 
 Task = dict[str, Any]
 
@@ -51,18 +53,32 @@ def _plan(name: str) -> Plan:
     return plan(name, recipe, cat.prompts[recipe.validation.prompts], toolchain.current())
 
 
-def _guard(action: Callable[..., Any]) -> Callable[..., Any]:
-    """Turn a KilnError into a clean task failure: a message, no traceback."""
+def _guard(
+    action: Callable[..., Any], origin: tuple[str, tuple[str, ...]] | None = None
+) -> Callable[..., Any]:
+    """Turn a KilnError into a clean task failure: a message, no traceback.
+
+    `origin` is (recipe, key path): a problem a builder raised without a location
+    is pinned to the recipe line it comes from."""
 
     def run(*args: Any, **kwargs: Any) -> Any:
         try:
-            result = action(*args, **kwargs)
+            action(*args, **kwargs)
         except KilnError as exc:
+            if origin:
+                exc = _located(exc, *origin)
             return TaskFailed(f"error: {exc}")
-        return result if result is not None else True
+        return True
 
     run.__name__ = getattr(action, "__name__", "action")
     return run
+
+
+def _located(exc: KilnError, recipe: str, key_path: tuple[str, ...]) -> KilnError:
+    paths = _catalog().paths
+    path = paths.recipes / f"{recipe}.yaml"
+    where = locate(path, paths.rel(path), key_path)
+    return KilnError([p if p.location else replace(p, location=where) for p in exc.problems])
 
 
 def _failing(name: str, error: KilnError) -> Task:
@@ -120,42 +136,39 @@ def _step_task(name: str, step: Step, by_key: dict[str, Step], mirror: bool) -> 
     return {
         "name": _task_name(step),
         "title": lambda _task, s=step: f"{s.kind:<9} {s.name}  [{s.key[:12]}]",
-        "actions": [_guard(lambda s=step: run_step(s, _store(), _context(name, s)) and None)],
+        "actions": [
+            _guard(lambda s=step: run_step(s, _store(), _context(name, s)), (name, step.origin))
+        ],
         "task_dep": deps,
         "uptodate": [lambda s=step: store.has(s.key)],
         "verbosity": 2,
     }
 
 
-def _needed_tiny(names: list[str]) -> list[tuple[str, str]]:
-    models = {
-        (_catalog().recipes[n].model.repo, _catalog().recipes[n].model.revision) for n in names
-    }
-    return sorted((repo, rev) for repo, rev in models if tinyhub.is_tiny(repo))
+def _uses_tiny(plans: list[Plan]) -> bool:
+    return any(tinyhub.is_tiny(p.step("fetch").options["repo"]) for p in plans)
 
 
-def _mirror_task(needed: list[tuple[str, str]]) -> Task:
+def _mirror_task() -> Task:
+    """Write the tiny checkpoints into the hub mirror, once per generator version.
+
+    A wrong pin is not this task's business: fetch reports a revision the mirror
+    does not have, as the Hub would."""
     hub = _catalog().paths.hub
-
-    def present() -> bool:
-        return all((tinyhub.repo_dir(hub, r) / "snapshots" / rev).is_dir() for r, rev in needed)
+    stamp = hub / "kiln-tiny.stamp"
+    version = tinyhub.generator_digest(toolchain.version("transformers"))
 
     def write() -> None:
         made = dict(tinyhub.write_mirror(hub))
-        for repo, rev in needed:
-            if made.get(repo) != rev:
-                raise KilnError.one(
-                    f"a recipe pins {repo}@{rev}, but tinyhub generates {repo}@{made.get(repo)}",
-                    None,
-                    "the tiny checkpoint generator changed; pin the new revision in the recipe",
-                )
-        print(f"   mirror: {len(made)} tiny checkpoints in {hub}", file=sys.stderr)
+        atomic_write(stamp, version.encode())
+        listing = ", ".join(f"{r}@{rev[:7]}" for r, rev in sorted(made.items()))
+        print(f"   mirror: {listing} in {hub}", file=sys.stderr)
 
     return {
         "name": "mirror",
         "title": lambda _task: f"mirror    tiny checkpoints -> {hub}",
         "actions": [_guard(write)],
-        "uptodate": [present],
+        "uptodate": [lambda: stamp.is_file() and stamp.read_text() == version],
         "verbosity": 2,
     }
 
@@ -224,10 +237,9 @@ def task_build() -> Iterator[Task]:
             plans.append(_plan(name))
         except KilnError as exc:
             problems.append((name, exc))
-    needed = _needed_tiny([p.recipe for p in plans])
-    mirror = bool(needed) and os.environ.get("KILN_HUB_ONLINE") != "1"
+    mirror = _uses_tiny(plans) and os.environ.get("KILN_HUB_ONLINE") != "1"
     if mirror:
-        yield _mirror_task(needed)
+        yield _mirror_task()
     seen: dict[str, Step] = {}
     for p in plans:
         for step in p.steps:
@@ -353,3 +365,15 @@ def task_site() -> Task:
         "clean": True,
         "verbosity": 2,
     }
+
+
+def task_schema() -> Task:
+    """Regenerate the editor JSON Schemas in schema/ from the pydantic models."""
+    from kiln import editor_schema
+
+    def write() -> None:
+        folder = _catalog().paths.root / "schema"
+        changed = editor_schema.write(folder)
+        print(f"   schema: {len(changed)} of {len(editor_schema.MODELS)} files changed in {folder}")
+
+    return {"actions": [_guard(write)], "uptodate": [False], "verbosity": 2}

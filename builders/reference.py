@@ -25,15 +25,15 @@ class Options(BaseModel):
 def build(request: Any, writer: Any) -> None:
     import numpy as np
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+    from transformers import AutoTokenizer, GenerationConfig
+
+    from builders._hf import load_causal_lm
 
     opts = Options.model_validate(request.options)
     checkpoint = request.inputs["checkpoint"] / "checkpoint"
     torch.manual_seed(0)
     tokenizer = AutoTokenizer.from_pretrained(checkpoint)
-    model = AutoModelForCausalLM.from_pretrained(
-        checkpoint, dtype=torch.float32, attn_implementation="eager", use_safetensors=True
-    ).eval()
+    model = load_causal_lm(checkpoint)
     eos = model.generation_config.eos_token_id
     eos_ids = [eos] if isinstance(eos, int) else list(eos or [])
     config = GenerationConfig(

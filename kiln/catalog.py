@@ -103,7 +103,7 @@ def _load_dir(catalog: Catalog, folder: Path, model: type[M]) -> dict[str, M]:
 
 def load(paths: Paths | None = None) -> Catalog:
     """Load and cross-check the whole catalog."""
-    catalog = Catalog(paths or Paths(ROOT))
+    catalog = Catalog(paths or Paths(Path(os.environ.get("KILN_ROOT", ROOT))))
     catalog.thresholds = _load_dir(catalog, catalog.paths.thresholds, Thresholds)
     catalog.prompts = _load_dir(catalog, catalog.paths.prompts, PromptSet)
     recipes = _load_dir(catalog, catalog.paths.recipes, Recipe)

@@ -18,6 +18,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from kiln.errors import KilnError, Location, Problem, did_you_mean, one_of
+from kiln.schema import PATTERN_HELP
 
 try:  # the C loader is ~10x faster; PyYAML wheels ship it
     from yaml import CSafeLoader as _Loader
@@ -266,16 +267,11 @@ def _describe(err: Any, root: type[BaseModel]) -> tuple[str, str]:
         return f"missing required key {name!r}{why}", f"add '{name}:'"
     if kind == "literal_error":
         expected = re.findall(r"'([^']*)'", err.get("ctx", {}).get("expected", ""))
-        fix = did_you_mean(str(value), expected) or f"use one of {one_of(expected)}"
-        return f"{value!r} is not one of {one_of(expected)}", fix
+        return f"{value!r} is not one of {one_of(expected)}", did_you_mean(str(value), expected)
     if kind == "string_pattern_mismatch":
-        parent = _model_at(root, loc[:-1])
-        field = parent.model_fields.get(name) if parent else None
-        meta = " ".join(
-            m.description for m in getattr(field, "metadata", []) if hasattr(m, "description")
-        )
-        desc = (field.description if field else "") or meta
-        return f"{value!r} is not valid", desc or f"must match {err['ctx']['pattern']}"
+        pattern = err["ctx"]["pattern"]
+        what, fix = PATTERN_HELP.get(pattern, (f"matching {pattern}", ""))
+        return f"{value!r} is not {what}", fix
     if kind == "union_tag_invalid":
         expected = re.findall(r"'([^']*)'", err.get("ctx", {}).get("expected_tags", ""))
         tag = err.get("ctx", {}).get("tag", value)
@@ -294,6 +290,11 @@ def validate(model: type[M], data: Any, file: str, text: str, node: yaml.Node | 
             cause, fix = _describe(err, model)
             if node is not None:
                 target, key_node = _node_at(node, loc)
+                if err["type"] == "string_type" and isinstance(target, yaml.ScalarNode):
+                    # YAML 1.1 reads 0123, 1e5, yes and off as numbers and booleans.
+                    read_as = type(err["input"]).__name__
+                    cause = f"{target.value!r} is read by YAML as {read_as}, not as text"
+                    fix = f"quote it: '{target.value}'"
                 mark_node = key_node if err["type"] == "extra_forbidden" and key_node else target
                 where = _location(file, text, mark_node.start_mark, path)
             else:

@@ -30,6 +30,7 @@ class Step:
     options: dict[str, Any]
     inputs: dict[str, str]  # role -> key of the step that produces it
     material: dict[str, Any] = field(repr=False)  # exactly what the key hashes
+    origin: tuple[str, ...] = ()  # the recipe key it comes from, for error locations
 
     @property
     def key(self) -> str:
@@ -51,6 +52,17 @@ class Plan:
         return {s.key: s for s in self.steps}
 
 
+_ORIGIN = {
+    "fetch": ("model", "revision"),
+    "reference": ("validation",),
+    "export": ("model",),
+    "onnx": ("precision",),
+    "engine": ("build",),
+    "bundle": ("execution",),
+    "validate": ("validation",),
+}
+
+
 def _step(
     kind: str, name: str, options: dict[str, Any], inputs: dict[str, Step], tools: Toolchain
 ) -> Step:
@@ -62,7 +74,7 @@ def _step(
         "libraries": tools.libraries(kind),
         "code": tools.code[kind],
     }
-    return Step(kind, name, options, input_keys, material)
+    return Step(kind, name, options, input_keys, material, _ORIGIN[kind])
 
 
 def plan(name: str, recipe: Recipe, prompts: PromptSet, tools: Toolchain) -> Plan:

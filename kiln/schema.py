@@ -27,6 +27,22 @@ Name = Annotated[
 ]
 Sha256 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
 
+# pattern -> (what a matching value is, how to fix one that does not match)
+PATTERN_HELP: dict[str, tuple[str, str]] = {
+    r"^[0-9a-f]{40}$": (
+        "a 40-hex revision",
+        "pin the full commit id; branch and tag names are not pins",
+    ),
+    r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$": (
+        "a repo id",
+        "write it as 'org/name'",
+    ),
+    r"^[a-z0-9][a-z0-9_.-]{0,79}$": (
+        "a name",
+        "use lowercase letters, digits, '.', '_' and '-'",
+    ),
+}
+
 Verdict = Literal["pass", "quality-fail", "build-fail", "unsupported-here", "not-run"]
 VERDICTS: tuple[str, ...] = ("pass", "quality-fail", "build-fail", "unsupported-here", "not-run")
 

@@ -31,8 +31,8 @@ LIBRARIES: dict[str, tuple[str, ...]] = {
 # every .py file under it.
 CODE: dict[str, tuple[str, ...]] = {
     "fetch": ("builders/fetch.py",),
-    "reference": ("builders/reference.py",),
-    "export": ("builders/export.py",),
+    "reference": ("builders/reference.py", "builders/_hf.py"),
+    "export": ("builders/export.py", "builders/_hf.py"),
     "onnx": ("builders/onnx.py",),
     "engine": ("builders/engine.py",),
     "bundle": ("builders/bundle.py",),

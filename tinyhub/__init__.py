@@ -75,6 +75,15 @@ def is_tiny(repo: str) -> bool:
     return repo in SPECS
 
 
+def generator_digest(transformers_version: str) -> str:
+    """Changes whenever the generated mirror could: our code, the shipped tokenizer,
+    or transformers (which names the parameters)."""
+    h = hashlib.sha256(transformers_version.encode())
+    for path in [*sorted(HERE.glob("*.py")), TOKENIZER_FILE]:
+        h.update(path.name.encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()
+
+
 def _uniform(seed_text: str, count: int) -> Any:
     """`count` float64 values in [-1, 1) from a PCG64 stream seeded by `seed_text`.
 

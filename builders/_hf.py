@@ -1,0 +1,23 @@
+"""Loading a checkpoint with transformers, the one way every builder does it.
+
+fp32, eager attention (the reference semantics, and what traces cleanly), and
+safetensors only: pickle-based weights can execute code when loaded.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+
+def load_causal_lm(checkpoint: Path) -> Any:
+    import torch
+    from transformers import AutoModelForCausalLM
+    from transformers.utils import logging
+
+    logging.disable_progress_bar()
+    logging.set_verbosity_error()
+    model = AutoModelForCausalLM.from_pretrained(
+        checkpoint, dtype=torch.float32, attn_implementation="eager", use_safetensors=True
+    )
+    return model.eval()
