@@ -33,7 +33,7 @@ from kiln.gates import judge
 from kiln.load import locate
 from kiln.plan import Plan, Step, plan
 from kiln.schema import CheckpointLock, Evidence, FileHash, Lock, StepLock
-from kiln.store import Store, atomic_write
+from kiln.store import Store
 
 Task = dict[str, Any]
 
@@ -155,12 +155,9 @@ def _mirror_task() -> Task:
     A wrong pin is not this task's business: fetch reports a revision the mirror
     does not have, as the Hub would."""
     hub = _catalog().paths.hub
-    stamp = hub / "kiln-tiny.stamp"
-    version = tinyhub.generator_digest(toolchain.version("transformers"))
 
     def write() -> None:
-        made = dict(tinyhub.write_mirror(hub))
-        atomic_write(stamp, version.encode())
+        made = tinyhub.write_mirror(hub)
         listing = ", ".join(f"{r}@{rev[:7]}" for r, rev in sorted(made.items()))
         print(f"   mirror: {listing} in {hub}", file=sys.stderr)
 
@@ -168,7 +165,7 @@ def _mirror_task() -> Task:
         "name": "mirror",
         "title": lambda _task: f"mirror    tiny checkpoints -> {hub}",
         "actions": [_guard(write)],
-        "uptodate": [lambda: stamp.is_file() and stamp.read_text() == version],
+        "uptodate": [lambda: tinyhub.mirror_is_current(hub)],
         "verbosity": 2,
     }
 

@@ -27,6 +27,7 @@ except ImportError:  # pragma: no cover - only on exotic builds
 
 M = TypeVar("M", bound=BaseModel)
 
+NO_ALIASES = "YAML anchors and aliases are not allowed"
 MAX_BYTES = 1 << 20
 MAX_DEPTH = 32
 _STD_TAGS = {
@@ -110,7 +111,7 @@ def _check_depth(file: str, text: str) -> None:
             depth += 1
             if depth > MAX_DEPTH:
                 raise KilnError.one(
-                    f"nesting deeper than {MAX_DEPTH} levels",
+                    f"nesting depth over {MAX_DEPTH} levels",
                     _location(file, text, event.start_mark),
                     "flatten the document",
                 )
@@ -150,7 +151,7 @@ def _check_nodes(
         return _location(file, text, n.start_mark, p)
 
     if id(node) in seen:
-        problems.append(Problem("YAML aliases are not allowed", here(node), "write the value out"))
+        problems.append(Problem(NO_ALIASES, here(node), "write the value out"))
         return
     seen.add(id(node))
     if node.tag not in _STD_TAGS:
@@ -202,7 +203,7 @@ def read_yaml(file: str, raw: bytes) -> tuple[str, yaml.Node, Any]:
     if anchor:
         # An anchor with no alias composes to an ordinary node, so find it in the text.
         raise KilnError.one(
-            "YAML anchors are not allowed",
+            NO_ALIASES,
             _offset_location(file, text, anchor.start() + len(anchor.group(1))),
             "write the value out",
         )

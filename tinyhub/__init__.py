@@ -28,7 +28,6 @@ import hashlib
 import json
 import os
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -75,9 +74,18 @@ def is_tiny(repo: str) -> bool:
     return repo in SPECS
 
 
-def generator_digest(transformers_version: str) -> str:
+STAMP = "kiln-tiny.stamp"
+
+
+def generator_digest() -> str:
     """Changes whenever the generated mirror could: our code, the shipped tokenizer,
     or transformers (which names the parameters)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        transformers_version = version("transformers")
+    except PackageNotFoundError:
+        transformers_version = "absent"
     h = hashlib.sha256(transformers_version.encode())
     for path in [*sorted(HERE.glob("*.py")), TOKENIZER_FILE]:
         h.update(path.name.encode() + b"\0" + path.read_bytes())
@@ -207,7 +215,13 @@ def _atomic_write(path: Path, data: bytes) -> None:
         raise
 
 
-def write_mirror(cache_dir: Path) -> Iterator[tuple[str, str]]:
-    """Write every tiny checkpoint; yields (repo, revision) as each is done."""
-    for repo in sorted(SPECS):
-        yield repo, write_repo(cache_dir, repo)
+def mirror_is_current(cache_dir: Path) -> bool:
+    stamp = cache_dir / STAMP
+    return stamp.is_file() and stamp.read_text() == generator_digest()
+
+
+def write_mirror(cache_dir: Path) -> dict[str, str]:
+    """Write every tiny checkpoint, then the stamp; returns {repo: revision}."""
+    made = {repo: write_repo(cache_dir, repo) for repo in sorted(SPECS)}
+    _atomic_write(cache_dir / STAMP, generator_digest().encode())
+    return made

@@ -6,5 +6,5 @@ from pathlib import Path
 from tinyhub import write_mirror
 
 target = Path(sys.argv[1] if len(sys.argv) > 1 else ".kiln/hub")
-for repo_id, rev in write_mirror(target):
+for repo_id, rev in write_mirror(target).items():
     print(f"{repo_id}@{rev}")

@@ -1,0 +1,39 @@
+# The two commands a new user needs. Both install what they use into .venv.
+#   make demo   build the default recipe end to end, then the site
+#   make test   lint, type-check and run the whole test suite (what CI runs)
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+RECIPE ?= tiny-llama
+
+.PHONY: demo test lint install clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+# torch==2.13.0 is pinned in pyproject: a CPU wheel lies on this project's machines,
+# and anything looser pulls a multi-GB CUDA build.
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[build,dev]'
+	touch $@
+
+install: $(VENV)/.installed
+
+demo: install
+	$(BIN)/doit build recipe=$(RECIPE)
+	$(BIN)/doit site
+	@echo
+	@echo "Built $(RECIPE): manifests/$(RECIPE).json, site in _site/index.html"
+	@echo "Try: $(BIN)/doit run recipe=$(RECIPE) prompt=\"The quick brown fox\""
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+test: lint
+	$(BIN)/python -m pytest
+
+clean:
+	rm -rf .kiln _site .doit.sqlite*

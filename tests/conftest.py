@@ -1,0 +1,121 @@
+"""Small declarative worlds for tests: a catalog written from dicts, a private store,
+a private hub mirror, and doit run as a user runs it (a subprocess)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+BANNED = ("torch", "transformers", "onnx", "onnxruntime", "modelopt", "tensorrt")
+
+
+def has_build_extra() -> bool:
+    import importlib.util
+
+    return all(importlib.util.find_spec(m) for m in ("torch", "transformers", "onnxruntime"))
+
+
+heavy = pytest.mark.skipif(not has_build_extra(), reason="needs the build extra")
+
+
+@dataclass
+class World:
+    """A catalog of its own (recipes, thresholds, prompts, manifests), with a store."""
+
+    root: Path
+    hub: Path
+    store: Path
+
+    @property
+    def env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(
+            KILN_ROOT=str(self.root),
+            KILN_STORE=str(self.store),
+            KILN_HUB_CACHE=str(self.hub),
+            KILN_SITE=str(self.root / "_site"),
+        )
+        return env
+
+    def recipe(self, name: str) -> dict[str, Any]:
+        data: dict[str, Any] = yaml.safe_load((self.root / "recipes" / f"{name}.yaml").read_text())
+        return data
+
+    def write_recipe(self, name: str, data: dict[str, Any] | str) -> Path:
+        path = self.root / "recipes" / f"{name}.yaml"
+        path.write_text(data if isinstance(data, str) else yaml.safe_dump(data, sort_keys=False))
+        return path
+
+    def doit(self, *args: str, check: bool = False) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "doit",
+                "-f",
+                str(ROOT / "dodo.py"),
+                "-d",
+                str(self.root),
+                *args,
+            ],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        if check and proc.returncode != 0:
+            raise AssertionError(f"doit {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}")
+        return proc
+
+    def manifest(self, name: str) -> dict[str, Any]:
+        import json
+
+        data: dict[str, Any] = json.loads((self.root / "manifests" / f"{name}.json").read_text())
+        return data
+
+
+def make_world(
+    base: Path, hub: Path, recipes: tuple[str, ...] = ("tiny-llama", "tiny-qwen3")
+) -> World:
+    root = base / "catalog"
+    for folder in ("thresholds", "prompts"):
+        shutil.copytree(ROOT / folder, root / folder)
+    (root / "recipes").mkdir(parents=True)
+    (root / "manifests").mkdir()
+    for name in recipes:
+        shutil.copy(ROOT / "recipes" / f"{name}.yaml", root / "recipes")
+    return World(root=root, hub=hub, store=base / "store")
+
+
+@pytest.fixture(scope="session")
+def hub(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One hub mirror for the whole session (it is read-only once written)."""
+    if not has_build_extra():
+        pytest.skip("needs the build extra")
+    import tinyhub
+
+    path = tmp_path_factory.mktemp("hub")
+    tinyhub.write_mirror(path)
+    return path
+
+
+@pytest.fixture
+def world(tmp_path: Path, hub: Path) -> World:
+    return make_world(tmp_path, hub)
+
+
+@pytest.fixture(scope="session")
+def built(tmp_path_factory: pytest.TempPathFactory, hub: Path) -> World:
+    """Both tiny recipes built once, for tests that only read the results."""
+    w = make_world(tmp_path_factory.mktemp("built"), hub)
+    w.doit("build", check=True)
+    return w

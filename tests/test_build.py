@@ -1,0 +1,189 @@
+"""`doit build` as a user runs it: real checkpoints, real ONNX, real onnxruntime,
+a real fp32 transformers reference, and the manifest it leaves behind."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+from conftest import World, heavy, make_world
+
+import tinyhub
+
+pytestmark = heavy
+
+EXECUTED = re.compile(r"^\.  (\w+)", re.MULTILINE)  # doit prints ".  title" for tasks it runs
+
+
+def executed(output: str) -> list[str]:
+    return EXECUTED.findall(output)
+
+
+def test_build_writes_a_passing_manifest_with_lock_and_evidence(built: World) -> None:
+    for name in ("tiny-llama", "tiny-qwen3"):
+        m = built.manifest(name)
+        assert m["schema_version"] == 1 and m["recipe"] == name
+        evidence = m["evidence"][-1]
+        assert evidence["verdict"] == "pass", evidence
+        assert evidence["metrics"]["max_abs_logit_diff"] < 1e-4
+        assert evidence["metrics"]["token_match_rate"] == 1.0
+        assert evidence["backend"]["name"] == "onnxruntime"
+        assert evidence["host"]["cpu"]
+        kinds = [s["kind"] for s in m["lock"]["steps"]]
+        assert kinds == ["fetch", "reference", "export", "onnx", "engine", "bundle", "validate"]
+        assert evidence["step_key"] == m["lock"]["steps"][-1]["key"]
+        assert m["lock"]["toolchain"]["onnxruntime"] == evidence["backend"]["version"]
+
+
+def test_lock_records_the_sha256_of_every_checkpoint_file(built: World) -> None:
+    lock = built.manifest("tiny-llama")["lock"]["model"]
+    snapshot = tinyhub.repo_dir(built.hub, lock["repo"]) / "snapshots" / lock["revision"]
+    on_disk = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in snapshot.iterdir()}
+    assert {f["path"]: f["sha256"] for f in lock["files"]} == on_disk
+
+
+def test_manifest_is_canonical_json(built: World) -> None:
+    path = built.root / "manifests" / "tiny-llama.json"
+    text = path.read_text()
+    assert text.endswith("}\n")
+    assert text == json.dumps(json.loads(text), sort_keys=True, indent=2) + "\n"
+
+
+def test_a_second_build_executes_nothing(built: World) -> None:
+    out = built.doit("build", check=True).stdout
+    assert executed(out) == []
+    assert out.count("-- ") >= 14
+
+
+def test_recipes_that_share_a_checkpoint_share_its_steps(built: World) -> None:
+    data = built.recipe("tiny-llama")
+    data["build"]["max_batch_size"] = 2
+    built.write_recipe("tiny-llama-b2", data)
+    try:
+        out = built.doit("build", "recipe=tiny-llama-b2", check=True).stdout
+        assert executed(out) == ["engine", "bundle", "validate", "manifest"]
+        assert built.manifest("tiny-llama-b2")["evidence"][-1]["verdict"] == "pass"
+    finally:
+        (built.root / "recipes" / "tiny-llama-b2.yaml").unlink()
+
+
+def test_changing_max_seq_len_reruns_only_engine_bundle_and_validate(world: World) -> None:
+    world.doit("build", "recipe=tiny-llama", check=True)
+    data = world.recipe("tiny-llama")
+    data["build"]["max_seq_len"] = 128
+    world.write_recipe("tiny-llama", data)
+    out = world.doit("build", "recipe=tiny-llama", check=True).stdout
+    assert executed(out) == ["engine", "bundle", "validate", "manifest"]
+    assert len(world.manifest("tiny-llama")["evidence"]) == 2
+
+
+def test_two_clean_builds_give_identical_locks(tmp_path: Path, hub: Path, built: World) -> None:
+    other = make_world(tmp_path, hub, ("tiny-llama",))
+    other.doit("build", "recipe=tiny-llama", check=True)
+    assert other.manifest("tiny-llama")["lock"] == built.manifest("tiny-llama")["lock"]
+
+
+def test_doit_run_prints_the_bundles_greedy_completion(built: World) -> None:
+    out = built.doit(
+        "run", "recipe=tiny-llama", "prompt=The quick brown fox", "max_new_tokens=8", check=True
+    )
+    assert "The quick brown fox" in out.stdout
+    from runtime import load
+
+    plan_out = built.doit("plan", "recipe=tiny-llama", check=True).stdout
+    bundle_key = re.search(r"bundle\s+([0-9a-f]{12})", plan_out).group(1)  # type: ignore[union-attr]
+    bundle_dir = next((built.store / "objects").glob(f"*/{bundle_key}*"))
+    b = load(bundle_dir)
+    gen = b.generate([b.encode("The quick brown fox")], 8)
+    assert "The quick brown fox" + b.decode(gen.tokens[0]) in out.stdout
+
+
+def test_plan_lists_every_step_with_its_key_and_state(built: World, world: World) -> None:
+    done = built.doit("plan", "recipe=tiny-llama", check=True).stdout
+    fresh = world.doit("plan", "recipe=tiny-llama", check=True).stdout
+    for kind in ("fetch", "reference", "export", "onnx", "engine", "bundle", "validate"):
+        assert re.search(rf"{kind}\s+[0-9a-f]{{12}}\s+up to date", done), kind
+        assert re.search(rf"{kind}\s+[0-9a-f]{{12}}\s+will run", fresh), kind
+
+
+# ---------------------------------------------------------------- bad input
+
+
+def assert_clean_failure(world: World, args: tuple[str, ...], *expected: str) -> str:
+    before = sorted(p.name for p in (world.root / "manifests").iterdir())
+    proc = world.doit(*args)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out
+    assert "Traceback" not in out, out
+    for text in expected:
+        assert text in out, out
+    assert sorted(p.name for p in (world.root / "manifests").iterdir()) == before
+    objects = world.store / "objects"
+    assert not objects.exists() or not any(objects.rglob("*.json")), "something was published"
+    return out
+
+
+@pytest.mark.parametrize(
+    ("edit", "expected"),
+    [
+        (
+            ("revision: 86b0c016f94ff17585b315e24e0f72b043294bed", "revision: main"),
+            "recipes/bad.yaml:9:13: model -> revision",
+        ),
+        (
+            ("  max_seq_len: 256", "  max_seq_len: 256\n  max_seqlen: 9"),
+            "recipes/bad.yaml:19:3: build -> max_seqlen: unknown key",
+        ),
+        (
+            ("thresholds: fp32-exact", "thresholds: missing"),
+            "recipes/bad.yaml:20:15: validation -> thresholds: thresholds/missing.yaml",
+        ),
+        (
+            ("revision: 86b0c016f94ff17585b315e24e0f72b043294bed", "revision: " + "ab" * 20),
+            "recipes/bad.yaml:9:13: model -> revision: revision abababab",
+        ),
+    ],
+)
+def test_bad_recipes_fail_with_file_and_line_and_write_nothing(
+    world: World, edit: tuple[str, str], expected: str
+) -> None:
+    text = (world.root / "recipes" / "tiny-llama.yaml").read_text()
+    assert edit[0] in text
+    world.write_recipe("bad", text.replace(*edit))
+    assert_clean_failure(world, ("build", "recipe=bad"), expected)
+
+
+def test_an_unknown_recipe_name_suggests_a_close_one(world: World) -> None:
+    assert_clean_failure(
+        world,
+        ("build", "recipe=tiny-lama"),
+        "unknown recipe 'tiny-lama'",
+        "did you mean 'tiny-llama'?",
+    )
+
+
+def test_a_tampered_checkpoint_file_is_refused_with_both_digests(
+    tmp_path: Path, built: World
+) -> None:
+    hub = tmp_path / "hub"
+    shutil.copytree(built.hub, hub, symlinks=True)
+    world = make_world(tmp_path / "w", hub, ("tiny-llama",))
+    shutil.copy(built.root / "manifests" / "tiny-llama.json", world.root / "manifests")
+    lock = built.manifest("tiny-llama")["lock"]["model"]
+    config = tinyhub.repo_dir(hub, lock["repo"]) / "snapshots" / lock["revision"] / "config.json"
+    blob = config.resolve()
+    recorded = next(f["sha256"] for f in lock["files"] if f["path"] == "config.json")
+    blob.unlink()  # the copied hub shares nothing with the session's hub
+    blob.write_text('{"tampered": true}\n')
+    got = hashlib.sha256(blob.read_bytes()).hexdigest()
+    out = world.doit("build", "recipe=tiny-llama").stdout
+    assert "Traceback" not in out
+    assert recorded in out and got in out
+    assert (
+        json.loads((world.root / "manifests" / "tiny-llama.json").read_text())["evidence"]
+        == built.manifest("tiny-llama")["evidence"]
+    )

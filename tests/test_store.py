@@ -1,0 +1,70 @@
+"""The store publishes atomically, verifies what it holds and keeps writers inside."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from kiln.canonical import key_of
+from kiln.errors import KilnError
+from kiln.store import RECORD, Store
+
+KEY = key_of("some step")
+
+
+def test_publish_makes_a_complete_read_only_artifact(tmp_path: Path) -> None:
+    store = Store(tmp_path)
+    with store.publish(KEY, {"kind": "test"}) as w:
+        w.write_bytes("a/b.bin", b"payload")
+        w.write_json("meta.json", {"x": 1})
+    art = store.get(KEY)
+    assert (art.path / "a" / "b.bin").read_bytes() == b"payload"
+    assert set(art.record()["files"]) == {"a/b.bin", "meta.json"}
+    assert store.verify(KEY) == []
+    assert not os.stat(art.path / "a" / "b.bin").st_mode & 0o222
+    assert list((tmp_path / "tmp").iterdir()) == []
+
+
+def test_a_failed_build_publishes_nothing_and_leaves_no_temp(tmp_path: Path) -> None:
+    store = Store(tmp_path)
+    with pytest.raises(RuntimeError), store.publish(KEY, {}) as w:
+        w.write_bytes("half.bin", b"half")
+        raise RuntimeError("killed halfway")
+    assert not store.has(KEY)
+    assert list((tmp_path / "tmp").iterdir()) == []
+
+
+def test_a_flipped_byte_is_detected(tmp_path: Path) -> None:
+    store = Store(tmp_path)
+    with store.publish(KEY, {}) as w:
+        w.write_bytes("weights.bin", bytes(range(256)))
+    target = store.get(KEY).path / "weights.bin"
+    target.chmod(0o644)
+    data = bytearray(target.read_bytes())
+    data[100] ^= 0x01
+    target.write_bytes(bytes(data))
+    assert store.verify(KEY) == ["weights.bin"]
+
+
+@pytest.mark.parametrize("name", ["../escape", "/etc/passwd", "a/../../b", "."])
+def test_a_writer_cannot_leave_its_artifact(tmp_path: Path, name: str) -> None:
+    store = Store(tmp_path)
+    with pytest.raises(KilnError), store.publish(KEY, {}) as w:
+        w.write_bytes(name, b"x")
+    assert not store.has(KEY)
+
+
+@pytest.mark.parametrize("key", ["../../etc", "ABC", "0" * 63, "g" * 64])
+def test_keys_are_64_lowercase_hex(tmp_path: Path, key: str) -> None:
+    with pytest.raises(KilnError):
+        Store(tmp_path).has(key)
+
+
+def test_the_record_is_written_before_the_artifact_appears(tmp_path: Path) -> None:
+    store = Store(tmp_path)
+    with store.publish(KEY, {"kind": "k"}) as w:
+        w.write_bytes("f", b"1")
+        assert not store.has(KEY)
+    assert (store.object_dir(KEY) / RECORD).is_file()
