@@ -183,11 +183,17 @@ def _lock(p: Plan) -> Lock:
     )
 
 
+def _measured(validate: Step) -> dict[str, Any]:
+    """What the validate step measured (its evidence.json in the store)."""
+    data: dict[str, Any] = json.loads(_store().get(validate.key).file("evidence.json").read_text())
+    return data
+
+
 def record_manifest(name: str, p: Plan) -> None:
     """Judge the validation against the recipe's gates and append the evidence."""
     cat = _catalog()
     validate = p.step("validate")
-    measured = json.loads(_store().get(validate.key).file("evidence.json").read_text())
+    measured = _measured(validate)
     thresholds = cat.thresholds[cat.recipe(name).validation.thresholds]
     gates, verdict, reason = judge(thresholds, measured["metrics"])
     evidence = Evidence(
@@ -213,7 +219,8 @@ def _manifest_task(name: str, p: Plan) -> Task:
         store = _store()
         if not all(store.has(s.key) for s in p.steps):
             return False
-        return manifest.has_evidence(path, validate.key, _lock(p))
+        measured = _measured(validate)
+        return manifest.has_evidence(path, validate.key, measured["date"], _lock(p))
 
     return {
         "name": f"manifest-{name}",

@@ -27,15 +27,17 @@ def write(path: Path, manifest: Manifest) -> None:
     atomic_write(path, pretty(manifest.model_dump(mode="json")))
 
 
-def has_evidence(path: Path, step_key: str, lock: Lock) -> bool:
-    """Is this validation already recorded, under this exact lock?"""
+def has_evidence(path: Path, step_key: str, date: str, lock: Lock) -> bool:
+    """Is this validation run (its step key and the date it ran) recorded under this
+    exact lock? Evidence is one record per run: a fresh clone that validates again
+    on another machine appends its own record, even for the same step key."""
     try:
         current = read(path)
     except KilnError:
         return False
     if current is None or current.lock != lock:
         return False
-    return any(e.step_key == step_key for e in current.evidence)
+    return any(e.step_key == step_key and e.date == date for e in current.evidence)
 
 
 def record(path: Path, recipe: str, lock: Lock, evidence: Evidence) -> Manifest:

@@ -187,3 +187,15 @@ def test_a_tampered_checkpoint_file_is_refused_with_both_digests(
         json.loads((world.root / "manifests" / "tiny-llama.json").read_text())["evidence"]
         == built.manifest("tiny-llama")["evidence"]
     )
+
+
+def test_a_new_validation_run_appends_to_a_committed_manifest(tmp_path: Path, built: World) -> None:
+    """A fresh clone carries manifests from elsewhere; its own run adds its own record."""
+    world = make_world(tmp_path, built.hub, ("tiny-llama",))
+    shutil.copy(built.root / "manifests" / "tiny-llama.json", world.root / "manifests")
+    before = world.manifest("tiny-llama")["evidence"]
+    world.doit("build", "recipe=tiny-llama", check=True)
+    after = world.manifest("tiny-llama")["evidence"]
+    assert after[: len(before)] == before
+    assert len(after) == len(before) + 1
+    assert after[-1]["step_key"] == before[-1]["step_key"]  # same inputs, a new run
