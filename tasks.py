@@ -171,11 +171,14 @@ def _mirror_task() -> Task:
 
 
 def _lock(p: Plan) -> Lock:
-    files = json.loads(_store().get(p.step("fetch").key).file("files.json").read_text())
+    fetched = _store().get(p.step("fetch").key)
+    files = json.loads(fetched.file("files.json").read_text())
+    config = json.loads(fetched.file("checkpoint/config.json").read_text())
     return Lock(
         model=CheckpointLock(
             repo=files["repo"],
             revision=files["revision"],
+            architecture=(config.get("architectures") or [config.get("model_type", "unknown")])[0],
             files=[FileHash(**f) for f in sorted(files["files"], key=lambda f: f["path"])],
         ),
         steps=[StepLock(kind=s.kind, name=s.name, key=s.key) for s in p.steps],

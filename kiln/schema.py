@@ -166,6 +166,9 @@ class FileHash(Strict):
 class CheckpointLock(Strict):
     repo: RepoId = Field(description="Hugging Face repo id.")
     revision: Revision = Field(description="The pinned revision that was resolved.")
+    architecture: str = Field(
+        description="The checkpoint's architecture, from its config.json (e.g. LlamaForCausalLM)."
+    )
     files: list[FileHash] = Field(description="Every resolved file, sorted by path.")
 
 
