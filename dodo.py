@@ -9,9 +9,25 @@ doit site                  render the Models & Recipes site into _site/
 
 from doit import get_var
 
-from tasks import task_build, task_check, task_generate, task_plan, task_schema, task_site
+from tasks import (
+    task_build,
+    task_check,
+    task_diff,
+    task_generate,
+    task_plan,
+    task_schema,
+    task_site,
+)
 
-__all__ = ["task_build", "task_check", "task_generate", "task_plan", "task_schema", "task_site"]
+__all__ = [
+    "task_build",
+    "task_check",
+    "task_diff",
+    "task_generate",
+    "task_plan",
+    "task_schema",
+    "task_site",
+]
 
 DOIT_CONFIG = {
     # `run` is doit's own command: `doit run recipe=X prompt=...` names no task, so

@@ -27,10 +27,10 @@ from doit.exceptions import TaskFailed
 import tinyhub
 from kiln import catalog as catalog_mod
 from kiln import manifest, toolchain
-from kiln.errors import KilnError
+from kiln import rules as rules_mod
+from kiln.errors import KilnError, Location, Problem
 from kiln.execute import run_step
 from kiln.gates import judge
-from kiln.load import locate
 from kiln.plan import Plan, Step, plan
 from kiln.schema import CheckpointLock, Evidence, FileHash, Lock, StepLock
 from kiln.store import Store
@@ -50,7 +50,10 @@ def _store() -> Store:
 def _plan(name: str) -> Plan:
     cat = _catalog()
     recipe = cat.recipe(name)
-    return plan(name, recipe, cat.prompts[recipe.validation.prompts], toolchain.current())
+    try:
+        return plan(name, recipe, cat.prompts[recipe.validation.prompts], toolchain.current())
+    except KilnError as exc:
+        raise _located(exc, name) from None
 
 
 def _guard(
@@ -74,11 +77,17 @@ def _guard(
     return run
 
 
-def _located(exc: KilnError, recipe: str, key_path: tuple[str, ...]) -> KilnError:
-    paths = _catalog().paths
-    path = paths.recipes / f"{recipe}.yaml"
-    where = locate(path, paths.rel(path), key_path)
-    return KilnError([p if p.location else replace(p, location=where) for p in exc.problems])
+def _located(exc: KilnError, recipe: str, key_path: tuple[str, ...] = ()) -> KilnError:
+    """Pin problems that carry no file to the recipe line they come from: their own
+    key path if they have one, else `key_path`."""
+
+    def pin(p: Problem) -> Problem:
+        if p.location and p.location.file:
+            return p
+        path = p.location.key_path if p.location and p.location.key_path else key_path
+        return replace(p, location=_catalog().locate(recipe, tuple(map(str, path))))
+
+    return KilnError([pin(p) for p in exc.problems])
 
 
 def _failing(name: str, error: KilnError) -> Task:
@@ -181,7 +190,7 @@ def _lock(p: Plan) -> Lock:
             architecture=(config.get("architectures") or [config.get("model_type", "unknown")])[0],
             files=[FileHash(**f) for f in sorted(files["files"], key=lambda f: f["path"])],
         ),
-        steps=[StepLock(kind=s.kind, name=s.name, key=s.key) for s in p.steps],
+        steps=[StepLock(name=s.name, key=s.key, **s.material) for s in p.steps],
         toolchain=toolchain.current().lock(),
     )
 
@@ -263,47 +272,104 @@ def task_build() -> Iterator[Task]:
 # ---------------------------------------------------------------- check / plan
 
 
+def _manifest_problems(cat: catalog_mod.Catalog, path: Path) -> list[Problem]:
+    """A manifest must parse, belong to a recipe, and carry keys that match its lock."""
+    from kiln.canonical import key_of
+
+    file = cat.paths.rel(path)
+    try:
+        found = manifest.read(path, file)
+    except KilnError as exc:
+        return exc.problems
+    problems = []
+    if (
+        found is not None
+        and path.stem not in cat.recipes
+        and cat.paths.rel(cat.paths.recipes / f"{path.stem}.yaml") not in cat.problems
+    ):
+        problems.append(Problem("no recipe of that name", Location(file), "delete the manifest"))
+    for step in found.lock.steps if found else []:
+        if key_of(step.material()) != step.key:
+            problems.append(
+                Problem(
+                    f"lock step {step.name!r}: key {step.key[:12]} does not hash its inputs",
+                    Location(file, key_path=("lock", "steps", step.kind)),
+                    "the lock was edited by hand; rebuild the recipe to rewrite it",
+                )
+            )
+    return problems
+
+
 def check() -> None:
+    from kiln import review
+
     cat = _catalog()
     problems = cat.all_problems()
     manifests = sorted(cat.paths.manifests.glob("*.json"))
     for path in manifests:
-        try:
-            manifest.read(path, cat.paths.rel(path))
-        except KilnError as exc:
-            problems.extend(exc.problems)
+        problems.extend(_manifest_problems(cat, path))
+    stale = review.manifest_staleness(cat, toolchain.current())
+    for s in stale:
+        why = "; ".join(f"{step.kind} ({', '.join(reasons)})" for step, reasons in s.steps)
+        print(f"stale: manifests/{s.recipe}.json: its lock no longer matches the recipe: {why}")
+        print(f"       rebuild with: doit build recipe={s.recipe}")
+    rules = len(rules_mod.load().table.rules)
     counts = (
         f"{len(cat.recipes)} recipes, {len(cat.thresholds)} thresholds, "
-        f"{len(cat.prompts)} prompt sets, {len(manifests)} manifests"
+        f"{len(cat.prompts)} prompt sets, {len(manifests)} manifests, {rules} rules"
     )
     if problems:
         raise KilnError(problems)
-    print(f"ok: {counts}")
+    if stale and get_var("strict", None):
+        raise KilnError.one(f"{len(stale)} stale manifests", None, "rebuild them")
+    print(f"ok: {counts}; {len(stale)} stale manifests")
 
 
 def task_check() -> Task:
-    """Validate the catalog: recipes, thresholds, prompts and manifests."""
+    """Validate the catalog: recipes, thresholds, prompts, manifests and rules."""
     return {"actions": [_guard(check)], "uptodate": [False], "verbosity": 2}
 
 
 def show_plan(names: list[str]) -> None:
+    from kiln import review
+
     store = _store()
     for name in names:
         p = _plan(name)
+        try:
+            found = manifest.read(_catalog().paths.manifest(name))
+        except KilnError:
+            found = None
+        why = dict((s.key, r) for s, r in review.staleness(p, found.lock if found else None).steps)
         print(f"plan for {name}:")
         for s in p.steps:
             state = "up to date" if store.has(s.key) else "will run"
-            print(f"  {s.kind:<9} {s.key[:12]}  {state:<10}  {s.name}")
+            reason = f"  <- {'; '.join(why[s.key])}" if s.key in why and found else ""
+            print(f"  {s.kind:<9} {s.key[:12]}  {state:<10}  {s.name}{reason}")
         print(f"  manifest  {_catalog().paths.rel(_catalog().paths.manifest(name))}")
 
 
 def task_plan() -> Task:
-    """Show what `doit build recipe=NAME` would run, step by step, with keys."""
+    """Show what `doit build recipe=NAME` would run: steps, keys, and why each is stale."""
     return {
         "actions": [_guard(lambda: show_plan(_selected()))],
         "uptodate": [False],
         "verbosity": 2,
     }
+
+
+def task_diff() -> Task:
+    """What a PR changes, as Markdown: `doit diff base=REV`."""
+    from kiln import review
+
+    def run() -> None:
+        base = get_var("base", None)
+        if not base:
+            raise KilnError.one("no base revision", None, "doit diff base=origin/main")
+        root = _catalog().paths.root
+        print(review.diff(base, root, root), end="")
+
+    return {"actions": [_guard(run)], "uptodate": [False], "verbosity": 2}
 
 
 # ---------------------------------------------------------------- run / site

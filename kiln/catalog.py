@@ -3,21 +3,29 @@
 Loading never stops at the first problem: `doit check` reports them all at once.
 A recipe with a problem is kept out of `recipes` and its problems are kept, so the
 rest of the catalog still plans and builds.
+
+`extends: parent` deep-merges a recipe onto its parent (mappings merge key by key,
+everything else is replaced), along one chain of at most MAX_EXTENDS parents.
+Recipes are data: nothing is templated.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
-from kiln.errors import KilnError, Problem, did_you_mean
-from kiln.load import load_yaml_model, locate
+from kiln import rules as rules_mod
+from kiln.diagnose import Source, find, validate
+from kiln.errors import KilnError, Location, Problem, did_you_mean
+from kiln.load import load_yaml_model, read_source
 from kiln.schema import PromptSet, Recipe, Thresholds
 
 M = TypeVar("M", Recipe, Thresholds, PromptSet)
 ROOT = Path(__file__).resolve().parent.parent
+MAX_EXTENDS = 8
 
 
 @dataclass(frozen=True)
@@ -72,6 +80,7 @@ class Catalog:
     thresholds: dict[str, Thresholds] = field(default_factory=dict)
     prompts: dict[str, PromptSet] = field(default_factory=dict)
     problems: dict[str, list[Problem]] = field(default_factory=dict)  # file -> problems
+    sources: dict[str, list[Source]] = field(default_factory=dict)  # recipe -> extends chain
 
     def recipe(self, name: str) -> Recipe:
         if name in self.recipes:
@@ -86,6 +95,19 @@ class Catalog:
             did_you_mean(name, known) or f"known recipes: {', '.join(known) or 'none'}",
         )
 
+    def locate(self, name: str, key_path: Sequence[str]) -> Location:
+        """Where a recipe key is written: in the recipe or in the parent it inherits from."""
+        chain = self.sources.get(name, [])
+        if not chain:
+            return Location(self.paths.rel(self.paths.recipes / f"{name}.yaml"))
+        source, (node, _key, _n) = max(
+            ((s, find(s.node, key_path)) for s in chain), key=lambda pair: pair[1][2]
+        )
+        return source.location(node, tuple(key_path))
+
+    def add(self, file: str, problems: Sequence[Problem]) -> None:
+        self.problems.setdefault(file, []).extend(problems)
+
     def all_problems(self) -> list[Problem]:
         return [p for file in sorted(self.problems) for p in self.problems[file]]
 
@@ -97,8 +119,54 @@ def _load_dir(catalog: Catalog, folder: Path, model: type[M]) -> dict[str, M]:
         try:
             loaded[path.stem] = load_yaml_model(model, path, file)
         except KilnError as exc:
-            catalog.problems.setdefault(file, []).extend(exc.problems)
+            catalog.add(file, exc.problems)
     return loaded
+
+
+def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def _chain(name: str, raw: dict[str, tuple[Source, Any]]) -> list[str]:
+    """[name, parent, grandparent, ...], or KilnError at the offending `extends:`."""
+    chain = [name]
+    while True:
+        source, data = raw[chain[-1]]
+        parent = data.get("extends") if isinstance(data, dict) else None
+        if parent is None:
+            return chain
+        where = source.location(find(source.node, ("extends",))[0], ("extends",))
+        if not isinstance(parent, str) or parent not in raw:
+            raise KilnError.one(
+                f"parent recipe {parent!r} does not exist",
+                where,
+                did_you_mean(str(parent), raw) or "name a recipe file stem in recipes/",
+            )
+        if parent in chain:
+            cycle = " -> ".join([*chain, parent])
+            raise KilnError.one(f"extends cycle: {cycle}", where, "break the cycle")
+        if len(chain) > MAX_EXTENDS:
+            raise KilnError.one(
+                f"extends chain deeper than {MAX_EXTENDS}", where, "flatten the chain"
+            )
+        chain.append(parent)
+
+
+def _resolve(name: str, raw: dict[str, tuple[Source, Any]]) -> tuple[Recipe, list[Source]]:
+    chain = _chain(name, raw)
+    data: dict[str, Any] = {}
+    for link in reversed(chain):
+        own = raw[link][1]
+        data = deep_merge(data, {k: v for k, v in own.items() if k != "extends"})
+    data["extends"] = raw[name][1].get("extends")
+    sources = [raw[link][0] for link in chain]
+    return validate(Recipe, data, sources), sources
 
 
 def load(paths: Paths | None = None) -> Catalog:
@@ -106,20 +174,59 @@ def load(paths: Paths | None = None) -> Catalog:
     catalog = Catalog(paths or Paths(Path(os.environ.get("KILN_ROOT", ROOT))))
     catalog.thresholds = _load_dir(catalog, catalog.paths.thresholds, Thresholds)
     catalog.prompts = _load_dir(catalog, catalog.paths.prompts, PromptSet)
-    recipes = _load_dir(catalog, catalog.paths.recipes, Recipe)
-    for name, recipe in recipes.items():
-        problems = _cross_check(catalog, name, recipe)
+    raw: dict[str, tuple[Source, Any]] = {}
+    for path in sorted(catalog.paths.recipes.glob("*.yaml")):
+        file = catalog.paths.rel(path)
+        try:
+            raw[path.stem] = read_source(path, file)
+        except KilnError as exc:
+            catalog.add(file, exc.problems)
+    own_rules = catalog.paths.root / "kiln" / "rules.yaml"  # a base checkout has its own
+    rules = rules_mod.load(own_rules if own_rules.is_file() else rules_mod.RULES_FILE)
+    for name in raw:
+        file = raw[name][0].file
+        try:
+            recipe, catalog.sources[name] = _resolve(name, raw)
+        except KilnError as exc:
+            catalog.add(file, exc.problems)
+            continue
+        problems = _cross_check(catalog, name, recipe) + _apply_rules(catalog, name, recipe, rules)
         if problems:
-            catalog.problems.setdefault(problems[0].location.file, []).extend(problems)  # type: ignore[union-attr]
+            catalog.add(file, problems)
         else:
             catalog.recipes[name] = recipe
     return catalog
 
 
+def _apply_rules(
+    catalog: Catalog, name: str, recipe: Recipe, rules: rules_mod.Rules
+) -> list[Problem]:
+    out = []
+    for v in rules.check(recipe):
+        where = catalog.locate(name, v.path)
+        if where.key_path != v.path or not _written(catalog, name, v.path):
+            # The key the rule wants is not written anywhere: point at what triggered it.
+            first = tuple(next(iter(v.rule.when)).split("."))
+            where = catalog.locate(name, first)
+        out.append(rules_mod.problem(v, where))
+    return out
+
+
+def _written(catalog: Catalog, name: str, path: Sequence[str]) -> bool:
+    return any(find(s.node, path)[2] == len(path) for s in catalog.sources.get(name, []))
+
+
 def _cross_check(catalog: Catalog, name: str, recipe: Recipe) -> list[Problem]:
-    """What one file cannot know alone: the files a recipe names must exist."""
-    file = catalog.paths.rel(catalog.paths.recipes / f"{name}.yaml")
+    """What one file cannot know alone: the names it uses must exist."""
     problems = []
+    if Path(name).name != name or not _valid_name(name):
+        problems.append(
+            Problem(
+                f"{name!r} is not a valid recipe name",
+                Location(catalog.paths.rel(catalog.paths.recipes / f"{name}.yaml")),
+                "rename the file: lowercase letters, digits, '.', '_' and '-'",
+            )
+        )
     checks = (
         ("thresholds", recipe.validation.thresholds, catalog.thresholds, catalog.paths.thresholds),
         ("prompts", recipe.validation.prompts, catalog.prompts, catalog.paths.prompts),
@@ -132,10 +239,16 @@ def _cross_check(catalog: Catalog, name: str, recipe: Recipe) -> list[Problem]:
         problems.append(
             Problem(
                 f"{target} is invalid" if broken else f"{target} does not exist",
-                locate(catalog.paths.recipes / f"{name}.yaml", file, ("validation", key)),
+                catalog.locate(name, ("validation", key)),
                 "fix that file first"
                 if broken
                 else did_you_mean(wanted, known) or f"create {target} or name an existing one",
             )
         )
     return problems
+
+
+def _valid_name(name: str) -> bool:
+    import re
+
+    return re.fullmatch(r"[a-z0-9][a-z0-9_.-]{0,79}", name) is not None

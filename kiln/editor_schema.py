@@ -27,6 +27,11 @@ def render() -> dict[str, bytes]:
     out = {}
     for name, model in MODELS.items():
         schema = model.model_json_schema(mode="validation")
+        if name == "recipe":
+            # A recipe with `extends` holds only overrides; its parent supplies the rest.
+            required = schema.pop("required")
+            schema["if"] = {"not": {"required": ["extends"]}}
+            schema["then"] = {"required": required}
         schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
         schema["$id"] = f"{name}.schema.json"
         out[f"{name}.schema.json"] = pretty(schema)

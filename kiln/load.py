@@ -10,15 +10,14 @@ from __future__ import annotations
 
 import json
 import re
-import typing
 from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
-from kiln.errors import KilnError, Location, Problem, did_you_mean, one_of
-from kiln.schema import PATTERN_HELP
+from kiln.diagnose import Source, find, snippet, validate
+from kiln.errors import KilnError, Location, Problem
 
 try:  # the C loader is ~10x faster; PyYAML wheels ship it
     from yaml import CSafeLoader as _Loader
@@ -34,19 +33,6 @@ _STD_TAGS = {
     f"tag:yaml.org,2002:{t}" for t in ("str", "int", "float", "bool", "null", "map", "seq")
 }
 _CONFLICT = re.compile(r"^(<{7}|={7}|>{7})( |$)", re.MULTILINE)
-
-
-def snippet(text: str, line: int, column: int) -> str:
-    """The offending line with a caret under the column (both 1-based)."""
-    lines = text.splitlines()
-    if not 1 <= line <= len(lines):
-        return ""
-    src = lines[line - 1]
-    if len(src) > 120:
-        start = max(0, column - 60)
-        src, column = src[start : start + 120], column - start
-    gutter = f"{line:>5} | "
-    return f"{gutter}{src}\n{' ' * (len(gutter) + column - 1)}^"
 
 
 def _location(file: str, text: str, mark: Any, path: tuple[str | int, ...] = ()) -> Location:
@@ -210,101 +196,8 @@ def read_yaml(file: str, raw: bytes) -> tuple[str, yaml.Node, Any]:
     return text, node, construct(node)
 
 
-# ---------------------------------------------------------------- pydantic errors
-
-
-def _node_at(node: yaml.Node, loc: tuple[Any, ...]) -> tuple[yaml.Node, yaml.Node | None]:
-    """Follow a pydantic loc into the node tree: (deepest node found, its key node)."""
-    key_node: yaml.Node | None = None
-    for part in loc:
-        if isinstance(node, yaml.MappingNode):
-            for k, v in node.value:
-                if k.value == part:
-                    node, key_node = v, k
-                    break
-            else:
-                continue  # a union tag or a missing key: stay on this node
-        elif (
-            isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value)
-        ):
-            node, key_node = node.value[part], None
-    return node, key_node
-
-
-def _unwrap(annotation: Any) -> list[type[BaseModel]]:
-    """The pydantic models an annotation may hold (through Optional, list, Annotated)."""
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return [annotation]
-    return [m for arg in typing.get_args(annotation) for m in _unwrap(arg)]
-
-
-def _model_at(root: type[BaseModel], loc: tuple[Any, ...]) -> type[BaseModel] | None:
-    models = [root]
-    for part in loc:
-        nxt: list[type[BaseModel]] = []
-        for model in models:
-            field = model.model_fields.get(str(part))
-            if field is not None:
-                nxt.extend(_unwrap(field.annotation))
-            elif isinstance(part, str):  # a discriminated-union tag
-                nxt.extend(m for m in models if part in str(m.model_fields.get("variant", "")))
-        if nxt:
-            models = nxt
-    return models[0] if models else None
-
-
-def _describe(err: Any, root: type[BaseModel]) -> tuple[str, str]:
-    """(cause, fix) for one pydantic error, in our words."""
-    kind, loc, value = err["type"], err["loc"], err.get("input")
-    name = str(loc[-1]) if loc else ""
-    if kind == "extra_forbidden":
-        parent = _model_at(root, loc[:-1])
-        allowed = sorted(parent.model_fields) if parent else []
-        return f"unknown key {name!r}", did_you_mean(name, allowed) or f"allowed: {one_of(allowed)}"
-    if kind == "missing":
-        parent = _model_at(root, loc[:-1])
-        field = parent.model_fields.get(name) if parent else None
-        why = f" ({field.description})" if field and field.description else ""
-        return f"missing required key {name!r}{why}", f"add '{name}:'"
-    if kind == "literal_error":
-        expected = re.findall(r"'([^']*)'", err.get("ctx", {}).get("expected", ""))
-        return f"{value!r} is not one of {one_of(expected)}", did_you_mean(str(value), expected)
-    if kind == "string_pattern_mismatch":
-        pattern = err["ctx"]["pattern"]
-        what, fix = PATTERN_HELP.get(pattern, (f"matching {pattern}", ""))
-        return f"{value!r} is not {what}", fix
-    if kind == "union_tag_invalid":
-        expected = re.findall(r"'([^']*)'", err.get("ctx", {}).get("expected_tags", ""))
-        tag = err.get("ctx", {}).get("tag", value)
-        return f"{tag!r} is not one of {one_of(expected)}", did_you_mean(str(tag), expected)
-    return err["msg"][0].lower() + err["msg"][1:], ""
-
-
-def validate(model: type[M], data: Any, file: str, text: str, node: yaml.Node | None) -> M:
-    try:
-        return model.model_validate(data)
-    except ValidationError as exc:
-        problems = []
-        for err in exc.errors():
-            loc = tuple(err["loc"])
-            path = loc
-            cause, fix = _describe(err, model)
-            if node is not None:
-                target, key_node = _node_at(node, loc)
-                if err["type"] == "string_type" and isinstance(target, yaml.ScalarNode):
-                    # YAML 1.1 reads 0123, 1e5, yes and off as numbers and booleans.
-                    read_as = type(err["input"]).__name__
-                    cause = f"{target.value!r} is read by YAML as {read_as}, not as text"
-                    fix = f"quote it: '{target.value}'"
-                mark_node = key_node if err["type"] == "extra_forbidden" and key_node else target
-                where = _location(file, text, mark_node.start_mark, path)
-            else:
-                where = Location(file, key_path=path)
-            problems.append(Problem(cause, where, fix))
-        raise KilnError(problems) from None
-
-
-def load_yaml_model(model: type[M], path: Path, display: str | None = None) -> M:
+def read_source(path: Path, display: str | None = None) -> tuple[Source, Any]:
+    """One YAML file -> (where its nodes are, its plain data), or KilnError."""
     file = display or str(path)
     try:
         raw = path.read_bytes()
@@ -313,7 +206,12 @@ def load_yaml_model(model: type[M], path: Path, display: str | None = None) -> M
     except OSError as exc:
         raise KilnError.one(f"cannot read: {exc.strerror}", Location(file)) from None
     text, node, data = read_yaml(file, raw)
-    return validate(model, data, file, text, node)
+    return Source(file, text, node), data
+
+
+def load_yaml_model(model: type[M], path: Path, display: str | None = None) -> M:
+    source, data = read_source(path, display)
+    return validate(model, data, [source])
 
 
 def load_json_model(model: type[M], path: Path, display: str | None = None) -> M:
@@ -328,11 +226,10 @@ def load_json_model(model: type[M], path: Path, display: str | None = None) -> M
     except json.JSONDecodeError as exc:
         where = Location(file, exc.lineno, exc.colno, (), snippet(text, exc.lineno, exc.colno))
         raise KilnError.one(f"invalid JSON: {exc.msg}", where) from None
-    return validate(model, data, file, text, None)
+    return validate(model, data, [], file)
 
 
 def locate(path: Path, file: str, key_path: tuple[str | int, ...]) -> Location:
     """file:line:col of a key in an already valid YAML file."""
-    text, node, _ = read_yaml(file, path.read_bytes())
-    target, _key = _node_at(node, key_path)
-    return _location(file, text, target.start_mark, key_path)
+    source, _ = read_source(path, file)
+    return source.location(find(source.node, key_path)[0], key_path)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kiln.canonical import key_of
+from kiln.errors import KilnError, Location, Problem
 from kiln.schema import PromptSet, Recipe
 from kiln.toolchain import Toolchain
 
@@ -77,8 +78,48 @@ def _step(
     return Step(kind, name, options, input_keys, material, _ORIGIN[kind])
 
 
+# What this kiln has builders for. A recipe may declare more (the schema is the
+# whole vocabulary); planning it fails with a clear error instead of pretending.
+BUILDABLE: dict[tuple[str, ...], tuple[Any, ...]] = {
+    ("precision", "weights"): ("fp32",),
+    ("precision", "kv_cache"): ("auto",),
+    ("precision", "compute"): ("fp32",),
+    ("execution", "variant"): ("ordinary",),
+    ("build", "backend"): ("onnxruntime",),
+    ("build", "target"): ("cpu",),
+    ("build", "tensor_parallel"): (1,),
+    ("build", "prefill_chunk_len"): (0,),
+}
+
+
+def _check_buildable(recipe: Recipe) -> None:
+    data = recipe.model_dump()
+    problems = []
+    for path, allowed in BUILDABLE.items():
+        value = data[path[0]][path[1]]
+        if value not in allowed:
+            problems.append(
+                Problem(
+                    f"{value!r} is valid, but this kiln has no builder for it yet",
+                    Location("", key_path=path),
+                    f"buildable today: {', '.join(map(str, allowed))}",
+                )
+            )
+    if recipe.companions:
+        problems.append(
+            Problem(
+                "companions are valid, but this kiln cannot build them yet",
+                Location("", key_path=("companions",)),
+                "remove them to build",
+            )
+        )
+    if problems:
+        raise KilnError(problems)
+
+
 def plan(name: str, recipe: Recipe, prompts: PromptSet, tools: Toolchain) -> Plan:
     """Expand one recipe. Only what decides an output goes into a step's options."""
+    _check_buildable(recipe)
     model = recipe.model
     at = f"{model.repo}@{model.revision[:7]}"
     fetch = _step(

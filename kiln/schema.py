@@ -6,9 +6,16 @@ the error messages, the editor JSON Schema and the site.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    field_validator,
+    model_validator,
+)
 
 Revision = Annotated[
     str,
@@ -71,17 +78,43 @@ class Strict(BaseModel):
 # ---------------------------------------------------------------- recipes
 
 
+WEIGHTS = ("fp32", "fp16", "bf16", "int8-sq", "int8-wo", "fp8", "int4-awq", "w4a8-awq", "nvfp4")
+KV_CACHE = ("auto", "fp16", "bf16", "fp8")
+COMPUTE = ("fp32", "fp16", "bf16")
+BACKENDS = ("onnxruntime", "aoti", "tensorrt")
+TARGETS = ("cpu", "sm80", "sm86", "sm89", "sm90", "sm100", "sm120")
+VARIANTS = ("ordinary", "draft", "ngram", "lora", "mtp", "eagle3", "dflash", "dspark")
+Tag = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9_.:-]{0,39}$")]
+
+
 class Checkpoint(Strict):
     repo: RepoId = Field(description="Hugging Face repo id of the checkpoint.")
     revision: Revision = Field(description="Pinned 40-hex revision of the checkpoint.")
+    architecture: str | None = Field(
+        None,
+        pattern=r"^[A-Za-z0-9]+$",
+        description="Expected architecture (config.json 'architectures'), e.g. "
+        "LlamaForCausalLM. Rules use it before anything is fetched; fetch checks it.",
+    )
 
 
 class Precision(Strict):
-    weights: Literal["fp32"] = Field(
+    weights: Literal[WEIGHTS] = Field(  # type: ignore[valid-type]
         "fp32", description="Weight precision of the engine. fp32 keeps the checkpoint's weights."
     )
-    kv_cache: Literal["auto"] = Field(
+    kv_cache: Literal[KV_CACHE] = Field(  # type: ignore[valid-type]
         "auto", description="KV-cache dtype; 'auto' follows the compute dtype."
+    )
+    compute: Literal[COMPUTE] = Field(  # type: ignore[valid-type]
+        "fp32", description="Dtype of activations and accumulation outside quantized matmuls."
+    )
+
+
+class Companion(Strict):
+    repo: RepoId = Field(description="Hugging Face repo id of the companion checkpoint.")
+    revision: Revision = Field(description="Pinned 40-hex revision of the companion.")
+    precision: Precision | None = Field(
+        None, description="The companion's own precision; defaults to the recipe's."
     )
 
 
@@ -91,14 +124,101 @@ class Ordinary(Strict):
     )
 
 
+class Draft(Strict):
+    variant: Literal["draft"] = Field(
+        description="A separate draft model proposes tokens; the target verifies them."
+    )
+    max_draft_len: int = Field(4, ge=1, le=16, description="Tokens drafted per round.")
+
+
+class Ngram(Strict):
+    variant: Literal["ngram"] = Field(
+        description="Model-free prompt-lookup drafting: copy what followed a matching n-gram."
+    )
+    max_draft_len: int = Field(4, ge=1, le=16, description="Tokens drafted per round.")
+    ngram_min: int = Field(1, ge=1, le=8, description="Shortest n-gram to match.")
+    ngram_max: int = Field(3, ge=1, le=8, description="Longest n-gram to match (tried first).")
+
+
+class Lora(Strict):
+    variant: Literal["lora"] = Field(
+        description="An adapter-only checkpoint merged into its pinned base at export."
+    )
+
+
+class Mtp(Strict):
+    variant: Literal["mtp"] = Field(
+        description="Multi-token-prediction heads of the checkpoint draft the next tokens."
+    )
+    max_draft_len: int = Field(1, ge=1, le=8, description="Tokens the MTP heads draft per round.")
+
+
+class Eagle3(Strict):
+    variant: Literal["eagle3"] = Field(
+        description="EAGLE-3: a one-layer drafter fed by hidden states of three target layers."
+    )
+    max_draft_len: int = Field(4, ge=1, le=16, description="Tokens drafted per round.")
+
+
+class Dflash(Strict):
+    variant: Literal["dflash"] = Field(
+        description="DFlash: a block drafter proposing block_length tokens in one pass."
+    )
+    block_length: int = Field(4, ge=1, le=8, description="Tokens proposed per drafter pass.")
+
+
+class Dspark(Strict):
+    variant: Literal["dspark"] = Field(
+        description="DSpark: a block drafter conditioned on target hidden states."
+    )
+    block_length: int = Field(4, ge=1, le=8, description="Tokens proposed per drafter pass.")
+
+
+Execution = Annotated[
+    Ordinary | Draft | Ngram | Lora | Mtp | Eagle3 | Dflash | Dspark,
+    Field(discriminator="variant"),
+]
+
+
 class Build(Strict):
-    backend: Literal["onnxruntime"] = Field(
+    backend: Literal[BACKENDS] = Field(  # type: ignore[valid-type]
         "onnxruntime", description="Engine backend that builds and runs the bundle."
     )
+    target: Literal[TARGETS] = Field(  # type: ignore[valid-type]
+        "cpu", description="Hardware the engine is built for: cpu or an NVIDIA SM version."
+    )
     max_batch_size: int = Field(4, ge=1, le=256, description="Largest batch the engine serves.")
+    max_input_len: int | None = Field(
+        None, ge=1, le=131072, description="Longest prompt, in tokens; default max_seq_len."
+    )
     max_seq_len: int = Field(
         256, ge=8, le=131072, description="Largest prompt plus generated length, in tokens."
     )
+    prefill_chunk_len: int = Field(
+        0,
+        ge=0,
+        le=131072,
+        description="Chunked prefill size: 0 (off), a power of two below 64, or a multiple of 64.",
+    )
+    tensor_parallel: int = Field(1, ge=1, le=64, description="GPUs one engine is split across.")
+
+    @field_validator("prefill_chunk_len")
+    @classmethod
+    def _chunk(cls, value: int) -> int:
+        if value == 0 or (value < 64 and value & (value - 1) == 0) or value % 64 == 0:
+            return value
+        raise ValueError(
+            f"{value} is not 0, a power of two below 64, or a multiple of 64; "
+            f"try {max(64, round(value / 64) * 64)}"
+        )
+
+    @model_validator(mode="after")
+    def _input_fits(self) -> Build:
+        if self.max_input_len is not None and self.max_input_len > self.max_seq_len:
+            raise ValueError(
+                f"max_input_len {self.max_input_len} exceeds max_seq_len {self.max_seq_len}"
+            )
+        return self
 
 
 class Validation(Strict):
@@ -111,15 +231,41 @@ class Validation(Strict):
 
 class Recipe(Strict):
     schema_version: Literal[1] = Field(description="Recipe schema version; this is version 1.")
+    extends: Name | None = Field(
+        None,
+        description="Parent recipe (file stem) this one deep-merges onto; one chain, depth <= 8.",
+    )
     description: str = Field(max_length=2000, description="One or two sentences for the site.")
     task: Literal["text-generation"] = Field(
         "text-generation", description="What the model does; decides export, runtime and metrics."
     )
     model: Checkpoint = Field(description="The checkpoint, pinned.")
+    companions: dict[Literal["draft", "adapter"], Companion] = Field(
+        default_factory=dict,
+        description="Other pinned checkpoints by role: 'draft' (a draft model), "
+        "'adapter' (a LoRA adapter whose base is the model).",
+    )
     precision: Precision = Field(default_factory=Precision, description="Numeric precision.")
-    execution: Ordinary = Field(description="How tokens are produced at run time.")
+    execution: Execution = Field(description="How tokens are produced at run time.")
     build: Build = Field(default_factory=Build, description="Engine build options.")
     validation: Validation = Field(description="How the bundle is compared with the reference.")
+    trust_remote_code: bool = Field(
+        False,
+        description="Run code shipped in the checkpoint repo. Needs a pinned revision and an "
+        "allow-list entry in kiln/rules.yaml.",
+    )
+    allow_pickle_weights: bool = Field(
+        False,
+        description="Accept pickle-based weights (.bin/.pt), which can execute code when "
+        "loaded. Off: kiln loads safetensors only.",
+    )
+    tags: list[Tag] = Field(default_factory=list, max_length=32, description="Search facets.")
+    owners: list[Annotated[str, StringConstraints(min_length=1, max_length=100)]] = Field(
+        default_factory=list, max_length=16, description="Who reviews changes to this recipe."
+    )
+    known_limitations: list[Annotated[str, StringConstraints(min_length=1, max_length=500)]] = (
+        Field(default_factory=list, max_length=32, description="Shown on the site, verbatim.")
+    )
 
 
 # ---------------------------------------------------------------- thresholds
@@ -174,8 +320,22 @@ class CheckpointLock(Strict):
 
 class StepLock(Strict):
     kind: str = Field(description="Step kind: fetch, export, onnx, engine, bundle, ...")
-    name: str = Field(description="Human name of the step, e.g. 'export:kiln-tiny/llama'.")
-    key: Sha256 = Field(description="sha256 of the canonical JSON of the step's inputs.")
+    name: str = Field(description="Human name of the step, e.g. 'export kiln-tiny/llama@86b0c01'.")
+    key: Sha256 = Field(description="sha256 of the canonical JSON of the step's inputs below.")
+    options: dict[str, Any] = Field(description="The step's options, as hashed.")
+    inputs: dict[str, Sha256] = Field(description="Keys of the steps it consumes, by role.")
+    libraries: dict[str, str] = Field(description="Library versions that affect its output.")
+    code: Sha256 = Field(description="sha256 of the source files the step runs.")
+
+    def material(self) -> dict[str, Any]:
+        """What the key hashes; `key == key_of(material())` for an untampered lock."""
+        return {
+            "kind": self.kind,
+            "options": self.options,
+            "inputs": self.inputs,
+            "libraries": self.libraries,
+            "code": self.code,
+        }
 
 
 class Lock(Strict):

@@ -67,16 +67,19 @@ def _digest(paths: tuple[str, ...], root: Path) -> str:
     for rel in paths:
         target = root / rel
         files = sorted(target.rglob("*.py")) if target.is_dir() else [target]
+        files = [f for f in files if f.exists()]  # a base revision may predate a file
         for f in files:
             h.update(f.relative_to(root).as_posix().encode() + b"\0")
             h.update(f.read_bytes() + b"\0")
     return h.hexdigest()
 
 
+def code_digests(root: Path) -> dict[str, str]:
+    """The code version of every step kind, read from the tree at `root`."""
+    return {kind: _digest(paths, root) for kind, paths in CODE.items()}
+
+
 @cache
 def current(root: Path = ROOT) -> Toolchain:
     libs = sorted({lib for group in LIBRARIES.values() for lib in group})
-    return Toolchain(
-        versions={lib: version(lib) for lib in libs},
-        code={kind: _digest(paths, root) for kind, paths in CODE.items()},
-    )
+    return Toolchain(versions={lib: version(lib) for lib in libs}, code=code_digests(root))

@@ -1,0 +1,93 @@
+"""Compatibility rules as data (kiln/rules.yaml), applied to recipes by `doit check`.
+
+The table is the reviewed artifact; this module only interprets its small matcher
+language. Each violation cites the rule id and points at the recipe line.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from kiln.errors import Problem
+
+RULES_FILE = Path(__file__).with_name("rules.yaml")
+MISSING = object()
+
+
+class Rule(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    id: str = Field(pattern=r"^[a-z0-9-]+$", description="Stable id errors cite.")
+    message: str = Field(description="What is wrong when the rule is violated.")
+    fix: str = Field(description="What to do about it.")
+    when: dict[str, Any] = Field(description="Paths that must all match for the rule to apply.")
+    then: dict[str, Any] = Field(min_length=1, description="Paths that must then all match.")
+
+
+class RuleTable(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    schema_version: int = Field(description="Rules schema version; this is version 1.")
+    allowlists: dict[str, list[str]] = Field(description="Named lists rules can refer to.")
+    rules: list[Rule] = Field(description="The rules, in the order they are checked.")
+
+
+@dataclass(frozen=True)
+class Violation:
+    rule: Rule
+    path: tuple[str, ...]  # the recipe key to point at
+
+
+def get(data: Any, dotted: str) -> Any:
+    for part in dotted.split("."):
+        if not isinstance(data, dict) or part not in data:
+            return MISSING
+        data = data[part]
+    return data
+
+
+def matches(value: Any, matcher: Any, allowlists: dict[str, list[str]]) -> bool:
+    if isinstance(matcher, dict):
+        (op, arg), *rest = matcher.items()
+        if rest:
+            raise ValueError(f"one operator per matcher: {matcher}")
+        if op == "present":
+            return (value is not MISSING and value is not None) == bool(arg)
+        if op == "not":
+            return not matches(value, arg, allowlists)
+        if op == "gt":
+            return isinstance(value, int | float) and value > arg
+        if op == "allowlist":
+            return value in allowlists[arg]
+        raise ValueError(f"unknown matcher {op!r}")
+    if isinstance(matcher, list):
+        return value in matcher
+    return bool(value == matcher)
+
+
+@dataclass(frozen=True)
+class Rules:
+    table: RuleTable
+
+    def check(self, recipe: BaseModel) -> list[Violation]:
+        data = recipe.model_dump(mode="json")
+        out = []
+        for rule in self.table.rules:
+            lists = self.table.allowlists
+            if all(matches(get(data, p), m, lists) for p, m in rule.when.items()):
+                failed = [p for p, m in rule.then.items() if not matches(get(data, p), m, lists)]
+                if failed:
+                    out.append(Violation(rule, tuple(failed[0].split("."))))
+        return out
+
+
+def load(path: Path = RULES_FILE) -> Rules:
+    from kiln.load import load_yaml_model
+
+    return Rules(load_yaml_model(RuleTable, path, "kiln/rules.yaml"))
+
+
+def problem(v: Violation, location: Any) -> Problem:
+    return Problem(f"rule {v.rule.id}: {v.rule.message}", location, v.rule.fix)
