@@ -21,7 +21,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from doit import get_var
+from doit import create_after, get_var
 from doit.exceptions import TaskFailed
 
 import tinyhub
@@ -47,6 +47,7 @@ def _store() -> Store:
     return Store(_catalog().paths.store)
 
 
+@cache
 def _plan(name: str) -> Plan:
     cat = _catalog()
     recipe = cat.recipe(name)
@@ -244,6 +245,7 @@ def _manifest_task(name: str, p: Plan) -> Task:
     }
 
 
+@create_after(executed=None, creates=["build"])
 def task_build() -> Iterator[Task]:
     """Build recipes: `doit build recipe=NAME` (default: every recipe)."""
     names = _selected()
@@ -381,7 +383,7 @@ def generate(name: str) -> None:
     prompt = get_var("prompt", None)
     if not prompt:
         raise KilnError.one("no prompt", None, f'doit run recipe={name} prompt="Hello"')
-    p = _plan(name)
+    p = ensure_bundle(name)
     try:
         sampler = Sampler(
             temperature=float(get_var("temperature", "0")),
@@ -398,23 +400,34 @@ def generate(name: str) -> None:
     print(prompt + bundle.decode(out.tokens[0]))
 
 
+def ensure_bundle(name: str) -> Plan:
+    """Build what the recipe's bundle needs, in order, in this process."""
+    p = _plan(name)
+    hub = _catalog().paths.hub
+    if _uses_tiny([p]) and not tinyhub.mirror_is_current(hub):
+        tinyhub.write_mirror(hub)
+    for step in p.steps:
+        if step.kind in ("reference", "validate"):
+            continue
+        try:
+            run_step(step, _store(), _context(name, step))
+        except KilnError as exc:
+            raise _located(exc, name, step.origin) from None
+    return p
+
+
 def task_generate() -> Task:
-    """Generate with a built bundle: `doit run recipe=NAME prompt="..."`."""
-    names = _selected() if get_var("recipe", None) else []
-    if len(names) != 1:
-        error = KilnError.one("name one recipe", None, 'doit run recipe=tiny-llama prompt="Hello"')
-        return {"actions": [_guard(_raise(error))], "uptodate": [False], "verbosity": 2}
-    name = names[0]
-    try:
-        bundle_task = f"build:{_task_name(_plan(name).step('bundle'))}"
-    except KilnError as exc:
-        return {"actions": [_guard(_raise(exc))], "uptodate": [False], "verbosity": 2}
-    return {
-        "actions": [_guard(lambda: generate(name))],
-        "task_dep": [bundle_task],
-        "uptodate": [False],
-        "verbosity": 2,
-    }
+    """Generate with a recipe's bundle, built first if needed: `doit run recipe=NAME prompt=...`"""
+
+    def run() -> None:
+        names = _selected() if get_var("recipe", None) else []
+        if len(names) != 1:
+            raise KilnError.one(
+                "name one recipe", None, 'doit run recipe=tiny-llama prompt="Hello"'
+            )
+        generate(names[0])
+
+    return {"actions": [_guard(run)], "uptodate": [False], "verbosity": 2}
 
 
 def task_site() -> Task:

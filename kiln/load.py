@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import yaml
 from pydantic import BaseModel
@@ -118,66 +119,70 @@ def compose(file: str, text: str) -> yaml.Node:
     if node is None or not isinstance(node, yaml.MappingNode):
         where = _location(file, text, node.start_mark) if node else Location(file, 1, 1)
         raise KilnError.one("the document is not a mapping", where, "write 'key: value' pairs")
-    problems: list[Problem] = []
-    _check_nodes(file, text, node, (), set(), problems)
-    if problems:
-        raise KilnError(problems)
     return node
 
 
-def _check_nodes(
-    file: str,
-    text: str,
-    node: yaml.Node,
-    path: tuple[str | int, ...],
-    seen: set[int],
-    problems: list[Problem],
-) -> None:
-    def here(n: yaml.Node, p: tuple[str | int, ...] = path) -> Location:
-        return _location(file, text, n.start_mark, p)
+class _Builder:
+    """Checks a composed tree for what recipes may not contain, and builds plain data
+    from it in the same walk (scalars through PyYAML's own safe constructors)."""
 
-    if id(node) in seen:
-        problems.append(Problem(NO_ALIASES, here(node), "write the value out"))
-        return
-    seen.add(id(node))
-    if node.tag not in _STD_TAGS:
-        problems.append(Problem(f"tag {node.tag!r} is not allowed", here(node), "remove the tag"))
-        return
-    if isinstance(node, yaml.MappingNode):
-        keys: dict[Any, yaml.Node] = {}
+    _scalars = yaml.constructor.SafeConstructor()
+    _construct: ClassVar[dict[str, Callable[[Any], Any]]] = {
+        "tag:yaml.org,2002:str": lambda n: n.value,
+        "tag:yaml.org,2002:int": _scalars.construct_yaml_int,
+        "tag:yaml.org,2002:float": _scalars.construct_yaml_float,
+        "tag:yaml.org,2002:bool": _scalars.construct_yaml_bool,
+        "tag:yaml.org,2002:null": _scalars.construct_yaml_null,
+    }
+
+    def __init__(self, file: str, text: str) -> None:
+        self.file, self.text = file, text
+        self.seen: set[int] = set()
+        self.problems: list[Problem] = []
+
+    def fail(self, cause: str, node: yaml.Node, path: tuple[str | int, ...], fix: str = "") -> None:
+        self.problems.append(
+            Problem(cause, _location(self.file, self.text, node.start_mark, path), fix)
+        )
+
+    def build(self, node: yaml.Node, path: tuple[str | int, ...] = ()) -> Any:
+        if id(node) in self.seen:
+            return self.fail(NO_ALIASES, node, path, "write the value out")
+        self.seen.add(id(node))
+        if isinstance(node, yaml.ScalarNode):
+            make = self._construct.get(node.tag)
+            if make is None:
+                return self.fail(f"tag {node.tag!r} is not allowed", node, path, "remove the tag")
+            return make(node)
+        if node.tag not in _STD_TAGS:
+            return self.fail(f"tag {node.tag!r} is not allowed", node, path, "remove the tag")
+        if isinstance(node, yaml.SequenceNode):
+            return [self.build(item, (*path, i)) for i, item in enumerate(node.value)]
+        out: dict[str, Any] = {}
+        first: dict[str, int] = {}
         for key_node, value_node in node.value:
             key = key_node.value
             if key_node.tag == "tag:yaml.org,2002:merge" or key == "<<":
-                problems.append(Problem("merge keys ('<<') are not allowed", here(key_node)))
-                continue
-            if not isinstance(key_node, yaml.ScalarNode):
-                problems.append(Problem("keys must be plain strings", here(key_node)))
-                continue
-            if key in keys:
-                first = keys[key].start_mark.line + 1
-                problems.append(
-                    Problem(
-                        f"duplicate key {key!r} (first at line {first})",
-                        here(key_node, (*path, key)),
-                        "keep one of them",
-                    )
+                self.fail("merge keys ('<<') are not allowed", key_node, path)
+            elif not isinstance(key_node, yaml.ScalarNode) or not isinstance(key, str):
+                self.fail("keys must be plain strings", key_node, path)
+            elif key in first:
+                where = (*path, key)
+                self.fail(
+                    f"duplicate key {key!r} (first at line {first[key]})",
+                    key_node,
+                    where,
+                    "keep one of them",
                 )
-            keys[key] = key_node
-            _check_nodes(file, text, value_node, (*path, key), seen, problems)
-    elif isinstance(node, yaml.SequenceNode):
-        for i, item in enumerate(node.value):
-            _check_nodes(file, text, item, (*path, i), seen, problems)
-
-
-def construct(node: yaml.Node) -> Any:
-    loader = _Loader("")
-    try:
-        return loader.construct_document(node)
-    finally:
-        loader.dispose()
+            else:
+                first[key] = key_node.start_mark.line + 1
+                out[key] = self.build(value_node, (*path, key))
+        return out
 
 
 def _anchors(text: str) -> re.Match[str] | None:
+    if "&" not in text:
+        return None
     return re.search(r"(^|[\s\[{,:-])&[^\s]", text)
 
 
@@ -193,7 +198,11 @@ def read_yaml(file: str, raw: bytes) -> tuple[str, yaml.Node, Any]:
             _offset_location(file, text, anchor.start() + len(anchor.group(1))),
             "write the value out",
         )
-    return text, node, construct(node)
+    builder = _Builder(file, text)
+    data = builder.build(node)
+    if builder.problems:
+        raise KilnError(builder.problems)
+    return text, node, data
 
 
 def read_source(path: Path, display: str | None = None) -> tuple[Source, Any]:

@@ -32,10 +32,10 @@ class Step:
     inputs: dict[str, str]  # role -> key of the step that produces it
     material: dict[str, Any] = field(repr=False)  # exactly what the key hashes
     origin: tuple[str, ...] = ()  # the recipe key it comes from, for error locations
+    key: str = field(init=False)
 
-    @property
-    def key(self) -> str:
-        return key_of(self.material)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "key", key_of(self.material))
 
 
 @dataclass(frozen=True)

@@ -41,10 +41,11 @@ class Violation:
 
 
 def get(data: Any, dotted: str) -> Any:
+    """A dotted path into a recipe model (attributes) or dict (keys)."""
     for part in dotted.split("."):
-        if not isinstance(data, dict) or part not in data:
+        data = data.get(part, MISSING) if isinstance(data, dict) else getattr(data, part, MISSING)
+        if data is MISSING:
             return MISSING
-        data = data[part]
     return data
 
 
@@ -72,7 +73,7 @@ class Rules:
     table: RuleTable
 
     def check(self, recipe: BaseModel) -> list[Violation]:
-        data = recipe.model_dump(mode="json")
+        data = recipe
         out = []
         for rule in self.table.rules:
             lists = self.table.allowlists
