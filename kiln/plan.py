@@ -14,7 +14,7 @@ from typing import Any
 
 from kiln.canonical import key_of
 from kiln.errors import KilnError, Location, Problem
-from kiln.schema import PromptSet, Recipe
+from kiln.schema import Build, Checkpoint, Companion, PromptSet, Recipe
 from kiln.toolchain import Toolchain
 
 KINDS = ("fetch", "reference", "export", "onnx", "engine", "bundle", "validate")
@@ -32,6 +32,7 @@ class Step:
     inputs: dict[str, str]  # role -> key of the step that produces it
     material: dict[str, Any] = field(repr=False)  # exactly what the key hashes
     origin: tuple[str, ...] = ()  # the recipe key it comes from, for error locations
+    role: str = "model"  # whose checkpoint: "model", or a companion role ("draft", ...)
     key: str = field(init=False)
 
     def __post_init__(self) -> None:
@@ -43,9 +44,9 @@ class Plan:
     recipe: str
     steps: tuple[Step, ...]  # in dependency order
 
-    def step(self, kind: str) -> Step:
+    def step(self, kind: str, role: str = "model") -> Step:
         for s in self.steps:
-            if s.kind == kind:
+            if s.kind == kind and s.role == role:
                 return s
         raise KeyError(kind)
 
@@ -65,7 +66,12 @@ _ORIGIN = {
 
 
 def _step(
-    kind: str, name: str, options: dict[str, Any], inputs: dict[str, Step], tools: Toolchain
+    kind: str,
+    name: str,
+    options: dict[str, Any],
+    inputs: dict[str, Step],
+    tools: Toolchain,
+    role: str = "model",
 ) -> Step:
     input_keys = {role: s.key for role, s in sorted(inputs.items())}
     material = {
@@ -75,7 +81,8 @@ def _step(
         "libraries": tools.libraries(kind),
         "code": tools.code[kind],
     }
-    return Step(kind, name, options, input_keys, material, _ORIGIN[kind])
+    origin = _ORIGIN[kind] if role == "model" else ("companions", role)
+    return Step(kind, name, options, input_keys, material, origin, role)
 
 
 # What this kiln has builders for. A recipe may declare more (the schema is the
@@ -117,24 +124,20 @@ def _check_buildable(recipe: Recipe) -> None:
         raise KilnError(problems)
 
 
-def plan(name: str, recipe: Recipe, prompts: PromptSet, tools: Toolchain) -> Plan:
-    """Expand one recipe. Only what decides an output goes into a step's options."""
-    _check_buildable(recipe)
-    model = recipe.model
-    at = f"{model.repo}@{model.revision[:7]}"
+def _engine_chain(
+    role: str, checkpoint: Checkpoint | Companion, build: Build, tools: Toolchain
+) -> list[Step]:
+    """fetch -> export -> onnx -> engine for one checkpoint. Companions (a draft
+    model, an adapter's base) get their own chain; equal inputs give equal keys, so
+    a checkpoint used by many recipes is fetched and exported once."""
+    at = f"{checkpoint.repo}@{checkpoint.revision[:7]}"
     fetch = _step(
-        "fetch", f"fetch {at}", {"repo": model.repo, "revision": model.revision}, {}, tools
-    )
-    check = {
-        "prompts": list(prompts.prompts),
-        "max_new_tokens": recipe.validation.max_new_tokens,
-    }
-    reference = _step(
-        "reference",
-        f"reference {at} fp32",
-        {**check, "dtype": "float32"},
-        {"checkpoint": fetch},
+        "fetch",
+        f"fetch {at}",
+        {"repo": checkpoint.repo, "revision": checkpoint.revision},
+        {},
         tools,
+        role,
     )
     export = _step(
         "export",
@@ -142,9 +145,9 @@ def plan(name: str, recipe: Recipe, prompts: PromptSet, tools: Toolchain) -> Pla
         {"opset": OPSET, "exporter": "torchscript"},
         {"checkpoint": fetch},
         tools,
+        role,
     )
-    graph = _step("onnx", f"onnx {at}", {"optimize": True}, {"export": export}, tools)
-    build = recipe.build
+    graph = _step("onnx", f"onnx {at}", {"optimize": True}, {"export": export}, tools, role)
     engine = _step(
         "engine",
         f"engine {at} {build.backend}",
@@ -154,6 +157,27 @@ def plan(name: str, recipe: Recipe, prompts: PromptSet, tools: Toolchain) -> Pla
             "max_seq_len": build.max_seq_len,
         },
         {"onnx": graph},
+        tools,
+        role,
+    )
+    return [fetch, export, graph, engine]
+
+
+def plan(name: str, recipe: Recipe, prompts: PromptSet, tools: Toolchain) -> Plan:
+    """Expand one recipe. Only what decides an output goes into a step's options."""
+    _check_buildable(recipe)
+    chain = _engine_chain("model", recipe.model, recipe.build, tools)
+    fetch, engine = chain[0], chain[-1]
+    check = {
+        "prompts": list(prompts.prompts),
+        "max_new_tokens": recipe.validation.max_new_tokens,
+    }
+    at = f"{recipe.model.repo}@{recipe.model.revision[:7]}"
+    reference = _step(
+        "reference",
+        f"reference {at} fp32",
+        {**check, "dtype": "float32"},
+        {"checkpoint": fetch},
         tools,
     )
     bundle = _step(
@@ -166,4 +190,4 @@ def plan(name: str, recipe: Recipe, prompts: PromptSet, tools: Toolchain) -> Pla
     validate = _step(
         "validate", f"validate {name}", check, {"bundle": bundle, "reference": reference}, tools
     )
-    return Plan(name, (fetch, reference, export, graph, engine, bundle, validate))
+    return Plan(name, (fetch, reference, *chain[1:], bundle, validate))
