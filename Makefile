@@ -15,7 +15,7 @@ $(BIN)/python:
 # and anything looser pulls a multi-GB CUDA build.
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[build,dev]'
+	$(BIN)/python -m pip install --quiet -e '.[build,dev,replay]'
 	touch $@
 
 install: $(VENV)/.installed

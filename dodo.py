@@ -5,6 +5,7 @@ doit check                 validate the catalog
 doit plan recipe=NAME      what a build would run, with step keys
 doit run recipe=NAME prompt="..."
 doit site                  render the Models & Recipes site into _site/
+doit replay [recipes=..] [tags=..] [changed_since=REV] [shard=i/n] [executor=local|ray]
 """
 
 from doit import get_var
@@ -15,6 +16,7 @@ from tasks import (
     task_diff,
     task_generate,
     task_plan,
+    task_replay,
     task_schema,
     task_site,
 )
@@ -25,6 +27,7 @@ __all__ = [
     "task_diff",
     "task_generate",
     "task_plan",
+    "task_replay",
     "task_schema",
     "task_site",
 ]

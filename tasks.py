@@ -202,8 +202,9 @@ def _measured(validate: Step) -> dict[str, Any]:
     return data
 
 
-def record_manifest(name: str, p: Plan) -> None:
-    """Judge the validation against the recipe's gates and append the evidence."""
+def record_manifest(name: str, p: Plan, extra: dict[str, Any] | None = None) -> Evidence:
+    """Judge the validation against the recipe's gates and append the evidence.
+    `extra`: what a replay adds (attempt, step durations)."""
     cat = _catalog()
     validate = p.step("validate")
     measured = _measured(validate)
@@ -218,10 +219,12 @@ def record_manifest(name: str, p: Plan) -> None:
         gates=gates,
         verdict=verdict,
         reason=reason,
+        **(extra or {}),
     )
     path = cat.paths.manifest(name)
     manifest.record(path, name, _lock(p), evidence)
     print(f"   {name}: {verdict}{' (' + reason + ')' if reason else ''} -> {cat.paths.rel(path)}")
+    return evidence
 
 
 def _manifest_task(name: str, p: Plan) -> Task:
@@ -463,3 +466,74 @@ def task_schema() -> Task:
         print(f"   schema: {len(changed)} of {len(editor_schema.MODELS)} files changed in {folder}")
 
     return {"actions": [_guard(write)], "uptodate": [False], "verbosity": 2}
+
+
+# ---------------------------------------------------------------- replay
+
+
+def _replay_options() -> Any:
+    from kiln.replay.compare import Settings
+    from kiln.replay.driver import Options
+
+    def number(var: str, default: float) -> float:
+        text = get_var(var, None)
+        try:
+            return float(text) if text is not None else default
+        except ValueError:
+            raise KilnError.one(
+                f"{var}={text!r} is not a number", None, f"e.g. {var}={default:g}"
+            ) from None
+
+    return Options(
+        recipes=get_var("recipes", None) or get_var("recipe", None),
+        tags=get_var("tags", None),
+        changed_since=get_var("changed_since", None),
+        shard=get_var("shard", None),
+        executor=get_var("executor", "local"),
+        address=get_var("address", None),
+        report=Path(get_var("report", ".kiln/replay")),
+        timeout=number("timeout", 3600.0),
+        retries=int(number("retries", 2)),
+        ray_timeout=number("ray_timeout", 6 * 3600.0),
+        settings=Settings(slower=number("slower", 1.5), slower_min_s=number("slower_min_s", 0.5)),
+    )
+
+
+def _prepare(plans: list[Plan]) -> None:
+    hub = _catalog().paths.hub
+    offline = os.environ.get("KILN_HUB_ONLINE") != "1"
+    if _uses_tiny(plans) and offline and not tinyhub.mirror_is_current(hub):
+        tinyhub.write_mirror(hub)
+
+
+def replay() -> Any:
+    """`doit replay`: exit 0 all good, 1 regressions (TaskFailed), 2 infrastructure
+    failure or a replay that could not start (TaskError): doit's own exit codes for
+    a failed and an erroring task."""
+    from doit.exceptions import TaskError
+
+    from kiln.replay.driver import Hooks
+    from kiln.replay.driver import replay as run_replay
+
+    hooks = Hooks(plan=_plan, context=_context, prepare=_prepare, record=record_manifest)
+    try:
+        code, path = run_replay(_catalog(), _replay_options(), hooks)
+    except KilnError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return TaskError(f"replay could not run: {exc}")
+    print(path.read_text())
+    print(f"report: {path} and {path.with_name('junit.xml')}")
+    if code == 2:
+        return TaskError("replay: infrastructure failure (see the report)")
+    if code == 1:
+        return TaskFailed("replay: regressions (see the report)")
+    return True
+
+
+def task_replay() -> Task:
+    """Rebuild and re-measure recipes, compare with their last evidence, report.
+
+    doit replay [recipes=a,b] [tags=x,y] [changed_since=REV] [shard=i/n]
+                [executor=local|ray] [address=HOST:PORT] [report=DIR]
+                [timeout=S] [retries=N] [slower=RATIO]"""
+    return {"actions": [replay], "uptodate": [False], "verbosity": 2}

@@ -62,14 +62,37 @@ def run_step(step: Step, store: Store, context: dict[str, Any] | None = None) ->
     with store.lock(step.key, step.name):
         if store.has(step.key):
             return False  # another process built it while we waited
-        inputs = {role: store.get(key).path for role, key in step.inputs.items()}
-        request = Request(step.kind, step.key, step.name, step.options, inputs, context or {})
-        builder: Callable[[Request, Writer], None] = importlib.import_module(
-            f"builders.{step.kind}"
-        ).build
-        started = time.monotonic()
-        meta = {"kind": step.kind, "name": step.name, "material": step.material}
-        with store.publish(step.key, meta) as writer:
-            builder(request, writer)
-        request.log(f"done in {time.monotonic() - started:.1f} s -> {step.key[:12]}")
+        _build(step, store, context or {}, {})
         return True
+
+
+def remeasure(step: Step, store: Store, context: dict[str, Any], run: dict[str, Any]) -> bool:
+    """Measure again, even when the store holds a measurement: a replay re-measures.
+
+    Only for steps whose output is a measurement of their inputs (validate). The new
+    artifact replaces the old one under the same key, since the inputs did not
+    change; `run` ({"run": id, "attempt": n}) goes into its record, not its key.
+    Recipes sharing the step within one replay run share one measurement. Returns
+    True if it was measured here."""
+    with store.lock(step.key, step.name):
+        if store.has(step.key) and store.get(step.key).record().get("run") == run["run"]:
+            return False
+        _build(step, store, context, run, replace=True)
+        return True
+
+
+def _build(
+    step: Step, store: Store, context: dict[str, Any], extra: dict[str, Any], replace: bool = False
+) -> None:
+    inputs = {role: store.get(key).path for role, key in step.inputs.items()}
+    request = Request(step.kind, step.key, step.name, step.options, inputs, context)
+    builder: Callable[[Request, Writer], None] = importlib.import_module(
+        f"builders.{step.kind}"
+    ).build
+    started = time.monotonic()
+    meta = {"kind": step.kind, "name": step.name, "material": step.material, **extra}
+    with store.publish(step.key, meta, replace=replace) as writer:
+        builder(request, writer)
+        # Sealed into the artifact record: a replay compares step durations.
+        meta["seconds"] = round(time.monotonic() - started, 3)
+    request.log(f"done in {time.monotonic() - started:.1f} s -> {step.key[:12]}")

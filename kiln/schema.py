@@ -14,8 +14,10 @@ from pydantic import (
     Field,
     StringConstraints,
     field_validator,
+    model_serializer,
     model_validator,
 )
+from pydantic_core.core_schema import SerializerFunctionWrapHandler
 
 Revision = Annotated[
     str,
@@ -369,6 +371,28 @@ class Evidence(Strict):
     gates: list[GateResult] = Field(description="The gates applied, with their outcome.")
     verdict: Verdict = Field(description="pass, quality-fail, build-fail, unsupported-here, ...")
     reason: str = Field("", description="Why, when the verdict is not 'pass'.")
+    attempt: int | None = Field(
+        None,
+        ge=1,
+        description="Which try of this run produced the record (1 = first); a replay retries "
+        "infrastructure errors and lost workers, never quality failures. Absent on records "
+        "made before attempts were counted.",
+    )
+    durations: dict[str, float] | None = Field(
+        None,
+        description="Seconds each step took to build the artifact this record stands on, by "
+        "step (kind, or role:kind for companions). Absent when not recorded.",
+    )
+
+    @model_serializer(mode="wrap")
+    def _omit_unrecorded(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # Fields added after schema version 1 are written only when set, so records
+        # written before them keep their exact bytes when a manifest is rewritten.
+        data: dict[str, Any] = handler(self)
+        for name in ("attempt", "durations"):
+            if data.get(name) is None:
+                data.pop(name, None)
+        return data
 
 
 class Manifest(Strict):

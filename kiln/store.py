@@ -157,8 +157,12 @@ class Store:
             lock.release()
 
     @contextlib.contextmanager
-    def publish(self, key: str, meta: dict[str, Any]) -> Iterator[Writer]:
-        """Build an artifact in a temp dir; publish it atomically when the block ends."""
+    def publish(self, key: str, meta: dict[str, Any], replace: bool = False) -> Iterator[Writer]:
+        """Build an artifact in a temp dir; publish it atomically when the block ends.
+
+        `replace` swaps out an artifact already under the key: only a measurement
+        (validate) is ever replaced, when a replay measures again. The caller holds
+        the key's lock, so no other build races the swap."""
         tmp_root = self.root / "tmp"
         tmp_root.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(dir=tmp_root, prefix=f"{_check_key(key)}."))
@@ -167,6 +171,11 @@ class Store:
             self._seal(tmp, key, meta)
             final = self.object_dir(key)
             final.parent.mkdir(parents=True, exist_ok=True)
+            if replace and final.exists():
+                old = Path(tempfile.mkdtemp(dir=tmp_root, prefix=f"{key}.replaced."))
+                os.chmod(final, 0o755)  # a read-only directory cannot be renamed away
+                os.rename(final, old / "artifact")
+                _remove_tree(old)
             try:
                 os.rename(tmp, final)
             except OSError:

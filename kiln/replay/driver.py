@@ -1,0 +1,220 @@
+"""The replay driver: select, run every chain (here or on Ray), record, compare, report.
+
+The driver is the only writer of manifests and the report; chains (local or on Ray
+workers) only build into the shared store and return results.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import secrets
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kiln import manifest
+from kiln.catalog import Catalog
+from kiln.errors import KilnError
+from kiln.plan import Plan, Step
+from kiln.replay import report
+from kiln.replay.chain import RunSpec, run_chain
+from kiln.replay.compare import Outcome, Settings, classify, exit_code, previous
+from kiln.replay.hostclass import host_class, this_host
+from kiln.replay.jobs import Job, resources
+from kiln.replay.select import select
+from kiln.schema import Evidence
+from kiln.store import Store
+
+
+@dataclass(frozen=True)
+class Options:
+    recipes: str | None = None
+    tags: str | None = None
+    changed_since: str | None = None
+    shard: str | None = None
+    executor: str = "local"
+    address: str | None = None
+    report: Path = Path(".kiln/replay")
+    timeout: float = 3600.0  # per step, seconds
+    retries: int = 2  # extra tries after an infrastructure error
+    ray_timeout: float = 6 * 3600.0  # the whole fan-out
+    settings: Settings = field(default_factory=Settings)
+
+
+@dataclass(frozen=True)
+class Hooks:
+    """What only the doit layer knows: how to plan a recipe, each step's context, how
+    to get the hub ready, and how to judge and record a measurement."""
+
+    plan: Callable[[str], Plan]
+    context: Callable[[str, Step], dict[str, Any]]
+    prepare: Callable[[list[Plan]], None]
+    record: Callable[[str, Plan, dict[str, Any]], Evidence]
+
+
+def brief(exc: KilnError) -> str:
+    """Each problem on one line (no snippets): for reports."""
+    return "; ".join(p.render().splitlines()[0] for p in exc.problems)
+
+
+def _durations(p: Plan, store: Store) -> dict[str, float]:
+    out = {}
+    for s in p.steps:
+        seconds = store.get(s.key).record().get("seconds") if store.has(s.key) else None
+        if seconds is not None:
+            out[s.kind if s.role == "model" else f"{s.role}:{s.kind}"] = float(seconds)
+    return out
+
+
+def _history(cat: Catalog, name: str) -> list[Evidence]:
+    try:
+        found = manifest.read(cat.paths.manifest(name))
+    except KilnError:
+        return []
+    return list(found.evidence) if found else []
+
+
+def _jsonable(context: dict[str, Any]) -> dict[str, Any]:
+    return {k: str(v) if isinstance(v, Path) else v for k, v in context.items()}
+
+
+def _plan_all(
+    cat: Catalog, names: list[str], opts: Options, hooks: Hooks
+) -> tuple[list[Job], dict[str, Plan], dict[str, Outcome]]:
+    jobs, plans, early = [], {}, {}
+    for name in names:
+        if name not in cat.recipes:
+            file = cat.paths.rel(cat.paths.recipes / f"{name}.yaml")
+            why = brief(KilnError(cat.problems.get(file, [])))
+            early[name] = Outcome(name, "build-fail", f"invalid recipe: {why}")
+            continue
+        try:
+            p = hooks.plan(name)
+        except KilnError as exc:
+            early[name] = Outcome(name, "unsupported-here", brief(exc))
+            continue
+        need = resources(cat.recipes[name])
+        if opts.executor == "local" and need.gpus:
+            early[name] = Outcome(
+                name,
+                "unsupported-here",
+                f"needs {need.gpus} GPU(s) of {cat.recipes[name].build.target}; the local "
+                "executor runs cpu recipes only: use executor=ray with such a node",
+            )
+            continue
+        contexts = {s.key: _jsonable(hooks.context(name, s)) for s in p.steps}
+        jobs.append(Job(name, list(p.steps), contexts, need))
+        plans[name] = p
+    return jobs, plans, early
+
+
+def _execute(jobs: list[Job], spec: RunSpec, opts: Options) -> list[dict[str, Any]]:
+    if opts.executor == "ray":
+        from kiln.replay import ray_executor
+
+        return ray_executor.run(jobs, spec, opts.address, opts.ray_timeout)
+    results = []
+    for i, job in enumerate(jobs, 1):
+        print(f"replay [{i}/{len(jobs)}] {job.recipe}", flush=True)
+        results.append(run_chain(job.recipe, job.steps, job.contexts, spec))
+    return results
+
+
+def _outcome(
+    result: dict[str, Any], p: Plan, store: Store, history: list[Evidence], hooks: Hooks
+) -> Outcome:
+    name = result["recipe"]
+    base = {"seconds": float(result.get("seconds", 0.0)), "built": result.get("built", [])}
+    if result["status"] == "measured":
+        extra = {"attempt": result["attempt"], "durations": _durations(p, store)}
+        evidence = hooks.record(name, p, extra)
+        cls = host_class(evidence.host)
+        return Outcome(
+            name,
+            evidence.verdict,
+            evidence.reason,
+            evidence=evidence,
+            previous=previous(history, cls),
+            attempt=evidence.attempt,
+            host_class=cls,
+            **base,
+        )
+    cls = host_class(result["host"]) if result.get("host") else ""
+    last = previous(history, cls or None) or previous(history, None)
+    verdict = {"build-fail": "build-fail", "unsupported": "unsupported-here"}.get(
+        result["status"], "not-run"
+    )
+    return Outcome(
+        name,
+        verdict,
+        result["message"],
+        infra=result["status"] == "infra-fail",
+        previous=last,
+        attempt=result.get("attempt"),
+        host_class=cls,
+        **base,
+    )
+
+
+def replay(cat: Catalog, opts: Options, hooks: Hooks) -> tuple[int, Path]:
+    """Run the replay; returns (exit code, report path)."""
+    if opts.executor not in ("local", "ray"):
+        raise KilnError.one(f"executor={opts.executor!r}", None, "use executor=local or ray")
+    started = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+    names = select(cat, opts.recipes, opts.tags, opts.changed_since, opts.shard)
+    jobs, plans, early = _plan_all(cat, names, opts, hooks)
+    hooks.prepare(list(plans.values()))
+    store = Store(cat.paths.store)
+    run_id = f"{started.replace(':', '')}-{secrets.token_hex(4)}"
+    spec = RunSpec(
+        run_id=run_id,
+        run_dir=str(cat.paths.store / "replay" / run_id),
+        store=str(cat.paths.store),
+        hub=str(cat.paths.hub),
+        timeout=opts.timeout,
+        retries=opts.retries,
+    )
+    histories = {name: _history(cat, name) for name in names}
+    clock = time.monotonic()
+    try:
+        results = _execute(jobs, spec, opts)
+    finally:
+        shutil.rmtree(spec.run_dir, ignore_errors=True)
+    wall = time.monotonic() - clock
+    outcomes = dict(early)
+    for r in results:
+        outcomes[r["recipe"]] = _outcome(
+            r, plans[r["recipe"]], store, histories[r["recipe"]], hooks
+        )
+    ordered = []
+    for name in names:
+        o = outcomes[name]
+        if o.previous is None and not o.evidence:
+            o.previous = previous(histories[name], None)
+        th = cat.recipes[name].validation.thresholds if name in cat.recipes else None
+        ordered.append(classify(o, cat.thresholds.get(th) if th else None, opts.settings))
+    header = {
+        "started": started,
+        "executor": opts.executor + (f" at {opts.address}" if opts.address else ""),
+        "selection": _describe(opts) or "all recipes",
+        "recipes": str(len(names)),
+        "wall time": f"{wall:.1f} s",
+        "driver": host_class(this_host()),
+    }
+    folder = opts.report if opts.report.is_absolute() else cat.paths.root / opts.report
+    path = report.write(folder, ordered, header, os.uname().nodename)
+    return exit_code(ordered), path
+
+
+def _describe(opts: Options) -> str:
+    parts = [
+        ("recipes", opts.recipes),
+        ("tags", opts.tags),
+        ("changed_since", opts.changed_since),
+        ("shard", opts.shard),
+    ]
+    return " ".join(f"{k}={v}" for k, v in parts if v)

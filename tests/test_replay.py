@@ -1,0 +1,282 @@
+"""`doit replay` as a nightly job runs it (a subprocess, its exit code, its files):
+real re-measurements, real comparisons, real reports."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import ROOT, World, heavy
+
+from kiln.canonical import pretty
+
+pytestmark = heavy
+
+
+def copy_world(src: World, base: Path) -> World:
+    """A private copy of a built world: its catalog, manifests and store."""
+    shutil.copytree(src.root, base / "catalog", ignore=shutil.ignore_patterns(".kiln", "_site"))
+    shutil.copytree(src.store, base / "store", symlinks=True)
+    return World(root=base / "catalog", hub=src.hub, store=base / "store")
+
+
+@pytest.fixture
+def replay_world(tmp_path: Path, built: World) -> World:
+    return copy_world(built, tmp_path)
+
+
+def report(world: World) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((world.root / ".kiln/replay/replay.json").read_text())
+    return data
+
+
+def recipes(world: World) -> dict[str, dict[str, Any]]:
+    return {r["recipe"]: r for r in report(world)["recipes"]}
+
+
+def junit(world: World) -> ET.Element:
+    root = ET.parse(world.root / ".kiln/replay/junit.xml").getroot()
+    assert root.tag == "testsuites"
+    (suite,) = root
+    assert suite.tag == "testsuite"
+    cases = suite.findall("testcase")
+    for attr, tag in (("failures", "failure"), ("errors", "error"), ("skipped", "skipped")):
+        assert int(suite.get(attr, "-1")) == sum(len(c.findall(tag)) for c in cases), attr
+        assert root.get(attr) == suite.get(attr)
+    assert int(suite.get("tests", "-1")) == len(cases)
+    for case in cases:
+        assert case.get("classname") and case.get("name") and float(case.get("time", "x")) >= 0
+    return suite
+
+
+def outcome(suite: ET.Element, recipe: str) -> str:
+    case = next(c for c in suite.findall("testcase") if c.get("name") == recipe)
+    kinds = [child.tag for child in case if child.tag != "system-out"]
+    return kinds[0] if kinds else "passed"
+
+
+def tree_digest(root: Path, folders: tuple[str, ...]) -> dict[str, str]:
+    return {
+        p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+        for folder in folders
+        for p in sorted((root / folder).rglob("*"))
+        if p.is_file()
+    }
+
+
+def test_replay_without_changes_remeasures_and_only_appends_evidence(replay_world: World) -> None:
+    w = replay_world
+    before = {
+        n: (w.root / "manifests" / f"{n}.json").read_bytes() for n in ("tiny-llama", "tiny-qwen3")
+    }
+    data_before = tree_digest(w.root, ("recipes", "thresholds", "prompts"))
+    proc = w.doit("replay")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "all good (exit 0)" in proc.stdout
+    for name, old_bytes in before.items():
+        old = json.loads(old_bytes)
+        new = w.manifest(name)
+        assert len(new["evidence"]) == len(old["evidence"]) + 1
+        record = new["evidence"].pop()
+        # Everything but the appended record is byte-identical (lock included).
+        assert pretty(new) == old_bytes
+        # A re-measurement, not a copy: a new date, the attempt, every step's duration.
+        assert record["date"] != old["evidence"][-1]["date"]
+        assert record["attempt"] == 1
+        assert set(record["durations"]) == {s["kind"] for s in new["lock"]["steps"]}
+        assert record["verdict"] == "pass"
+        for metric in ("token_match_rate", "max_abs_logit_diff", "min_logit_cosine"):
+            assert record["metrics"][metric] == old["evidence"][-1]["metrics"][metric]
+    assert tree_digest(w.root, ("recipes", "thresholds", "prompts")) == data_before
+    # Steps already in the store were not rebuilt; only validate measured again.
+    assert {n: r["built"] for n, r in recipes(w).items()} == {
+        "tiny-llama": ["validate"],
+        "tiny-qwen3": ["validate"],
+    }
+    suite = junit(w)
+    assert [outcome(suite, n) for n in ("tiny-llama", "tiny-qwen3")] == ["passed", "passed"]
+    md = (w.root / ".kiln/replay/report.md").read_text()
+    assert "| tiny-llama | pass | pass | - | 1 |" in md
+
+
+def test_a_quality_regression_exits_1_and_a_fix_is_reported(replay_world: World) -> None:
+    w = replay_world
+    gates = w.root / "thresholds" / "fp32-exact.yaml"
+    original = gates.read_text()
+    gates.write_text(original.replace("threshold: 1.0e-3", "threshold: 1.0e-9"))
+    proc = w.doit("replay", "recipes=tiny-llama")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    r = recipes(w)["tiny-llama"]
+    assert (r["verdict"], r["previous"], r["change"], r["regression"]) == (
+        "quality-fail",
+        "pass",
+        "new failure",
+        True,
+    )
+    assert "max_abs_logit_diff" in r["reason"]
+    assert outcome(junit(w), "tiny-llama") == "failure"
+    md = (w.root / ".kiln/replay/report.md").read_text()
+    assert "- tiny-llama: pass -> quality-fail" in md.split("### New failures")[0]
+    assert w.manifest("tiny-llama")["evidence"][-1]["verdict"] == "quality-fail"
+
+    gates.write_text(original)
+    proc = w.doit("replay", "recipes=tiny-llama")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert recipes(w)["tiny-llama"]["change"] == "fix"
+    assert "### Fixes\n\n- tiny-llama" in (w.root / ".kiln/replay/report.md").read_text()
+
+
+def test_a_metric_move_beyond_theta_is_a_regression(replay_world: World) -> None:
+    w = replay_world
+    data = w.recipe("tiny-qwen3")
+    data["validation"]["max_new_tokens"] = 24  # greedy output stops earlier: a real move
+    w.write_recipe("tiny-qwen3", data)
+    proc = w.doit("replay", "tags=none,", "recipes=tiny-qwen3")
+    assert proc.returncode == 0 and recipes(w) == {}, "tags=none selects nothing"
+    proc = w.doit("replay", "recipes=tiny-qwen3")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    r = recipes(w)["tiny-qwen3"]
+    assert r["verdict"] == "pass" and r["regression"]
+    assert r["moves"] == ["first_divergence: 32 -> 24 (worse; θ 0)"]
+    assert r["built"] == ["reference", "validate"]
+    md = (w.root / ".kiln/replay/report.md").read_text()
+    assert "- tiny-qwen3: first_divergence: 32 -> 24 (worse; θ 0)" in md
+
+
+def test_one_recipe_failing_never_stops_the_others(replay_world: World) -> None:
+    w = replay_world
+    broken = w.recipe("tiny-llama")
+    broken["model"]["revision"] = "0" * 40  # the mirror has no such revision
+    w.write_recipe("tiny-gone", broken)
+    w.write_recipe(
+        "tiny-trt",
+        {
+            "schema_version": 1,
+            "extends": "tiny-llama",
+            "description": "TensorRT on an H100.",
+            "build": {"backend": "tensorrt", "target": "sm90"},
+        },
+    )
+    (w.root / "recipes" / "tiny-bad.yaml").write_text("schema_version: 1\nmodle: {}\n")
+    proc = w.doit("replay")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    r = recipes(w)
+    assert r["tiny-llama"]["verdict"] == r["tiny-qwen3"]["verdict"] == "pass"
+    assert r["tiny-gone"]["verdict"] == "build-fail" and r["tiny-gone"]["change"] == "new failure"
+    assert "0000000" in r["tiny-gone"]["reason"]
+    assert r["tiny-bad"]["verdict"] == "build-fail" and "modle" in r["tiny-bad"]["reason"]
+    trt = r["tiny-trt"]
+    assert trt["verdict"] == "unsupported-here" and not trt["regression"]
+    assert "'tensorrt' is valid, but this kiln has no builder for it yet" in trt["reason"]
+    suite = junit(w)
+    assert [outcome(suite, n) for n in ("tiny-bad", "tiny-gone", "tiny-llama", "tiny-trt")] == [
+        "failure",
+        "failure",
+        "passed",
+        "skipped",
+    ]
+    md = (w.root / ".kiln/replay/report.md").read_text()
+    assert "- tiny-trt: unsupported-here: " in md.split("### Could not run here")[1]
+    assert not (w.root / "manifests" / "tiny-gone.json").exists()  # nothing measured
+
+
+def test_a_step_past_its_timeout_is_an_infrastructure_failure_exit_2(replay_world: World) -> None:
+    w = replay_world
+    before = (w.root / "manifests" / "tiny-llama.json").read_bytes()
+    proc = w.doit("replay", "recipes=tiny-llama", "timeout=0.05", "retries=1")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    r = recipes(w)["tiny-llama"]
+    assert r["infra"] and r["verdict"] == "not-run"
+    assert (
+        r["reason"] == "validate tiny-llama: validate timed out after 0.05 s; gave up after 2 tries"
+    )
+    assert outcome(junit(w), "tiny-llama") == "error"
+    assert (w.root / "manifests" / "tiny-llama.json").read_bytes() == before
+
+
+def test_bad_arguments_exit_2_with_one_clear_error_and_write_nothing(replay_world: World) -> None:
+    w = replay_world
+    for args, message in (
+        (("shard=4/4",), "shard='4/4': need 0 <= i < n"),
+        (("recipes=tiny-lama",), "did you mean 'tiny-llama'"),
+        (("executor=k8s",), "executor='k8s'"),
+    ):
+        proc = w.doit("replay", *args)
+        assert proc.returncode == 2, args
+        assert message in proc.stderr + proc.stdout and "Traceback" not in proc.stderr
+    assert not (w.root / ".kiln/replay").exists()
+
+
+def _step_children(parent: int) -> list[int]:
+    """Pids of `python -m kiln.replay.step` processes descending from `parent`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmd = (entry / "cmdline").read_bytes().split(b"\0")
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        if b"kiln.replay.step" in cmd and _descends(int(entry.name), parent, stat):
+            found.append(int(entry.name))
+    return found
+
+
+def _descends(pid: int, ancestor: int, stat: str) -> bool:
+    while pid > 1:
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        if ppid == ancestor:
+            return True
+        try:
+            stat = Path(f"/proc/{ppid}/stat").read_text()
+        except OSError:
+            return False
+        pid = ppid
+    return False
+
+
+def test_a_killed_step_is_retried_and_the_evidence_says_which_attempt(replay_world: World) -> None:
+    w = replay_world
+    driver = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "doit",
+            "-f",
+            str(ROOT / "dodo.py"),
+            "-d",
+            str(w.root),
+            "replay",
+            "recipes=tiny-llama",
+        ],
+        env=w.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    killed = None
+    deadline = time.monotonic() + 120
+    while killed is None and driver.poll() is None and time.monotonic() < deadline:
+        children = _step_children(driver.pid)
+        if children:
+            killed = children[0]
+            os.kill(killed, signal.SIGKILL)  # what the OOM killer does to a worker
+        time.sleep(0.01)
+    out, _ = driver.communicate(timeout=300)
+    assert killed is not None, "the step was never seen running: the test proved nothing"
+    assert driver.returncode == 0, out
+    assert "was killed by signal 9 (attempt 1)" in out
+    record = w.manifest("tiny-llama")["evidence"][-1]
+    assert record["attempt"] == 2 and record["verdict"] == "pass"
+    assert recipes(w)["tiny-llama"]["attempt"] == 2

@@ -1,0 +1,144 @@
+"""`doit replay executor=ray` on a real local Ray cluster (head + worker on 127.0.0.1).
+
+Marked `ray`: about a minute and 1-1.5 GB RAM on 2 cores. The cluster follows the
+recipe that works in this sandbox (api_facts.md section 3): ray.cluster_utils.Cluster
+with RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0, and a timeout on everything.
+
+The head offers no CPU, so every chain runs on the worker node, one at a time. The
+test kills that node (no graceful shutdown) while a chain runs on it, then adds a
+new node, as an autoscaler would: Ray retries the lost task there, and the replay
+completes with correct results, the retried recipe's evidence saying attempt 2.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import ROOT, World, heavy
+from test_replay import copy_world, junit, outcome, recipes
+
+pytestmark = [heavy, pytest.mark.ray]
+
+VARIANTS = {  # two small variations: they need their own engine, bundle and validate
+    "tiny-llama-b2": ("tiny-llama", {"max_batch_size": 2}),
+    "tiny-qwen3-s128": ("tiny-qwen3", {"max_seq_len": 128}),
+}
+
+
+@pytest.fixture
+def cluster() -> Iterator[Any]:
+    pytest.importorskip("ray", reason="needs the replay extra")
+    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+    import ray
+    from ray.cluster_utils import Cluster
+
+    c = Cluster(
+        initialize_head=True,
+        head_node_args={"num_cpus": 0, "include_dashboard": False},
+    )
+    try:
+        yield c
+    finally:
+        ray.shutdown()
+        c.shutdown()
+
+
+def _artifact_times(store: Path) -> dict[str, float]:
+    out = {}
+    for record in store.glob("objects/*/*/.kiln-artifact.json"):
+        data = json.loads(record.read_text())
+        out[data["key"]] = data["created"]
+    return out
+
+
+def _attempt_files(store: Path) -> list[Path]:
+    return sorted(store.glob("replay/*/attempts/*"))
+
+
+def test_ray_replay_survives_a_killed_worker(tmp_path: Path, built: World, cluster: Any) -> None:
+    w = copy_world(built, tmp_path)
+    for name, (parent, build) in VARIANTS.items():
+        w.write_recipe(
+            name,
+            {
+                "schema_version": 1,
+                "extends": parent,
+                "description": f"{parent} with {build}",
+                "build": build,
+            },
+        )
+    before = _artifact_times(w.store)
+    previous = {n: w.manifest(n)["evidence"][-1] for n in ("tiny-llama", "tiny-qwen3")}
+    worker = cluster.add_node(num_cpus=1)
+    cluster.wait_for_nodes()
+
+    env = {**w.env, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+    driver = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "doit",
+            "-f",
+            str(ROOT / "dodo.py"),
+            "-d",
+            str(w.root),
+            "replay",
+            "executor=ray",
+            f"address={cluster.address}",
+            "ray_timeout=240",
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    deadline = time.monotonic() + 120
+    while not _attempt_files(w.store) and driver.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    started = _attempt_files(w.store)
+    assert started, "no chain ever started on the worker"
+    victim = started[0].name.rsplit(".", 1)[0]
+    cluster.remove_node(worker, allow_graceful=False)  # mid-chain: no goodbye
+    cluster.add_node(num_cpus=1)  # the replacement an autoscaler would bring
+    out, _ = driver.communicate(timeout=300)
+    assert driver.returncode == 0, out
+
+    r = recipes(w)
+    assert sorted(r) == ["tiny-llama", "tiny-llama-b2", "tiny-qwen3", "tiny-qwen3-s128"]
+    assert all(x["verdict"] == "pass" for x in r.values()), r
+    assert r[victim]["attempt"] == 2, (victim, r)
+    assert all(x["attempt"] == 1 for n, x in r.items() if n != victim)
+    # Correct results: the same numbers the local build measured for the same bundles.
+    for name, old in previous.items():
+        record = w.manifest(name)["evidence"][-1]
+        assert record["metrics"]["max_abs_logit_diff"] == old["metrics"]["max_abs_logit_diff"]
+        assert record["metrics"]["token_match_rate"] == 1.0
+    for name in VARIANTS:
+        m = w.manifest(name)
+        assert len(m["evidence"]) == 1, "a retried chain appends one record, not two"
+        assert m["evidence"][0]["metrics"]["token_match_rate"] == 1.0
+    # Steps already in the shared store were rebuilt nowhere; the variants built
+    # exactly their own engine and bundle on the cluster.
+    after = _artifact_times(w.store)
+    validate = {
+        s["key"] for n in r for s in w.manifest(n)["lock"]["steps"] if s["kind"] == "validate"
+    }
+    assert {k: after[k] for k in before if k not in validate} == {
+        k: t for k, t in before.items() if k not in validate
+    }
+    assert {n: x["built"] for n, x in r.items() if n in VARIANTS} == {
+        n: ["engine", "bundle", "validate"] for n in VARIANTS
+    }
+    md = (w.root / ".kiln/replay/report.md").read_text()
+    assert "executor: ray at" in md
+    print(md)  # a sample report, shown with `pytest -rP`
+    suite = junit(w)
+    assert all(outcome(suite, n) == "passed" for n in r)
