@@ -280,3 +280,17 @@ def test_a_killed_step_is_retried_and_the_evidence_says_which_attempt(replay_wor
     record = w.manifest("tiny-llama")["evidence"][-1]
     assert record["attempt"] == 2 and record["verdict"] == "pass"
     assert recipes(w)["tiny-llama"]["attempt"] == 2
+
+
+def test_a_lock_from_an_older_toolchain_is_refreshed_and_history_kept(replay_world: World) -> None:
+    w = replay_world
+    path = w.root / "manifests" / "tiny-llama.json"
+    old = json.loads(path.read_text())
+    current_numpy = old["lock"]["toolchain"]["numpy"]
+    old["lock"]["toolchain"]["numpy"] = "1.0.0"  # what last night's runner had
+    path.write_bytes(pretty(old))
+    proc = w.doit("replay", "recipes=tiny-llama")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    new = w.manifest("tiny-llama")
+    assert new["lock"]["toolchain"]["numpy"] == current_numpy
+    assert new["evidence"][:-1] == old["evidence"]
