@@ -294,3 +294,16 @@ def test_a_lock_from_an_older_toolchain_is_refreshed_and_history_kept(replay_wor
     new = w.manifest("tiny-llama")
     assert new["lock"]["toolchain"]["numpy"] == current_numpy
     assert new["evidence"][:-1] == old["evidence"]
+
+
+def test_a_manifest_that_cannot_be_updated_stops_only_its_recipe(replay_world: World) -> None:
+    w = replay_world
+    (w.root / "manifests" / "tiny-qwen3.json").write_text('{"schema_version": 1}\n')
+    proc = w.doit("replay")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    r = recipes(w)
+    assert r["tiny-llama"]["verdict"] == "pass"
+    assert w.manifest("tiny-llama")["evidence"][-1]["attempt"] == 1
+    assert r["tiny-qwen3"]["infra"]
+    assert r["tiny-qwen3"]["reason"].startswith("measured, but its manifest could not be updated")
+    assert outcome(junit(w), "tiny-qwen3") == "error"

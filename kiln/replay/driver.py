@@ -131,7 +131,11 @@ def _outcome(
     base = {"seconds": float(result.get("seconds", 0.0)), "built": result.get("built", [])}
     if result["status"] == "measured":
         extra = {"attempt": result["attempt"], "durations": _durations(p, store)}
-        evidence = hooks.record(name, p, extra)
+        try:
+            evidence = hooks.record(name, p, extra)
+        except KilnError as exc:  # e.g. a manifest that no longer parses: this recipe only
+            reason = f"measured, but its manifest could not be updated: {brief(exc)}"
+            return Outcome(name, "not-run", reason, infra=True, attempt=result["attempt"], **base)
         cls = host_class(evidence.host)
         return Outcome(
             name,
