@@ -112,11 +112,13 @@ def main() -> None:
         import ray
         from ray.cluster_utils import Cluster
 
+        ip = "127.0.0.1"
         start = time.perf_counter()
         cluster = Cluster(
-            initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False}
+            initialize_head=True,
+            head_node_args={"num_cpus": 1, "include_dashboard": False, "node_ip_address": ip},
         )
-        cluster.add_node(num_cpus=1)
+        cluster.add_node(num_cpus=1, node_ip_address=ip)
         cluster.wait_for_nodes()
         up = time.perf_counter() - start
         try:

@@ -33,6 +33,9 @@ VARIANTS = {  # two small variations: they need their own engine, bundle and val
 }
 
 
+LOOPBACK = "127.0.0.1"
+
+
 @pytest.fixture
 def cluster() -> Iterator[Any]:
     pytest.importorskip("ray", reason="needs the replay extra")
@@ -42,7 +45,7 @@ def cluster() -> Iterator[Any]:
 
     c = Cluster(
         initialize_head=True,
-        head_node_args={"num_cpus": 0, "include_dashboard": False},
+        head_node_args={"num_cpus": 0, "include_dashboard": False, "node_ip_address": LOOPBACK},
     )
     try:
         yield c
@@ -78,7 +81,7 @@ def test_ray_replay_survives_a_killed_worker(tmp_path: Path, built: World, clust
     assert not any((w.root / "manifests" / f"{n}.json").exists() for n in VARIANTS)
     before = _artifact_times(w.store)
     previous = {n: w.manifest(n)["evidence"][-1] for n in ("tiny-llama", "tiny-qwen3")}
-    worker = cluster.add_node(num_cpus=1)
+    worker = cluster.add_node(num_cpus=1, node_ip_address=LOOPBACK)
     cluster.wait_for_nodes()
 
     env = {**w.env, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
@@ -108,7 +111,9 @@ def test_ray_replay_survives_a_killed_worker(tmp_path: Path, built: World, clust
     assert started, "no chain ever started on the worker"
     victim = started[0].name.rsplit(".", 1)[0]
     cluster.remove_node(worker, allow_graceful=False)  # mid-chain: no goodbye
-    cluster.add_node(num_cpus=1)  # the replacement an autoscaler would bring
+    cluster.add_node(
+        num_cpus=1, node_ip_address=LOOPBACK
+    )  # the replacement an autoscaler would bring
     out, _ = driver.communicate(timeout=300)
     assert driver.returncode == 0, out
 
@@ -139,7 +144,7 @@ def test_ray_replay_survives_a_killed_worker(tmp_path: Path, built: World, clust
         n: ["engine", "bundle", "validate"] for n in VARIANTS
     }
     md = (w.root / ".kiln/replay/report.md").read_text()
-    assert "executor: ray at" in md
+    assert f"executor: ray at {LOOPBACK}:" in md
     print(md)  # a sample report, shown with `pytest -rP`
     suite = junit(w)
     assert all(outcome(suite, n) == "passed" for n in r)
