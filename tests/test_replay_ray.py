@@ -7,13 +7,14 @@ with RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0, and a timeout on everything.
 The head offers no CPU, so every chain runs on the worker node, one at a time. The
 test kills that node (no graceful shutdown) while a chain runs on it, then adds a
 new node, as an autoscaler would: Ray retries the lost task there, and the replay
-completes with correct results, the retried recipe's evidence saying attempt 2.
+completes with correct results, the retried recipe's evidence saying attempt >= 2.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -62,8 +63,14 @@ def _artifact_times(store: Path) -> dict[str, float]:
     return out
 
 
-def _attempt_files(store: Path) -> list[Path]:
-    return sorted(store.glob("replay/*/attempts/*"))
+def _running(store: Path) -> tuple[str, int] | None:
+    """(recipe, pid of the Ray worker process) of the first chain that started: the
+    chain writes "<node> <pid>" into its attempt file (kiln/replay/chain.py)."""
+    for marker in sorted(store.glob("replay/*/attempts/*")):
+        text = marker.read_text().split()
+        if len(text) == 2:
+            return marker.name.rsplit(".", 1)[0], int(text[1])
+    return None
 
 
 def test_ray_replay_survives_a_killed_worker(tmp_path: Path, built: World, cluster: Any) -> None:
@@ -105,22 +112,24 @@ def test_ray_replay_survives_a_killed_worker(tmp_path: Path, built: World, clust
         text=True,
     )
     deadline = time.monotonic() + 120
-    while not _attempt_files(w.store) and driver.poll() is None and time.monotonic() < deadline:
+    while not _running(w.store) and driver.poll() is None and time.monotonic() < deadline:
         time.sleep(0.01)
-    started = _attempt_files(w.store)
-    assert started, "no chain ever started on the worker"
-    victim = started[0].name.rsplit(".", 1)[0]
-    cluster.remove_node(worker, allow_graceful=False)  # mid-chain: no goodbye
-    cluster.add_node(
-        num_cpus=1, node_ip_address=LOOPBACK
-    )  # the replacement an autoscaler would bring
+    running = _running(w.store)
+    assert running, "no chain ever started on the worker"
+    victim, pid = running
+    # The node dies as a machine does: its raylet and the worker process running the
+    # chain at once (a worker notices its raylet's death only up to a second later,
+    # time enough to finish a tiny chain). The chain's step child dies with it.
+    os.kill(pid, signal.SIGKILL)
+    cluster.remove_node(worker, allow_graceful=False)
+    cluster.add_node(num_cpus=1, node_ip_address=LOOPBACK)  # what an autoscaler brings
     out, _ = driver.communicate(timeout=300)
     assert driver.returncode == 0, out
 
     r = recipes(w)
     assert set(r) >= {"tiny-llama", "tiny-qwen3", *VARIANTS}
     assert all(x["verdict"] == "pass" for x in r.values()), r
-    assert r[victim]["attempt"] == 2, (victim, r)
+    assert r[victim]["attempt"] >= 2, (victim, r)  # Ray ran it again elsewhere
     assert all(x["attempt"] == 1 for n, x in r.items() if n != victim)
     # Correct results: the same numbers the local build measured for the same bundles.
     for name, old in previous.items():
