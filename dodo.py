@@ -5,13 +5,30 @@ doit check                 validate the catalog
 doit plan recipe=NAME      what a build would run, with step keys
 doit run recipe=NAME prompt="..."
 doit site                  render the Models & Recipes site into _site/
+doit serve port=8000       preview the site on 127.0.0.1
 """
 
 from doit import get_var
 
-from tasks import task_build, task_check, task_generate, task_plan, task_schema, task_site
+from tasks import (
+    task_build,
+    task_check,
+    task_generate,
+    task_plan,
+    task_schema,
+    task_serve,
+    task_site,
+)
 
-__all__ = ["task_build", "task_check", "task_generate", "task_plan", "task_schema", "task_site"]
+__all__ = [
+    "task_build",
+    "task_check",
+    "task_generate",
+    "task_plan",
+    "task_schema",
+    "task_serve",
+    "task_site",
+]
 
 DOIT_CONFIG = {
     # `run` is doit's own command: `doit run recipe=X prompt=...` names no task, so
