@@ -209,7 +209,8 @@ def _write(path: Path, data: bytes) -> Path:
 
 def _publish(tmp: Path, out: Path) -> None:
     """Swap the freshly rendered folder in for the old one."""
-    if out.exists() and any(out.iterdir()) and not (out / MARKER).exists():
+    ours = (out / MARKER).exists() or (out / "index.html").exists()  # or rendered before markers
+    if out.exists() and any(out.iterdir()) and not ours:
         raise KilnError.one(
             f"{out} exists and is not a site kiln rendered; refusing to replace it",
             None,
