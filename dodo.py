@@ -1,12 +1,12 @@
 """doit entry point, thin: doit commands -> the tasks in tasks.py.
 
-    doit build recipe=NAME     build one recipe (or all), incrementally
-    doit check                 validate the catalog
-    doit plan recipe=NAME      what a build would run, with step keys
-    doit run recipe=NAME prompt="..."
-    doit site                  render the Models & Recipes site into _site/
-    doit serve                 preview the site on http://127.0.0.1:8000/
-    doit diff base=REV         what a PR changes, as Markdown
+doit build recipe=NAME     build one recipe (or all), incrementally
+doit check                 validate the catalog
+doit plan recipe=NAME      what a build would run, with step keys
+doit run recipe=NAME prompt="..."
+doit site                  render the Models & Recipes site into _site/
+doit serve                 preview the site on http://127.0.0.1:8000/
+doit diff base=REV         what a PR changes, as Markdown
 """
 
 from doit import get_var
