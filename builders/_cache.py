@@ -13,6 +13,9 @@ applied by the attention mask, which transformers builds from absolute positions
 so the numbers are the reference's; only memory grows past the window. A cache that
 crops itself would freeze its crop point into the traced graph.
 
+DSA layers (DeepseekV32, GlmMoeDsa) cache indexer keys as well: not carried yet,
+so they raise Unsupported too.
+
 Recurrent layers (Mamba conv/ssm state, gated-delta-net state) are not a growing
 sequence, and transformers' prefill and decode paths for them branch in Python on
 `has_previous_state`: one traced graph cannot serve both, so they raise Unsupported.
@@ -35,6 +38,7 @@ def observe(model: Any) -> list[dict[str, Any]]:
 
     cache = DynamicCache(config=model.config)
     _refuse_recurrent(cache, model)
+    _refuse_indexed(cache, model)
     ids = torch.ones(2, 3, dtype=torch.long)
     with torch.no_grad():
         out = model(input_ids=ids, cache=cache, use_cache=True)
@@ -59,6 +63,16 @@ def observe(model: Any) -> list[dict[str, Any]]:
                 }
             )
     return entries
+
+
+def _refuse_indexed(cache: Any, model: Any) -> None:
+    indexed = [i for i, layer in enumerate(cache.layers) if hasattr(layer, "indexer_keys")]
+    if indexed:
+        raise Unsupported(
+            f"{type(model).__name__} layers {indexed} keep a third cache, the DSA indexer keys "
+            "[batch, seq, index_head_dim], next to keys and values; kiln's export carries "
+            "keys and values only"
+        )
 
 
 def _refuse_recurrent(cache: Any, model: Any) -> None:
