@@ -32,6 +32,7 @@ class Options(BaseModel):
     model_config = ConfigDict(extra="forbid")
     opset: int = Field(17, ge=17, le=23, description="ONNX opset to export.")
     exporter: str = Field("torchscript", pattern="^torchscript$", description="torch exporter.")
+    task: str = Field("text-generation", description="The recipe's task (kiln.schema.TASKS).")
 
 
 def io_names(entries: list[dict[str, Any]]) -> tuple[list[str], list[str]]:
@@ -47,6 +48,10 @@ def build(request: Any, writer: Any) -> None:
     from builders._hf import load_for_export
 
     opts = Options.model_validate(request.options)
+    if opts.task != "text-generation":
+        from builders.unsupported import Unsupported, task_not_built
+
+        raise Unsupported(task_not_built(opts.task))
     checkpoint = request.inputs["checkpoint"] / "checkpoint"
     model = load_for_export(checkpoint)
     entries = _cache.observe(model)

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from tinyhub.specs import breadth_specs as _breadth_specs
+from tinyhub.specs import task_specs as _task_specs
 
 HERE = Path(__file__).parent
 TOKENIZER_FILE = HERE / "tokenizer.json"
@@ -73,6 +74,7 @@ SPECS: dict[str, dict[str, Any]] = {
 }
 
 SPECS.update(_breadth_specs(_COMMON))
+SPECS.update(_task_specs(_COMMON))
 
 
 def is_tiny(repo: str) -> bool:

@@ -284,3 +284,65 @@ def breadth_specs(base: dict[str, Any]) -> dict[str, dict[str, Any]]:
             "layer_types": ["linear_attention", "full_attention"],
         },
     }
+
+
+def task_specs(base: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Tiny checkpoints of the matrix's non-decoder tasks: an encoder classifier and
+    encoder-decoders (FIELD_NOTES: T5 needs decoder_start_token_id=0)."""
+    ids = {k: base[k] for k in ("vocab_size", "bos_token_id", "eos_token_id", "pad_token_id")}
+    seq2seq = {
+        **ids,
+        "d_model": 64,
+        "encoder_layers": 2,
+        "decoder_layers": 2,
+        "encoder_attention_heads": 4,
+        "decoder_attention_heads": 4,
+        "encoder_ffn_dim": 128,
+        "decoder_ffn_dim": 128,
+        "max_position_embeddings": 512,
+        "decoder_start_token_id": base["eos_token_id"],
+    }
+    return {
+        "kiln-tiny/bert-classifier": {
+            **ids,
+            "architectures": ["BertForSequenceClassification"],
+            "model_type": "bert",
+            "hidden_size": 64,
+            "intermediate_size": 128,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 4,
+            "max_position_embeddings": 512,
+            "num_labels": 2,
+        },
+        "kiln-tiny/bart": {
+            **seq2seq,
+            "architectures": ["BartForConditionalGeneration"],
+            "model_type": "bart",
+        },
+        "kiln-tiny/mbart": {
+            **seq2seq,
+            "architectures": ["MBartForConditionalGeneration"],
+            "model_type": "mbart",
+        },
+        "kiln-tiny/t5": {
+            **ids,
+            "architectures": ["T5ForConditionalGeneration"],
+            "model_type": "t5",
+            "d_model": 64,
+            "d_kv": 16,
+            "d_ff": 128,
+            "num_layers": 2,
+            "num_decoder_layers": 2,
+            "num_heads": 4,
+            "decoder_start_token_id": 0,
+            "max_position_embeddings": 512,  # not a T5 field; sizes the tokenizer config
+        },
+        "kiln-tiny/whisper": {
+            **seq2seq,
+            "architectures": ["WhisperForConditionalGeneration"],
+            "model_type": "whisper",
+            "num_mel_bins": 16,
+            "max_source_positions": 32,
+            "max_target_positions": 512,
+        },
+    }
