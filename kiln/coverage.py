@@ -120,3 +120,29 @@ def markdown(table: list[Row]) -> str:
             f"| {r.architecture} | {r.family or '-'} | {tiny} | {real} | {why.replace('|', '/')} |"
         )
     return "\n".join(lines) + "\n"
+
+
+BEGIN, END = "<!-- coverage:begin -->", "<!-- coverage:end -->"
+
+
+def write_readme(cat: Catalog) -> bool:
+    """Rewrite the README's coverage section from the manifests; True if it changed."""
+    path = cat.paths.root / "README.md"
+    text = path.read_text()
+    start, stop = text.index(BEGIN) + len(BEGIN), text.index(END)
+    table = rows(cat)
+    summary = ", ".join(f"{n} {verdict}" for verdict, n in counts(table).items())
+    new = f"{text[:start]}\n{summary}.\n\n{markdown(table)}{text[stop:]}"
+    if new != text:
+        path.write_text(new)
+    return new != text
+
+
+if __name__ == "__main__":
+    import sys
+
+    from kiln import catalog
+
+    if sys.argv[1:] != ["--readme"]:
+        sys.exit("usage: python -m kiln.coverage --readme")
+    print("README.md updated" if write_readme(catalog.load()) else "README.md up to date")

@@ -244,6 +244,7 @@ def breadth_specs(base: dict[str, Any]) -> dict[str, dict[str, Any]]:
             "model_type": "kimi_linear",
             "moe_intermediate_size": 32,
             "num_experts": 4,
+            "num_experts_per_token": 2,
             "num_shared_experts": 1,
             "kv_lora_rank": 16,
             "q_lora_rank": 24,
