@@ -34,6 +34,11 @@ UNSUPPORTED = {
     "tiny-whisper": "task automatic-speech-recognition",
 }
 
+# A measured defect, kept visible rather than hidden (recipes/tiny-qwen2.yaml says
+# why): transformers' Qwen2Tokenizer splits digits, the bundle's tokenizer.json
+# does not. When the bundle ships the tokenizer transformers builds, this must pass.
+KNOWN_QUALITY_FAIL = {"tiny-qwen2": "tokenizer_match_rate"}
+
 
 def _matrix_architectures() -> set[str]:
     """Architectures of the support matrix's first table (name, model, example)."""
@@ -110,7 +115,11 @@ def _verdicts(world: World, names: list[str]) -> dict[str, dict[str, object]]:
 
 def _check_built(world: World, names: list[str]) -> None:
     for name, evidence in _verdicts(world, names).items():
-        if name in UNSUPPORTED:
+        if name in KNOWN_QUALITY_FAIL:
+            assert evidence["verdict"] == "quality-fail", (name, evidence)
+            assert KNOWN_QUALITY_FAIL[name] in str(evidence["reason"])
+            assert evidence["metrics"]["max_abs_logit_diff"] < 1e-4  # type: ignore[index]
+        elif name in UNSUPPORTED:
             assert evidence["verdict"] == "unsupported-here", (name, evidence)
             assert UNSUPPORTED[name] in str(evidence["reason"]), (name, evidence)
             assert evidence["metrics"] == {} and evidence["gates"] == []  # nothing claimed
