@@ -84,7 +84,9 @@ def test_the_ci_subset_covers_every_family_and_each_verdict_path() -> None:
 
 def test_real_recipes_pin_revisions_from_hf_revisions_tsv() -> None:
     with (REFERENCE / "hf_revisions.tsv").open() as fh:
-        pinned = {(r["hf_repo_id"].lower(), r["revision_sha"]) for r in csv.DictReader(fh, delimiter="\t")}
+        pinned = {
+            (r["hf_repo_id"].lower(), r["revision_sha"]) for r in csv.DictReader(fh, delimiter="\t")
+        }
     real = sorted((ROOT / "recipes").glob("real-*.yaml"))
     assert len(real) >= 15
     for path in real:
@@ -138,7 +140,9 @@ def _build(tmp_path: Path, hub: Path, names: list[str]) -> World:
 
 @heavy
 def test_the_ci_subset_builds_and_each_recipe_earns_its_verdict(tmp_path: Path, hub: Path) -> None:
-    names = [n for n in ci_subset.subset(catalog.load(catalog.Paths(ROOT))) if n not in ci_subset.ALWAYS]
+    names = [
+        n for n in ci_subset.subset(catalog.load(catalog.Paths(ROOT))) if n not in ci_subset.ALWAYS
+    ]
     world = _build(tmp_path, hub, names)
     _check_built(world, names)
     # MLA: DeepseekV3 caches compressed keys and values of different widths, read
