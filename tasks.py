@@ -26,7 +26,7 @@ from doit.exceptions import TaskFailed
 
 import tinyhub
 from kiln import catalog as catalog_mod
-from kiln import manifest, toolchain
+from kiln import manifest, toolchain, unsupported
 from kiln import rules as rules_mod
 from kiln.errors import KilnError, Location, Problem
 from kiln.execute import run_step
@@ -196,9 +196,15 @@ def _lock(p: Plan) -> Lock:
     )
 
 
-def _measured(validate: Step) -> dict[str, Any]:
-    """What the validate step measured (its evidence.json in the store)."""
-    data: dict[str, Any] = json.loads(_store().get(validate.key).file("evidence.json").read_text())
+def _measured(validate: Step, name: str) -> dict[str, Any]:
+    """What the validate step measured (its evidence.json in the store), or, for an
+    unsupported recipe, the reason with the date and host it was found on."""
+    artifact = _store().get(validate.key).path
+    found = unsupported.marker_of(artifact)
+    if found is not None:
+        backend = {"name": _catalog().recipe(name).build.backend, "device": "not run"}
+        return {**found, "unsupported": found["reason"], "backend": backend, "metrics": {}}
+    data: dict[str, Any] = json.loads((artifact / "evidence.json").read_text())
     return data
 
 
@@ -206,9 +212,11 @@ def record_manifest(name: str, p: Plan) -> None:
     """Judge the validation against the recipe's gates and append the evidence."""
     cat = _catalog()
     validate = p.step("validate")
-    measured = _measured(validate)
+    measured = _measured(validate, name)
     thresholds = cat.thresholds[cat.recipe(name).validation.thresholds]
     gates, verdict, reason = judge(thresholds, measured["metrics"])
+    if "unsupported" in measured:  # no metrics were measured, and none are claimed
+        gates, verdict, reason = [], "unsupported-here", measured["unsupported"]
     evidence = Evidence(
         date=measured["date"],
         host=measured["host"],
@@ -232,7 +240,7 @@ def _manifest_task(name: str, p: Plan) -> Task:
         store = _store()
         if not all(store.has(s.key) for s in p.steps):
             return False
-        measured = _measured(validate)
+        measured = _measured(validate, name)
         return manifest.has_evidence(path, validate.key, measured["date"], _lock(p))
 
     return {
@@ -391,7 +399,11 @@ def generate(name: str) -> None:
             top_p=float(get_var("top_p", "1")),
             seed=int(get_var("seed", "0")),
         )
-        bundle = load(_store().get(p.step("bundle").key).path)
+        artifact = _store().get(p.step("bundle").key).path
+        found = unsupported.marker_of(artifact)
+        if found is not None:
+            raise KilnError.one(f"unsupported here: {found['reason']}", None)
+        bundle = load(artifact)
         out = bundle.generate(
             [bundle.encode(prompt)], int(get_var("max_new_tokens", "32")), sampler
         )

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from kiln import unsupported
 from kiln.errors import KilnError, Location
 from kiln.plan import Step
 from kiln.store import Store, Writer
@@ -64,12 +65,23 @@ def run_step(step: Step, store: Store, context: dict[str, Any] | None = None) ->
             return False  # another process built it while we waited
         inputs = {role: store.get(key).path for role, key in step.inputs.items()}
         request = Request(step.kind, step.key, step.name, step.options, inputs, context or {})
+        started = time.monotonic()
+        meta = {"kind": step.kind, "name": step.name, "material": step.material}
+        upstream = next(filter(None, map(unsupported.marker_of, inputs.values())), None)
+        if upstream is not None:  # nothing to build on: pass the reason on, run nothing
+            with store.publish(step.key, meta) as writer:
+                writer.write_json(unsupported.MARKER, upstream)
+            return True
         builder: Callable[[Request, Writer], None] = importlib.import_module(
             f"builders.{step.kind}"
         ).build
-        started = time.monotonic()
-        meta = {"kind": step.kind, "name": step.name, "material": step.material}
-        with store.publish(step.key, meta) as writer:
-            builder(request, writer)
+        try:
+            with store.publish(step.key, meta) as writer:
+                builder(request, writer)
+        except unsupported.Unsupported as exc:
+            with store.publish(step.key, meta) as writer:
+                writer.write_json(unsupported.MARKER, unsupported.marker(exc.reason, step.name))
+            request.log(f"unsupported here: {exc.reason}")
+            return True
         request.log(f"done in {time.monotonic() - started:.1f} s -> {step.key[:12]}")
         return True
