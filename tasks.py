@@ -26,13 +26,14 @@ from doit.exceptions import TaskFailed
 
 import tinyhub
 from kiln import catalog as catalog_mod
-from kiln import manifest, toolchain
+from kiln import gc, manifest, toolchain, verify
+from kiln.canonical import key_of
 from kiln.errors import KilnError
-from kiln.execute import run_step
+from kiln.execute import Graph, run_step
 from kiln.gates import judge
 from kiln.load import locate
 from kiln.plan import Plan, Step, plan
-from kiln.schema import CheckpointLock, Evidence, FileHash, Lock, StepLock
+from kiln.schema import CheckpointLock, Evidence, FileHash, Lock, Manifest, StepLock
 from kiln.store import Store
 
 Task = dict[str, Any]
@@ -128,6 +129,11 @@ def _context(name: str, step: Step) -> dict[str, Any]:
     return {}
 
 
+def _graph(name: str, by_key: dict[str, Step]) -> Graph:
+    """What a step needs to rebuild an input it finds corrupt."""
+    return Graph(by_key, lambda s: _context(name, s))
+
+
 def _step_task(name: str, step: Step, by_key: dict[str, Step], mirror: bool) -> Task:
     deps = [f"build:{_task_name(by_key[k])}" for k in step.inputs.values()]
     if mirror and step.kind == "fetch" and tinyhub.is_tiny(step.options["repo"]):
@@ -137,7 +143,10 @@ def _step_task(name: str, step: Step, by_key: dict[str, Step], mirror: bool) -> 
         "name": _task_name(step),
         "title": lambda _task, s=step: f"{s.kind:<9} {s.name}  [{s.key[:12]}]",
         "actions": [
-            _guard(lambda s=step: run_step(s, _store(), _context(name, s)), (name, step.origin))
+            _guard(
+                lambda s=step: run_step(s, _store(), _context(name, s), _graph(name, by_key)),
+                (name, step.origin),
+            )
         ],
         "task_dep": deps,
         "uptodate": [lambda s=step: store.has(s.key)],
@@ -210,7 +219,17 @@ def record_manifest(name: str, p: Plan) -> None:
         reason=reason,
     )
     path = cat.paths.manifest(name)
-    manifest.record(path, name, _lock(p), evidence)
+    store = _store()
+    # Concurrent builds of one recipe record one run once (issue 7), and a manifest
+    # never names an artifact that is not there (it is written last).
+    with store.lock(key_of({"manifest": str(path.resolve())}), f"manifest {name}"):
+        if manifest.has_evidence(path, validate.key, measured["date"], _lock(p)):
+            print(f"   {name}: this run is already recorded in {cat.paths.rel(path)}")
+            return
+        absent = [s.name for s in p.steps if not store.has(s.key)]
+        if absent:
+            raise KilnError.one(f"not writing the manifest: {', '.join(absent)} missing")
+        manifest.record(path, name, _lock(p), evidence)
     print(f"   {name}: {verdict}{' (' + reason + ')' if reason else ''} -> {cat.paths.rel(path)}")
 
 
@@ -384,3 +403,76 @@ def task_schema() -> Task:
         print(f"   schema: {len(changed)} of {len(editor_schema.MODELS)} files changed in {folder}")
 
     return {"actions": [_guard(write)], "uptodate": [False], "verbosity": 2}
+
+
+# ---------------------------------------------------------------- verify / gc
+
+
+def _manifests() -> tuple[dict[str, Manifest], list[str]]:
+    """Every manifest, parsed (by file), and the problems of those that do not parse."""
+    paths = _catalog().paths
+    parsed, broken = {}, []
+    for path in sorted(paths.manifests.glob("*.json")):
+        try:
+            m = manifest.read(path, paths.rel(path))
+        except KilnError as exc:
+            broken.append(str(exc).splitlines()[0])
+            continue
+        if m is not None:
+            parsed[paths.rel(path)] = m
+    return parsed, broken
+
+
+def _planned_keys() -> set[str]:
+    """Keys of every step of every recipe's current plan: what a build would use now."""
+    keys = set()
+    for name in _catalog().recipes:
+        try:
+            keys |= {s.key for s in _plan(name).steps}
+        except KilnError:
+            continue
+    return keys
+
+
+def verify_store() -> None:
+    """Re-hash the store and the checkpoint files against the locks; exit 0, 4, 5 or 6."""
+    parsed, broken = _manifests()
+    report = verify.audit(_store(), parsed, _planned_keys())
+    report.corrupt += broken
+    if get_var("repair", "0") == "1":
+        for key in sorted(report.damaged):
+            _store().remove(key)
+            print(f"   removed damaged artifact {key[:12]}; the next build rebuilds it")
+    print(report.render())
+    if report.exit_code():
+        # doit's own codes are 1-3; ours say what was found (README: doit verify).
+        sys.exit(report.exit_code())
+
+
+def task_verify() -> Task:
+    """Re-hash the store against its records and the manifests' locks (repair=1 removes
+    damaged artifacts). Exit 0 ok, 4 corrupt/partial, 5 missing, 6 extra."""
+    return {"actions": [_guard(verify_store)], "uptodate": [False], "verbosity": 2}
+
+
+def collect_garbage() -> None:
+    dry = get_var("dry_run", "0") == "1"
+    parsed, broken = _manifests()
+    if broken or _catalog().problems:
+        raise KilnError.one(
+            "not collecting garbage: a manifest or recipe is invalid, so what it uses is unknown",
+            None,
+            "fix what `doit check` reports first",
+        )
+    keep = _planned_keys() | {s.key for m in parsed.values() for s in m.lock.steps}
+    gone = gc.collect(_store(), keep, [_catalog().paths.manifests], dry_run=dry)
+    verb = "would remove" if dry else "removed"
+    for c in gone:
+        print(f"   {verb} {c.path} ({c.size / 1e6:.1f} MB): {c.why}")
+    total = sum(c.size for c in gone) / 1e6
+    print(f"gc: {verb} {len(gone)} entries, {total:.1f} MB; kept {len(keep)} referenced keys")
+
+
+def task_gc() -> Task:
+    """Remove stale temp dirs and artifacts nothing references (dry_run=1 lists them)."""
+    return {"actions": [_guard(collect_garbage)], "uptodate": [False], "verbosity": 2}
