@@ -45,12 +45,12 @@ def probe(path: Path) -> dict[str, object]:
     os.close(write)
     deadline = time.monotonic() + HANG
     while True:
-        done, status, usage = os.wait4(pid, os.WNOHANG)
+        done, _status, usage = os.wait4(pid, os.WNOHANG)
         if done:
             break
         if time.monotonic() > deadline:
             os.kill(pid, signal.SIGKILL)
-            _, status, usage = os.wait4(pid, 0)
+            _, _status, usage = os.wait4(pid, 0)
             break
         time.sleep(0.005)
     with os.fdopen(read, "rb") as fh:
