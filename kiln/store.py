@@ -139,6 +139,7 @@ class Store:
     def _new_temp(self, key: str) -> Path:
         tmp_root = self.root / "tmp"
         tmp_root.mkdir(parents=True, exist_ok=True)
+        inside(self.root, "tmp", "the store's temp dir")  # a symlink out would build elsewhere
         return Path(tempfile.mkdtemp(dir=tmp_root, prefix=f"{check_key(key)}."))
 
     @contextlib.contextmanager
@@ -180,7 +181,7 @@ class Store:
     def _move_into_place(self, tmp: Path, key: str) -> None:
         final = self.object_dir(key)
         final.parent.mkdir(parents=True, exist_ok=True)
-        inside(self.root / "objects", f"{key[:2]}/{key}", "store key")  # no symlinked shard
+        inside(self.root, f"objects/{key[:2]}/{key}", "store key")  # no symlinked shard
         fsync_dir(final.parent.parent)
         if final.exists() and not self.has(key):
             self._discard(final)  # an entry with no record is junk (never a reader's)
@@ -190,8 +191,15 @@ class Store:
             if exc.errno in (errno.EEXIST, errno.ENOTEMPTY) and self.has(key):
                 return  # someone else published the same key: same inputs, same bytes
             raise
-        fsync_dir(final.parent)
-        final.chmod(final.stat().st_mode & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
+        try:
+            fsync_dir(final.parent)
+            final.chmod(final.stat().st_mode & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
+        except OSError as exc:
+            raise KilnError.one(
+                f"published [{key[:12]}] but the disk failed to confirm it: {describe(exc)}",
+                Location(str(final)),
+                "the artifact is complete; run `doit verify`, and check the disk",
+            ) from None
 
     def verify(self, key: str) -> list[str]:
         """Files of the artifact whose bytes no longer match its record (also files that
