@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from kiln import keylock
-from kiln.canonical import pretty
+from kiln.canonical import key_of, pretty
 from kiln.errors import KilnError, Location
 from kiln.fsio import (
     atomic_write,
@@ -51,6 +51,15 @@ from kiln.fsio import (
 __all__ = ["RECORD", "Artifact", "Store", "Writer", "atomic_write", "sha256_file"]
 
 RECORD = ".kiln-artifact.json"
+
+
+def _record_intact(path: Path, record: dict[str, Any]) -> bool:
+    """The record is byte for byte what `_seal` wrote: canonical, with a matching digest.
+    (Records written before the digest existed carry none; their files still verify.)"""
+    if "sha256" not in record:
+        return True
+    rest = {k: v for k, v in record.items() if k != "sha256"}
+    return record["sha256"] == key_of(rest) and path.read_bytes() == pretty(record)
 
 
 def check_key(key: str) -> str:
@@ -173,6 +182,7 @@ class Store:
             fsync_file(p)
             files[rel], sizes[rel] = sha256_file(p), p.lstat().st_size
         record = {**meta, "key": key, "files": files, "sizes": sizes, "created": time.time()}
+        record["sha256"] = key_of(record)  # so a flipped byte in the record shows too
         write_new(tmp / RECORD, pretty(record), sync=True)  # last: it marks the artifact whole
         make_read_only(tmp, top=False)
         for d in reversed(dirs):
@@ -210,6 +220,8 @@ class Store:
             files: dict[str, str] = record["files"]
             sizes: dict[str, int] = record.get("sizes", {})
         except (OSError, ValueError, KeyError, TypeError):
+            return [RECORD]
+        if not _record_intact(art.path / RECORD, record):
             return [RECORD]
         bad = []
         on_disk = {
