@@ -26,14 +26,14 @@ from doit.exceptions import TaskFailed
 
 import tinyhub
 from kiln import catalog as catalog_mod
-from kiln import gc, manifest, toolchain, verify
+from kiln import manifest, toolchain, upkeep
 from kiln.canonical import key_of
 from kiln.errors import KilnError
 from kiln.execute import Graph, run_step
 from kiln.gates import judge
 from kiln.load import locate
 from kiln.plan import Plan, Step, plan
-from kiln.schema import CheckpointLock, Evidence, FileHash, Lock, Manifest, StepLock
+from kiln.schema import CheckpointLock, Evidence, FileHash, Lock, StepLock
 from kiln.store import Store
 
 Task = dict[str, Any]
@@ -408,71 +408,22 @@ def task_schema() -> Task:
 # ---------------------------------------------------------------- verify / gc
 
 
-def _manifests() -> tuple[dict[str, Manifest], list[str]]:
-    """Every manifest, parsed (by file), and the problems of those that do not parse."""
-    paths = _catalog().paths
-    parsed, broken = {}, []
-    for path in sorted(paths.manifests.glob("*.json")):
-        try:
-            m = manifest.read(path, paths.rel(path))
-        except KilnError as exc:
-            broken.append(str(exc).splitlines()[0])
-            continue
-        if m is not None:
-            parsed[paths.rel(path)] = m
-    return parsed, broken
-
-
-def _planned_keys() -> set[str]:
-    """Keys of every step of every recipe's current plan: what a build would use now."""
-    keys = set()
-    for name in _catalog().recipes:
-        try:
-            keys |= {s.key for s in _plan(name).steps}
-        except KilnError:
-            continue
-    return keys
-
-
-def verify_store() -> None:
-    """Re-hash the store and the checkpoint files against the locks; exit 0, 4, 5 or 6."""
-    parsed, broken = _manifests()
-    report = verify.audit(_store(), parsed, _planned_keys())
-    report.corrupt += broken
-    if get_var("repair", "0") == "1":
-        for key in sorted(report.damaged):
-            _store().remove(key)
-            print(f"   removed damaged artifact {key[:12]}; the next build rebuilds it")
-    print(report.render())
-    if report.exit_code():
-        # doit's own codes are 1-3; ours say what was found (README: doit verify).
-        sys.exit(report.exit_code())
-
-
 def task_verify() -> Task:
     """Re-hash the store against its records and the manifests' locks (repair=1 removes
     damaged artifacts). Exit 0 ok, 4 corrupt/partial, 5 missing, 6 extra."""
-    return {"actions": [_guard(verify_store)], "uptodate": [False], "verbosity": 2}
 
+    def run() -> None:
+        code = upkeep.verify(_catalog(), _store(), repair=get_var("repair", "0") == "1")
+        if code:
+            sys.exit(code)  # doit's own codes are 1-3; ours say what was found (README)
 
-def collect_garbage() -> None:
-    dry = get_var("dry_run", "0") == "1"
-    parsed, broken = _manifests()
-    if broken or _catalog().problems:
-        raise KilnError.one(
-            "not collecting garbage: a manifest or recipe is invalid, so what it uses is unknown",
-            None,
-            "fix what `doit check` reports first",
-        )
-    keep = _planned_keys() | {s.key for m in parsed.values() for s in m.lock.steps}
-    gone = gc.collect(_store(), keep, [_catalog().paths.manifests], dry_run=dry)
-    verb = "would remove" if dry else "removed"
-    for c in gone:
-        print(f"   {verb} {c.path} ({c.size / 1e6:.1f} MB): {c.why}")
-    total = sum(c.size for c in gone) / 1e6
-    print(f"gc: {verb} {len(gone)} entries, {total:.1f} MB; kept {len(keep)} referenced keys")
+    return {"actions": [_guard(run)], "uptodate": [False], "verbosity": 2}
 
 
 def task_gc() -> Task:
     """Remove stale temp dirs and artifacts nothing references (dry_run=1 lists them)."""
-    return {"actions": [_guard(collect_garbage)], "uptodate": [False], "verbosity": 2}
+
+    def run() -> None:
+        upkeep.collect(_catalog(), _store(), dry_run=get_var("dry_run", "0") == "1")
+
+    return {"actions": [_guard(run)], "uptodate": [False], "verbosity": 2}

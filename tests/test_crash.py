@@ -5,8 +5,8 @@ is SIGKILLed at a random moment of a random step. After every kill `doit verify`
 must find 0 corrupt or partial entries and 0 manifests naming a missing artifact.
 Each kill is followed by another build of the same store, killed in turn or left to
 complete; every build that completes must leave a lock identical to a clean
-build's. After a completed build the store is rolled back to a step chosen in
-turn, so kills land in every step, the manifest write included.
+build's. Before each build the store is rolled back to a step chosen in turn, so
+kills land in every step, the manifest write included.
 
 Two stores are killed side by side (2 cores); KILN_CRASH_KILLS sets the total
 (default 50) and KILN_CRASH_SEED the random seed.
@@ -38,6 +38,7 @@ KINDS = ("fetch", "reference", "export", "onnx", "engine", "bundle", "validate",
 # First guesses of how long each step runs when a fresh process starts with it (its
 # imports included); raised as builds are observed. Kills fall in [0, 2x) of it.
 GUESS = {"fetch": 0.3, "reference": 4.0, "export": 3.0, "onnx": 1.5, "engine": 0.8}
+GUESS |= {"bundle": 0.3, "validate": 1.5, "manifest": 0.05}
 DOIT = [sys.executable, "-m", "doit", "-f", str(ROOT / "dodo.py")]
 STARTED = re.compile(r"^\.  (\w+)")
 DONE = re.compile(r"^   (\w+): done in ([\d.]+) s", re.MULTILINE)
@@ -87,57 +88,52 @@ class Crasher:
         self.clean = clean_lock
         self.rng = random.Random(seed)
         self.steps = [(s["kind"], s["key"]) for s in clean_lock["steps"]]  # type: ignore[index, attr-defined]
-        self.durations = {k: GUESS.get(k, 0.5) for k in KINDS}
-        self.rollbacks = 0
+        self.durations = dict(GUESS)
+        self.turn = seed
 
-    def missing(self) -> str | None:
+    def prepare(self) -> str:
+        """Choose the step to kill in (each in turn) and roll the store back to just
+        before it: remove the manifest and the artifacts from that step on. Steps
+        before it that an earlier kill left unfinished are built first."""
+        target = KINDS[self.turn % len(KINDS)]
+        self.turn += 1
+        (self.world.root / "manifests" / f"{RECIPE}.json").unlink(missing_ok=True)
         store = Store(self.world.store)
-        for kind, key in self.steps:
-            if not store.has(key):
-                return kind
-        return None if (self.world.root / "manifests" / f"{RECIPE}.json").exists() else "manifest"
-
-    def roll_back(self) -> None:
-        """After a complete build: remove the manifest and the artifacts from a step on."""
-        start = KINDS[self.rollbacks % len(KINDS)]
-        self.rollbacks += 1
-        (self.world.root / "manifests" / f"{RECIPE}.json").unlink()
-        store = Store(self.world.store)
-        for _kind, key in self.steps[KINDS.index(start) :] if start != "manifest" else []:
+        for _kind, key in self.steps[KINDS.index(target) :] if target != "manifest" else []:
             store.remove(key)
+        return target
 
     def attempt(self, tally: Tally) -> None:
-        target = self.missing()
-        if target is None:
-            self.roll_back()
-            target = self.missing()
-        assert target is not None
+        target = self.prepare()
         begun = time.monotonic()
         proc = spawn(self.world)
         q = lines_of(proc)
         started: list[tuple[float, str]] = []
         output: list[str] = []
+        finished = [False]
 
         def drain(until: float | None) -> bool:
             """Read lines until `until` (None: until the end); True if the build ended."""
-            while True:
+            while not finished[0]:
                 timeout = None if until is None else max(0.0, until - time.monotonic())
                 try:
                     at, line = q.get(timeout=timeout)
                 except queue.Empty:
                     return False
                 if line is None:
-                    return True
+                    finished[0] = True
+                    break
                 output.append(line)
                 m = STARTED.match(line)
                 if m:
                     started.append((at, m.group(1)))
+            return True
 
         deadline = time.monotonic() + 300
-        while not any(kind == target for _, kind in started):
-            if drain(time.monotonic() + 0.05) or time.monotonic() > deadline:
-                break
-        ended = proc.poll() is not None and drain(None)
+        ended = False
+        while not ended and not any(kind == target for _, kind in started):
+            ended = drain(time.monotonic() + 0.05)
+            assert time.monotonic() < deadline, "".join(output)
         if not ended:
             at = next(at for at, kind in started if kind == target)
             delay = self.rng.uniform(0, 2 * self.durations[target])
@@ -221,4 +217,4 @@ def test_fifty_sigkills_never_corrupt_the_store(tmp_path: Path, hub: Path, built
         f"{tally.corrupt} corrupt, {tally.partial} partial, {tally.missing} missing"
     )
     assert tally.kills >= wanted
-    assert set(tally.killed_in) >= {"reference", "export", "onnx"}
+    assert set(tally.killed_in) >= {"fetch", "reference", "export", "onnx", "engine"}
