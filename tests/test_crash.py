@@ -36,7 +36,7 @@ pytestmark = heavy
 RECIPE = "tiny-llama"
 KINDS = ("fetch", "reference", "export", "onnx", "engine", "bundle", "validate", "manifest")
 # First guesses of how long each step runs when a fresh process starts with it (its
-# imports included); raised as builds are observed. Kills fall in [0, 2x) of it.
+# imports included); raised as builds are observed. Kills fall in [0, 1.5x) of it.
 GUESS = {"fetch": 0.3, "reference": 4.0, "export": 3.0, "onnx": 1.5, "engine": 0.8}
 GUESS |= {"bundle": 0.3, "validate": 1.5, "manifest": 0.05}
 DOIT = [sys.executable, "-m", "doit", "-f", str(ROOT / "dodo.py")]
@@ -136,7 +136,7 @@ class Crasher:
             assert time.monotonic() < deadline, "".join(output)
         if not ended:
             at = next(at for at, kind in started if kind == target)
-            delay = self.rng.uniform(0, 2 * self.durations[target])
+            delay = self.rng.uniform(0, 1.5 * self.durations[target])
             ended = drain(at + delay)
         if ended:
             proc.wait()
