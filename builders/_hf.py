@@ -21,3 +21,24 @@ def load_causal_lm(checkpoint: Path) -> Any:
         checkpoint, dtype=torch.float32, attn_implementation="eager", use_safetensors=True
     )
     return model.eval()
+
+
+def load_for_export(checkpoint: Path) -> Any:
+    """As load_causal_lm, with the experts as batched matmuls: the default MoE
+    expert loop does not trace (FIELD_NOTES: MoE exports only with
+    experts_implementation="batched_mm"). The reference keeps the default, so the
+    two paths stay independent."""
+    import torch
+    from transformers import AutoModelForCausalLM
+    from transformers.utils import logging
+
+    logging.disable_progress_bar()
+    logging.set_verbosity_error()
+    model = AutoModelForCausalLM.from_pretrained(
+        checkpoint,
+        dtype=torch.float32,
+        attn_implementation="eager",
+        experts_implementation="batched_mm",
+        use_safetensors=True,
+    )
+    return model.eval()

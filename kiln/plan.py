@@ -124,8 +124,18 @@ def _check_buildable(recipe: Recipe) -> None:
         raise KilnError(problems)
 
 
+def _task(recipe: Recipe) -> dict[str, Any]:
+    """The task, in the options of the steps it changes. text-generation, the
+    default, adds nothing, so its keys stay what they were before tasks existed."""
+    return {} if recipe.task == "text-generation" else {"task": recipe.task}
+
+
 def _engine_chain(
-    role: str, checkpoint: Checkpoint | Companion, build: Build, tools: Toolchain
+    role: str,
+    checkpoint: Checkpoint | Companion,
+    build: Build,
+    tools: Toolchain,
+    task: dict[str, Any] | None = None,
 ) -> list[Step]:
     """fetch -> export -> onnx -> engine for one checkpoint. Companions (a draft
     model, an adapter's base) get their own chain; equal inputs give equal keys, so
@@ -142,7 +152,7 @@ def _engine_chain(
     export = _step(
         "export",
         f"export {at}",
-        {"opset": OPSET, "exporter": "torchscript"},
+        {"opset": OPSET, "exporter": "torchscript", **(task or {})},
         {"checkpoint": fetch},
         tools,
         role,
@@ -166,7 +176,7 @@ def _engine_chain(
 def plan(name: str, recipe: Recipe, prompts: PromptSet, tools: Toolchain) -> Plan:
     """Expand one recipe. Only what decides an output goes into a step's options."""
     _check_buildable(recipe)
-    chain = _engine_chain("model", recipe.model, recipe.build, tools)
+    chain = _engine_chain("model", recipe.model, recipe.build, tools, _task(recipe))
     fetch, engine = chain[0], chain[-1]
     check = {
         "prompts": list(prompts.prompts),
@@ -176,7 +186,7 @@ def plan(name: str, recipe: Recipe, prompts: PromptSet, tools: Toolchain) -> Pla
     reference = _step(
         "reference",
         f"reference {at} fp32",
-        {**check, "dtype": "float32"},
+        {**check, "dtype": "float32", **_task(recipe)},
         {"checkpoint": fetch},
         tools,
     )
