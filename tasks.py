@@ -621,7 +621,13 @@ def replay() -> Any:
     from kiln.replay.driver import Hooks
     from kiln.replay.driver import replay as run_replay
 
-    hooks = Hooks(plan=_plan, context=_context, prepare=_prepare, record=record_manifest)
+    hooks = Hooks(
+        plan=_plan,
+        context=_context,
+        prepare=_prepare,
+        record=record_manifest,
+        fetchable=_fetchable_here,
+    )
     try:
         code, path = run_replay(_catalog(), _replay_options(), hooks)
     except KilnError as exc:

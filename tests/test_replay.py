@@ -168,6 +168,7 @@ def test_one_recipe_failing_never_stops_the_others(replay_world: World) -> None:
         },
     )
     (w.root / "recipes" / "tiny-bad.yaml").write_text("schema_version: 1\nmodle: {}\n")
+    shutil.copy(ROOT / "recipes" / "real-phi-4.yaml", w.root / "recipes")  # no Hub here
     proc = w.doit("replay")
     assert proc.returncode == 1, proc.stdout + proc.stderr
     r = recipes(w)
@@ -185,8 +186,12 @@ def test_one_recipe_failing_never_stops_the_others(replay_world: World) -> None:
         "passed",
         "skipped",
     ]
+    real = r["real-phi-4"]
+    assert real["verdict"] == "unsupported-here" and not real["regression"]
+    assert "is not in the hub cache and the Hub is not reachable here" in real["reason"]
     md = (w.root / ".kiln/replay/report.md").read_text()
     assert "- tiny-trt: unsupported-here: " in md.split("### Could not run here")[1]
+    assert "- real-phi-4: unsupported-here: " in md.split("### Could not run here")[1]
     assert not (w.root / "manifests" / "tiny-gone.json").exists()  # nothing measured
 
 

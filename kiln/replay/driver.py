@@ -54,6 +54,7 @@ class Hooks:
     context: Callable[[str, Step], dict[str, Any]]
     prepare: Callable[[list[Plan]], None]
     record: Callable[[str, Plan, dict[str, Any]], Evidence]
+    fetchable: Callable[[Plan], bool] = lambda _p: True  # its checkpoints can be had here
 
 
 def brief(exc: KilnError) -> str:
@@ -96,6 +97,15 @@ def _plan_all(
             p = hooks.plan(name)
         except KilnError as exc:
             early[name] = Outcome(name, "unsupported-here", brief(exc))
+            continue
+        if not hooks.fetchable(p):
+            pins = ", ".join(
+                f"{s.options['repo']}@{s.options['revision'][:7]}"
+                for s in p.steps
+                if s.kind == "fetch"
+            )
+            why = f"{pins} is not in the hub cache and the Hub is not reachable here"
+            early[name] = Outcome(name, "unsupported-here", f"{why}; set KILN_HUB_ONLINE=1")
             continue
         need = resources(cat.recipes[name])
         if opts.executor == "local" and need.gpus:
