@@ -61,7 +61,16 @@ class Bundle:
         kv = self.meta["io"]["kv_cache"]
         self.kv_heads, self.head_dim = kv["kv_heads"], kv["head_dim"]
         self.past_names = [v["name"] for v in self.meta["io"]["inputs"][3:]]
-        self.output_names = [v["name"] for v in self.meta["io"]["outputs"]]
+        # logits and present.* only: a speculative target also outputs hidden states,
+        # which runtime/speculative.py reads and ordinary decoding ignores.
+        self.output_names = [
+            v["name"]
+            for v in self.meta["io"]["outputs"]
+            if v["name"] == "logits" or v["name"].startswith("present.")
+        ]
+        # Empty-cache shapes come from the graph's own inputs: keys and values may
+        # differ (DeepseekV3 caches compressed keys and values of other widths).
+        self.past_shapes = [v["shape"] for v in self.meta["io"]["inputs"][3:]]
         self.max_batch_size = self.meta["limits"]["max_batch_size"]
         self.max_seq_len = self.meta["limits"]["max_seq_len"]
 
@@ -77,8 +86,13 @@ class Bundle:
     # ------------------------------------------------------------ forward passes
 
     def _empty_cache(self, batch: int) -> list[np.ndarray]:
-        shape = (batch, self.kv_heads, 0, self.head_dim)
-        return [np.zeros(shape, np.float32) for _ in self.past_names]
+        return [
+            np.zeros(
+                [batch if i == 0 else d if isinstance(d, int) else 0 for i, d in enumerate(s)],
+                np.float32,
+            )
+            for s in self.past_shapes
+        ]
 
     def forward(
         self, ids: np.ndarray, mask: np.ndarray, positions: np.ndarray, past: list[np.ndarray]
@@ -151,4 +165,10 @@ class Bundle:
 
 
 def load(path: Path | str, threads: int | None = None) -> Bundle:
+    """The bundle at `path`; one whose variant drafts speculates (runtime/speculative.py)."""
+    meta_path = Path(path) / "bundle.json"
+    if meta_path.is_file() and "speculative" in json.loads(meta_path.read_text()):
+        from runtime.speculative import SpeculativeBundle
+
+        return SpeculativeBundle(Path(path), threads)
     return Bundle(Path(path), threads)
