@@ -24,19 +24,28 @@ from runtime.sampling import Sampler
 from runtime.speculative import draw
 
 
-class Engine:
-    """One onnxruntime session with an explicit KV cache (inputs past.*, outputs present.*)."""
+def _session(bundle: Any, name: str) -> Any:
+    """One onnxruntime session per engine per bundle: a drafter is made per prompt, and
+    loading a session costs more than drafting a whole prompt on the tiny models."""
+    import onnxruntime as ort
 
-    def __init__(self, bundle: Any, name: str) -> None:
-        import onnxruntime as ort
-
+    cache: dict[str, Any] = bundle.__dict__.setdefault("_drafter_sessions", {})
+    if name not in cache:
         meta = bundle.meta["engines"][name]
         so = ort.SessionOptions()
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # done at build
         so.intra_op_num_threads = bundle.threads or min(4, os.cpu_count() or 1)
-        self.session = ort.InferenceSession(
+        cache[name] = ort.InferenceSession(
             str(bundle.path / meta["file"]), so, providers=[meta["provider"]]
         )
+    return cache[name]
+
+
+class Engine:
+    """One onnxruntime session with an explicit KV cache (inputs past.*, outputs present.*)."""
+
+    def __init__(self, bundle: Any, name: str) -> None:
+        self.session = _session(bundle, name)
         self.outputs = [o.name for o in self.session.get_outputs()]
         inputs = {i.name: i.shape for i in self.session.get_inputs()}
         self.past_names = [n for n in inputs if n.startswith("past.")]
