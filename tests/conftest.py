@@ -148,3 +148,21 @@ def bundle_dir(world: World, recipe: str) -> Path:
     out = world.doit("plan", f"recipe={recipe}", check=True).stdout
     key = re.search(r"bundle\s+([0-9a-f]{12})", out).group(1)  # type: ignore[union-attr]
     return next((world.store / "objects").glob(f"*/{key}*"))
+
+
+def copy_catalog(base: Path, manifests: bool = True) -> World:
+    """The repository's catalog (recipes, thresholds, prompts and, optionally, the
+    committed manifests) copied into `base`: enough for the site, no build needed."""
+    root = base / "catalog"
+    folders = ("recipes", "thresholds", "prompts", *(("manifests",) if manifests else ()))
+    for folder in folders:
+        shutil.copytree(ROOT / folder, root / folder)
+    (root / "manifests").mkdir(exist_ok=True)
+    return World(root=root, hub=base / "hub", store=base / "store")
+
+
+@pytest.fixture(scope="session")
+def built_site(built: World) -> Path:
+    """The site rendered by `doit site` from the freshly built tiny recipes."""
+    built.doit("site", check=True)
+    return built.root / "_site"
