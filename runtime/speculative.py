@@ -222,8 +222,8 @@ class SpeculativeBundle(Bundle):
         self.last_stats = Stats()
         out = []
         for prompt in prompts:
-            # Room for a full final round: drafts are verified inside max_seq_len.
-            self._check_length(len(prompt), max_new_tokens + self.max_draft_len)
+            # Rounds never draft past max_new_tokens, so this bounds every verify forward.
+            self._check_length(len(prompt), max_new_tokens)
             spec = Speculation(Target(self), self.drafter(), self.max_draft_len, sampler, self.eos)
             out.append(spec.run(prompt, max_new_tokens))
             self.last_stats.add(spec.stats)
