@@ -26,10 +26,11 @@ from doit.exceptions import TaskFailed
 
 import tinyhub
 from kiln import catalog as catalog_mod
-from kiln import manifest, toolchain
+from kiln import manifest, toolchain, unsupported, upkeep
 from kiln import rules as rules_mod
+from kiln.canonical import key_of
 from kiln.errors import KilnError, Location, Problem
-from kiln.execute import run_step
+from kiln.execute import Graph, run_step
 from kiln.gates import judge
 from kiln.plan import Plan, Step, plan
 from kiln.schema import CheckpointLock, Evidence, FileHash, Lock, StepLock
@@ -138,6 +139,11 @@ def _context(name: str, step: Step) -> dict[str, Any]:
     return {}
 
 
+def _graph(name: str, by_key: dict[str, Step]) -> Graph:
+    """What a step needs to rebuild an input it finds corrupt."""
+    return Graph(by_key, lambda s: _context(name, s))
+
+
 def _step_task(name: str, step: Step, by_key: dict[str, Step], mirror: bool) -> Task:
     deps = [f"build:{_task_name(by_key[k])}" for k in step.inputs.values()]
     if mirror and step.kind == "fetch" and tinyhub.is_tiny(step.options["repo"]):
@@ -147,7 +153,10 @@ def _step_task(name: str, step: Step, by_key: dict[str, Step], mirror: bool) -> 
         "name": _task_name(step),
         "title": lambda _task, s=step: f"{s.kind:<9} {s.name}  [{s.key[:12]}]",
         "actions": [
-            _guard(lambda s=step: run_step(s, _store(), _context(name, s)), (name, step.origin))
+            _guard(
+                lambda s=step: run_step(s, _store(), _context(name, s), _graph(name, by_key)),
+                (name, step.origin),
+            )
         ],
         "task_dep": deps,
         "uptodate": [lambda s=step: store.has(s.key)],
@@ -206,9 +215,15 @@ def _lock(p: Plan) -> Lock:
     )
 
 
-def _measured(validate: Step) -> dict[str, Any]:
-    """What the validate step measured (its evidence.json in the store)."""
-    data: dict[str, Any] = json.loads(_store().get(validate.key).file("evidence.json").read_text())
+def _measured(validate: Step, name: str) -> dict[str, Any]:
+    """What the validate step measured (its evidence.json in the store), or, for an
+    unsupported recipe, the reason with the date and host it was found on."""
+    artifact = _store().get(validate.key).path
+    found = unsupported.marker_of(artifact)
+    if found is not None:
+        backend = {"name": _catalog().recipe(name).build.backend, "device": "not run"}
+        return {**found, "unsupported": found["reason"], "backend": backend, "metrics": {}}
+    data: dict[str, Any] = json.loads((artifact / "evidence.json").read_text())
     return data
 
 
@@ -216,9 +231,11 @@ def record_manifest(name: str, p: Plan) -> None:
     """Judge the validation against the recipe's gates and append the evidence."""
     cat = _catalog()
     validate = p.step("validate")
-    measured = _measured(validate)
+    measured = _measured(validate, name)
     thresholds = cat.thresholds[cat.recipe(name).validation.thresholds]
     gates, verdict, reason = judge(thresholds, measured["metrics"])
+    if "unsupported" in measured:  # no metrics were measured, and none are claimed
+        gates, verdict, reason = [], "unsupported-here", measured["unsupported"]
     evidence = Evidence(
         date=measured["date"],
         host=measured["host"],
@@ -230,7 +247,17 @@ def record_manifest(name: str, p: Plan) -> None:
         reason=reason,
     )
     path = cat.paths.manifest(name)
-    manifest.record(path, name, _lock(p), evidence)
+    store = _store()
+    # Concurrent builds of one recipe record one run once (issue 7), and a manifest
+    # never names an artifact that is not there (it is written last).
+    with store.lock(key_of({"manifest": str(path.resolve())}), f"manifest {name}"):
+        if manifest.has_evidence(path, validate.key, measured["date"], _lock(p)):
+            print(f"   {name}: this run is already recorded in {cat.paths.rel(path)}")
+            return
+        absent = [s.name for s in p.steps if not store.has(s.key)]
+        if absent:
+            raise KilnError.one(f"not writing the manifest: {', '.join(absent)} missing")
+        manifest.record(path, name, _lock(p), evidence)
     print(f"   {name}: {verdict}{' (' + reason + ')' if reason else ''} -> {cat.paths.rel(path)}")
 
 
@@ -242,7 +269,7 @@ def _manifest_task(name: str, p: Plan) -> Task:
         store = _store()
         if not all(store.has(s.key) for s in p.steps):
             return False
-        measured = _measured(validate)
+        measured = _measured(validate, name)
         return manifest.has_evidence(path, validate.key, measured["date"], _lock(p))
 
     return {
@@ -401,7 +428,11 @@ def generate(name: str) -> None:
             top_p=float(get_var("top_p", "1")),
             seed=int(get_var("seed", "0")),
         )
-        bundle = load(_store().get(p.step("bundle").key).path)
+        artifact = _store().get(p.step("bundle").key).path
+        found = unsupported.marker_of(artifact)
+        if found is not None:
+            raise KilnError.one(f"unsupported here: {found['reason']}", None)
+        bundle = load(artifact)
         out = bundle.generate(
             [bundle.encode(prompt)], int(get_var("max_new_tokens", "32")), sampler
         )
@@ -501,3 +532,27 @@ def task_schema() -> Task:
         print(f"   schema: {len(changed)} of {len(editor_schema.MODELS)} files changed in {folder}")
 
     return {"actions": [_guard(write)], "uptodate": [False], "verbosity": 2}
+
+
+# ---------------------------------------------------------------- verify / gc
+
+
+def task_verify() -> Task:
+    """Re-hash the store against its records and the manifests' locks (repair=1 removes
+    damaged artifacts). Exit 0 ok, 4 corrupt/partial, 5 missing, 6 extra."""
+
+    def run() -> None:
+        code = upkeep.verify(_catalog(), _store(), repair=get_var("repair", "0") == "1")
+        if code:
+            sys.exit(code)  # doit's own codes are 1-3; ours say what was found (README)
+
+    return {"actions": [_guard(run)], "uptodate": [False], "verbosity": 2}
+
+
+def task_gc() -> Task:
+    """Remove stale temp dirs and artifacts nothing references (dry_run=1 lists them)."""
+
+    def run() -> None:
+        upkeep.collect(_catalog(), _store(), dry_run=get_var("dry_run", "0") == "1")
+
+    return {"actions": [_guard(run)], "uptodate": [False], "verbosity": 2}

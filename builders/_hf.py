@@ -6,27 +6,39 @@ safetensors only: pickle-based weights can execute code when loaded.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 
 def load_causal_lm(checkpoint: Path) -> Any:
-    """The checkpoint in fp32. MoE models get transformers' batched_mm experts, the only
-    implementation that traces to ONNX (FIELD_NOTES); the math is the same."""
     import torch
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging
 
     logging.disable_progress_bar()
     logging.set_verbosity_error()
-    config = json.loads((checkpoint / "config.json").read_text())
-    moe = any(k in config for k in ("n_routed_experts", "num_local_experts", "num_experts"))
+    model = AutoModelForCausalLM.from_pretrained(
+        checkpoint, dtype=torch.float32, attn_implementation="eager", use_safetensors=True
+    )
+    return model.eval()
+
+
+def load_for_export(checkpoint: Path) -> Any:
+    """As load_causal_lm, with the experts as batched matmuls: the default MoE
+    expert loop does not trace (FIELD_NOTES: MoE exports only with
+    experts_implementation="batched_mm"). The reference keeps the default, so the
+    two paths stay independent."""
+    import torch
+    from transformers import AutoModelForCausalLM
+    from transformers.utils import logging
+
+    logging.disable_progress_bar()
+    logging.set_verbosity_error()
     model = AutoModelForCausalLM.from_pretrained(
         checkpoint,
         dtype=torch.float32,
         attn_implementation="eager",
+        experts_implementation="batched_mm",
         use_safetensors=True,
-        **({"experts_implementation": "batched_mm"} if moe else {}),
     )
     return model.eval()

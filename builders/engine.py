@@ -41,17 +41,16 @@ def build(request: Any, writer: Any) -> None:
     so.optimized_model_filepath = str(writer.path("engine.onnx"))
     provider = "CPUExecutionProvider"
     session = ort.InferenceSession(str(source / "model.onnx"), so, providers=[provider])
+    kv = io["kv_cache"]
     batch = opts.max_batch_size
     feeds = {
         "input_ids": np.zeros((batch, 4), np.int64),
         "attention_mask": np.ones((batch, 4), np.int64),
         "position_ids": np.tile(np.arange(4, dtype=np.int64), (batch, 1)),
     }
-    for v in io["inputs"][3:]:  # the graph's own cache shapes: keys and values may differ
-        shape = [
-            batch if i == 0 else d if isinstance(d, int) else 0 for i, d in enumerate(v["shape"])
-        ]
-        feeds[v["name"]] = np.zeros(shape, np.float32)
+    for entry in kv["entries"]:  # shapes observed at export (builders/_cache.py)
+        shape = [{"batch": batch, "seq": 0}.get(d, d) for d in entry["shape"]]
+        feeds[entry["past"]] = np.zeros(shape, np.float32)
     logits = session.run(["logits"], feeds)[0]
     if logits.shape != (batch, 4, io["vocab_size"]) or not np.isfinite(logits).all():
         raise request.error(f"engine smoke run gave logits of shape {logits.shape}", "kiln bug")

@@ -20,6 +20,7 @@ class Options(BaseModel):
     prompts: list[str] = Field(min_length=1, description="Prompts to run.")
     max_new_tokens: int = Field(ge=1, description="Greedy tokens per prompt.")
     dtype: str = Field(pattern="^float32$", description="Reference dtype; always fp32.")
+    task: str = Field("text-generation", description="The recipe's task (kiln.schema.TASKS).")
 
 
 def build(request: Any, writer: Any) -> None:
@@ -30,6 +31,10 @@ def build(request: Any, writer: Any) -> None:
     from builders._hf import load_causal_lm
 
     opts = Options.model_validate(request.options)
+    if opts.task != "text-generation":
+        from builders.unsupported import Unsupported, task_not_built
+
+        raise Unsupported(task_not_built(opts.task))
     checkpoint = request.inputs["checkpoint"] / "checkpoint"
     torch.manual_seed(0)
     tokenizer = AutoTokenizer.from_pretrained(checkpoint)

@@ -125,6 +125,12 @@ def _fetch(role: str, checkpoint: Checkpoint | Companion, tools: Toolchain) -> S
     return _step("fetch", f"fetch {at}", options, {}, tools, role)
 
 
+def _task(recipe: Recipe) -> dict[str, Any]:
+    """The task, in the options of the steps it changes. text-generation, the
+    default, adds nothing, so its keys stay what they were before tasks existed."""
+    return {} if recipe.task == "text-generation" else {"task": recipe.task}
+
+
 def _engine_chain(
     role: str,
     checkpoint: Checkpoint | Companion,
@@ -170,9 +176,8 @@ def plan(name: str, recipe: Recipe, prompts: PromptSet, tools: Toolchain) -> Pla
         r: _fetch(r, c, tools) for r, c in sorted(recipe.companions.items())
     }
     export_inputs = variants.export_inputs(recipe, companions)
-    chain = _engine_chain(
-        "model", recipe.model, recipe.build, tools, variants.export_options(recipe), export_inputs
-    )
+    export_options = {**_task(recipe), **variants.export_options(recipe)}
+    chain = _engine_chain("model", recipe.model, recipe.build, tools, export_options, export_inputs)
     fetch, engine = chain[0], chain[-1]
     extra, bundle_inputs = _variant_steps(recipe, fetch, companions, tools)
     check = {
@@ -183,7 +188,7 @@ def plan(name: str, recipe: Recipe, prompts: PromptSet, tools: Toolchain) -> Pla
     reference = _step(
         "reference",
         f"reference {at} fp32",
-        {**check, "dtype": "float32"},
+        {**check, "dtype": "float32", **_task(recipe)},
         {"checkpoint": fetch, **variants.reference_inputs(recipe, companions)},
         tools,
     )

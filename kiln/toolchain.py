@@ -32,12 +32,22 @@ LIBRARIES: dict[str, tuple[str, ...]] = {
 # every .py file under it.
 CODE: dict[str, tuple[str, ...]] = {
     "fetch": ("builders/fetch.py",),
-    "reference": ("builders/reference.py", "builders/_hf.py", "builders/_adapter.py"),
+    "reference": (
+        "builders/reference.py",
+        "builders/_hf.py",
+        "builders/_adapter.py",
+        "builders/unsupported.py",
+        "kiln/unsupported.py",
+    ),
     "export": (
         "builders/export.py",
         "builders/_hf.py",
         "builders/_adapter.py",
+        "builders/_cache.py",
         "builders/_capture.py",
+        "builders/_tracefix.py",
+        "builders/unsupported.py",
+        "kiln/unsupported.py",
     ),
     "onnx": ("builders/onnx.py",),
     "engine": ("builders/engine.py",),

@@ -58,9 +58,10 @@ class Bundle:
         self.eos = set(tok["eos"])
         self.pad = int(tok["pad"])
         self.bos = tok["bos"] if tok["add_bos"] else None
-        kv = self.meta["io"]["kv_cache"]
-        self.kv_heads, self.head_dim = kv["kv_heads"], kv["head_dim"]
-        self.past_names = [v["name"] for v in self.meta["io"]["inputs"][3:]]
+        # Each cached tensor's shape, as the export observed it: "batch" and "seq" mark
+        # the axes that vary (MLA caches keys and values of different widths).
+        self.cache_shapes = [e["shape"] for e in self.meta["io"]["kv_cache"]["entries"]]
+        self.past_names = [e["past"] for e in self.meta["io"]["kv_cache"]["entries"]]
         # logits and present.* only: a speculative target also outputs hidden states,
         # which runtime/speculative.py reads and ordinary decoding ignores.
         self.output_names = [
@@ -68,9 +69,6 @@ class Bundle:
             for v in self.meta["io"]["outputs"]
             if v["name"] == "logits" or v["name"].startswith("present.")
         ]
-        # Empty-cache shapes come from the graph's own inputs: keys and values may
-        # differ (DeepseekV3 caches compressed keys and values of other widths).
-        self.past_shapes = [v["shape"] for v in self.meta["io"]["inputs"][3:]]
         self.max_batch_size = self.meta["limits"]["max_batch_size"]
         self.max_seq_len = self.meta["limits"]["max_seq_len"]
 
@@ -87,11 +85,8 @@ class Bundle:
 
     def _empty_cache(self, batch: int) -> list[np.ndarray]:
         return [
-            np.zeros(
-                [batch if i == 0 else d if isinstance(d, int) else 0 for i, d in enumerate(s)],
-                np.float32,
-            )
-            for s in self.past_shapes
+            np.zeros([{"batch": batch, "seq": 0}.get(d, d) for d in shape], np.float32)
+            for shape in self.cache_shapes
         ]
 
     def forward(

@@ -261,30 +261,17 @@ def test_pages_have_no_inline_scripts_styles_or_event_handlers(tmp_path: Path) -
         assert all(src and src.endswith("static/filter.js") for src in scripts), page
 
 
-def test_the_schema_grows_and_the_recipe_page_shows_what_it_gains(tmp_path: Path) -> None:
-    """Fields being added to the recipe schema in parallel (known limitations, tags,
-    owners, companions) are rendered as soon as a recipe has them."""
-
-    class Companion(schema.Strict):
-        role: str
-        repo: str
-        revision: str
-
-    class Grown(schema.Recipe):
-        known_limitations: tuple[str, ...] = ()
-        tags: tuple[str, ...] = ()
-        owners: tuple[str, ...] = ()
-        companions: tuple[Companion, ...] = ()
-
+def test_recipe_page_and_index_show_limitations_tags_owners_and_companions(tmp_path: Path) -> None:
     world = copy_catalog(tmp_path)
     cat = catalog.load(catalog.Paths(world.root))
     draft = "kiln-tiny/qwen3", "8c0453fc635cbc01885554be7a5f6b71998ad301"
-    cat.recipes["tiny-llama"] = Grown(
-        **cat.recipes["tiny-llama"].model_dump(),
-        known_limitations=["Greedy decoding only."],
-        tags=["tiny"],
-        owners=["site-team"],
-        companions=[Companion(role="draft", repo=draft[0], revision=draft[1])],
+    cat.recipes["tiny-llama"] = cat.recipes["tiny-llama"].model_copy(
+        update={
+            "known_limitations": ["Greedy decoding only."],
+            "tags": ["tiny"],
+            "owners": ["site-team"],
+            "companions": {"draft": schema.Companion(repo=draft[0], revision=draft[1])},
+        }
     )
     sitegen.build(cat, tmp_path / "site")
     page = (tmp_path / "site" / "recipes" / "tiny-llama.html").read_text()
