@@ -94,7 +94,7 @@ COMPANIONS = (
 def _add_deepseek() -> None:
     from tinyhub.drafters import DEEPSEEK_V3
 
-    SPECS["kiln-tiny/deepseek-v3"] = DEEPSEEK_V3
+    SPECS["kiln-tiny/deepseek-v3-mtp"] = DEEPSEEK_V3
 
 
 _add_deepseek()

@@ -10,7 +10,7 @@ sha1 of its file listing) is as deterministic as theirs:
   * kiln-tiny/qwen3-lora: a peft LoRA adapter for kiln-tiny/qwen3. adapter_config.json
     records the base as base_model_name_or_path plus peft's own `revision` field,
     pinned to the base's 40-hex revision (peft leaves it null by default: issue #1567).
-  * kiln-tiny/deepseek-v3: a DeepseekV3ForCausalLM (MLA attention, MoE) with one
+  * kiln-tiny/deepseek-v3-mtp: a DeepseekV3ForCausalLM (MLA attention, MoE) with one
     DeepSeek-V3 MTP module as layer num_hidden_layers (README_WEIGHTS.md names).
   * kiln-tiny/qwen3-eagle3, -dflash, -dspark: drafters for kiln-tiny/qwen3 in the
     published checkpoint formats (spec_decoding_facts.md 1-3), random weights.
