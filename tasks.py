@@ -164,6 +164,28 @@ def _step_task(name: str, step: Step, by_key: dict[str, Step], mirror: bool) -> 
     }
 
 
+def _fetchable_here(p: Plan) -> bool:
+    """Can every checkpoint of the plan be fetched here (tiny, cached, or online)?"""
+    if os.environ.get("KILN_HUB_ONLINE") == "1":
+        return True
+    hub = _catalog().paths.hub
+    return all(
+        tinyhub.is_tiny(s.options["repo"])
+        or (tinyhub.repo_dir(hub, s.options["repo"]) / "snapshots" / s.options["revision"]).is_dir()
+        for s in p.steps
+        if s.kind == "fetch"
+    )
+
+
+def _note(name: str, message: str) -> Task:
+    return {
+        "name": name,
+        "actions": [lambda: print(f"   {message}")],
+        "uptodate": [False],
+        "verbosity": 2,
+    }
+
+
 def _uses_tiny(plans: list[Plan]) -> bool:
     return any(tinyhub.is_tiny(p.step("fetch").options["repo"]) for p in plans)
 
@@ -292,6 +314,17 @@ def task_build() -> Iterator[Task]:
             plans.append(_plan(name))
         except KilnError as exc:
             problems.append((name, exc))
+    if not get_var("recipe", None):
+        # "Everything" means everything this machine can fetch; the rest is listed.
+        skipped = [p.recipe for p in plans if not _fetchable_here(p)]
+        plans = [p for p in plans if p.recipe not in skipped]
+        if skipped:
+            yield _note(
+                "not-built-here",
+                f"not built here: {len(skipped)} recipes need checkpoints that are not in "
+                f"the hub cache and the Hub is not reachable ({', '.join(skipped)}); "
+                "with network access: KILN_HUB_ONLINE=1 doit build recipe=NAME",
+            )
     mirror = _uses_tiny(plans) and os.environ.get("KILN_HUB_ONLINE") != "1"
     if mirror:
         yield _mirror_task()

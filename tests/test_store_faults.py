@@ -143,6 +143,7 @@ def test_sigkill_before_any_call_of_a_publish_leaves_a_sound_store(tmp_path: Pat
 
 def sample_manifest(n: int) -> Manifest:
     sha = key_of(n)
+    material = {"kind": "fetch", "options": {"n": n}, "inputs": {}, "libraries": {}, "code": sha}
     return Manifest.model_validate(
         {
             "schema_version": 1,
@@ -154,7 +155,7 @@ def sample_manifest(n: int) -> Manifest:
                     "architecture": "LlamaForCausalLM",
                     "files": [{"path": "config.json", "sha256": sha, "size": n}],
                 },
-                "steps": [{"kind": "fetch", "name": "fetch", "key": sha}],
+                "steps": [{**material, "name": "fetch", "key": key_of(material)}],
                 "toolchain": {"python": "3.11"},
             },
             "evidence": [],
