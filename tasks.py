@@ -211,17 +211,27 @@ def _mirror_task() -> Task:
     }
 
 
-def _lock(p: Plan) -> Lock:
-    fetched = _store().get(p.step("fetch").key)
+def _checkpoint_lock(fetch: Step) -> CheckpointLock:
+    fetched = _store().get(fetch.key)
     files = json.loads(fetched.file("files.json").read_text())
-    config = json.loads(fetched.file("checkpoint/config.json").read_text())
+    config_file = fetched.path / "checkpoint" / "config.json"
+    config = json.loads(config_file.read_text()) if config_file.is_file() else {}
+    if not config and (fetched.path / "checkpoint" / "adapter_config.json").is_file():
+        config = {"model_type": "peft-adapter"}  # an adapter-only checkpoint has no config.json
+    return CheckpointLock(
+        repo=files["repo"],
+        revision=files["revision"],
+        architecture=(config.get("architectures") or [config.get("model_type", "unknown")])[0],
+        files=[FileHash(**f) for f in sorted(files["files"], key=lambda f: f["path"])],
+    )
+
+
+def _lock(p: Plan) -> Lock:
     return Lock(
-        model=CheckpointLock(
-            repo=files["repo"],
-            revision=files["revision"],
-            architecture=(config.get("architectures") or [config.get("model_type", "unknown")])[0],
-            files=[FileHash(**f) for f in sorted(files["files"], key=lambda f: f["path"])],
-        ),
+        model=_checkpoint_lock(p.step("fetch")),
+        companions={
+            s.role: _checkpoint_lock(s) for s in p.steps if s.kind == "fetch" and s.role != "model"
+        },
         steps=[StepLock(name=s.name, key=s.key, **s.material) for s in p.steps],
         toolchain=toolchain.current().lock(),
     )
@@ -471,6 +481,22 @@ def generate(name: str) -> None:
     except (BundleError, ValueError) as exc:
         raise KilnError.one(str(exc), None) from None
     print(prompt + bundle.decode(out.tokens[0]))
+    if get_var("stats", None):
+        print(_stats_line(bundle, out.tokens[0]))
+
+
+def _stats_line(bundle: Any, tokens: list[int]) -> str:
+    """Acceptance diagnostics of the last generation (`doit run ... stats=1`)."""
+    stats = getattr(bundle, "last_stats", None)
+    if stats is None:
+        return f"stats: {bundle.meta['variant']}: {len(tokens)} tokens, one per target forward"
+    d = stats.as_dict()
+    return (
+        f"stats: {bundle.meta['variant']}: {len(tokens)} tokens; drafted {d['drafted']:.0f}, "
+        f"accepted {d['accepted']:.0f} (acceptance rate {d['acceptance_rate']:.3f}); "
+        f"{d['verify_forwards']:.0f} verify forwards, "
+        f"{d['tokens_per_forward']:.3f} committed tokens per target forward"
+    )
 
 
 def ensure_bundle(name: str) -> Plan:

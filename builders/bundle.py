@@ -12,13 +12,23 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from builders._bundle_variants import extend
+
 BUNDLE_SCHEMA = 1
 
 
 class Options(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    variant: str = Field(pattern="^ordinary$", description="Execution variant.")
+    variant: str = Field(
+        pattern="^(ordinary|draft|ngram|lora|mtp|eagle3|dflash|dspark)$",
+        description="Execution variant.",
+    )
     precision: dict[str, str] = Field(description="Recipe precision, recorded for readers.")
+    speculative: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Drafting parameters (max_draft_len, ...); empty when the variant "
+        "does not draft.",
+    )
 
 
 def _ids(value: Any) -> list[int]:
@@ -53,32 +63,32 @@ def build(request: Any, writer: Any) -> None:
         pad = pad[0] if isinstance(pad, list) else pad
     shutil.copyfile(engine_dir / engine["file"], writer.path("engine.onnx"))
     shutil.copyfile(ckpt / "tokenizer.json", writer.path("tokenizer.json"))
-    writer.write_json(
-        "bundle.json",
-        {
-            "schema_version": BUNDLE_SCHEMA,
-            "variant": opts.variant,
-            "precision": opts.precision,
-            "architecture": io["architecture"],
-            "engines": {
-                "main": {
-                    "file": "engine.onnx",
-                    "backend": engine["backend"],
-                    "backend_version": engine["version"],
-                    "provider": engine["provider"],
-                }
-            },
-            "io": {"inputs": io["inputs"], "outputs": io["outputs"], "kv_cache": io["kv_cache"]},
-            "tokenizer": {
-                "file": "tokenizer.json",
-                "add_bos": bool(tok_config.get("add_bos_token", False)),
-                "bos": (_ids(config.get("bos_token_id")) or [None])[0],
-                "eos": eos,
-                "pad": pad,
-            },
-            "limits": {
-                "max_batch_size": engine["max_batch_size"],
-                "max_seq_len": engine["max_seq_len"],
-            },
+    meta = {
+        "schema_version": BUNDLE_SCHEMA,
+        "variant": opts.variant,
+        "precision": opts.precision,
+        "architecture": io["architecture"],
+        "engines": {
+            "main": {
+                "file": "engine.onnx",
+                "backend": engine["backend"],
+                "backend_version": engine["version"],
+                "provider": engine["provider"],
+            }
         },
-    )
+        "io": {"inputs": io["inputs"], "outputs": io["outputs"], "kv_cache": io["kv_cache"]},
+        "tokenizer": {
+            "file": "tokenizer.json",
+            "add_bos": bool(tok_config.get("add_bos_token", False)),
+            "bos": (_ids(config.get("bos_token_id")) or [None])[0],
+            "eos": eos,
+            "pad": pad,
+        },
+        "limits": {
+            "max_batch_size": engine["max_batch_size"],
+            "max_seq_len": engine["max_seq_len"],
+        },
+    }
+    meta["vocab_size"] = io["vocab_size"]
+    extend(request, writer, meta, opts.speculative)
+    writer.write_json("bundle.json", meta)

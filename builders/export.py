@@ -33,6 +33,29 @@ class Options(BaseModel):
     opset: int = Field(17, ge=17, le=23, description="ONNX opset to export.")
     exporter: str = Field("torchscript", pattern="^torchscript$", description="torch exporter.")
     task: str = Field("text-generation", description="The recipe's task (kiln.schema.TASKS).")
+    hidden: str = Field(
+        "none",
+        pattern="^(none|mtp|eagle3|dflash|dspark)$",
+        description="Also output the hidden states this drafter reads, as output 'hidden' "
+        "(builders/_capture.py); 'none' keeps the ordinary graph.",
+    )
+
+
+def _capture(request: Any, opts: Options, model: Any) -> list[str]:
+    """The capture points of opts.hidden, from the drafter's config (input 'drafter')."""
+    import json
+
+    from builders._capture import capture_points
+
+    if opts.hidden == "none":
+        return []
+    drafter: dict[str, Any] = {}
+    if "drafter" in request.inputs:
+        drafter = json.loads((request.inputs["drafter"] / "checkpoint" / "config.json").read_text())
+    try:
+        return capture_points(opts.hidden, model.config.to_dict(), drafter)
+    except ValueError as exc:
+        raise request.error(str(exc), "fix the drafter checkpoint's layer ids") from None
 
 
 def io_names(entries: list[dict[str, Any]]) -> tuple[list[str], list[str]]:
@@ -45,6 +68,7 @@ def build(request: Any, writer: Any) -> None:
     import torch
 
     from builders import _cache, _tracefix
+    from builders._capture import install_hooks
     from builders._hf import load_for_export
 
     opts = Options.model_validate(request.options)
@@ -54,7 +78,13 @@ def build(request: Any, writer: Any) -> None:
         raise Unsupported(task_not_built(opts.task))
     checkpoint = request.inputs["checkpoint"] / "checkpoint"
     model = load_for_export(checkpoint)
+    if "adapter" in request.inputs:  # a LoRA companion is merged here, at export
+        from builders._adapter import with_adapter
+
+        model = with_adapter(request, model, merge=True)
     entries = _cache.observe(model)
+    points = _capture(request, opts, model)
+    seen = install_hooks(model, points) if points else {}
 
     class WithExplicitCache(torch.nn.Module):
         def __init__(self) -> None:
@@ -74,7 +104,8 @@ def build(request: Any, writer: Any) -> None:
             present = [
                 t for layer in out.past_key_values.layers for t in (layer.keys, layer.values)
             ]
-            return (out.logits, *present)
+            hidden = [torch.cat([seen[p] for p in points], dim=-1)] if points else []
+            return (out.logits, *present, *hidden)
 
     batch, past_len, seq = 2, 3, 4
     example = (
@@ -84,13 +115,17 @@ def build(request: Any, writer: Any) -> None:
         *_cache.example(entries, batch, past_len),
     )
     inputs, outputs = io_names(entries)
+    outputs += ["hidden"] if points else []
     dynamic = {
         "input_ids": {0: "batch", 1: "seq"},
         "attention_mask": {0: "batch", 1: "total"},
         "position_ids": {0: "batch", 1: "seq"},
         "logits": {0: "batch", 1: "seq"},
         **{name: {0: "batch", _cache.SEQ_AXIS: "past"} for name in inputs[3:]},
-        **{name: {0: "batch", _cache.SEQ_AXIS: "total"} for name in outputs[1:]},
+        **{
+            name: {0: "batch", _cache.SEQ_AXIS: "total"} for name in outputs[1:] if name != "hidden"
+        },
+        **({"hidden": {0: "batch", 1: "seq"}} if points else {}),
     }
     layers = model.config.get_text_config(decoder=True).num_hidden_layers
     request.log(f"exporting {type(model).__name__} ({layers} layers) to ONNX opset {opts.opset}")
@@ -110,7 +145,7 @@ def build(request: Any, writer: Any) -> None:
             opset_version=opts.opset,
             dynamo=False,
         )
-    writer.write_json("export.json", describe(model, entries))
+    writer.write_json("export.json", {**describe(model, entries), "hidden": points})
 
 
 def describe(model: Any, entries: list[dict[str, Any]]) -> dict[str, Any]:

@@ -39,6 +39,10 @@ def build(request: Any, writer: Any) -> None:
     torch.manual_seed(0)
     tokenizer = AutoTokenizer.from_pretrained(checkpoint)
     model = load_causal_lm(checkpoint)
+    if "adapter" in request.inputs:  # peft's own PeftModel, unmerged, is the reference
+        from builders._adapter import with_adapter
+
+        model = with_adapter(request, model, merge=False)
     eos = model.generation_config.eos_token_id
     eos_ids = [eos] if isinstance(eos, int) else list(eos or [])
     config = GenerationConfig(

@@ -98,6 +98,7 @@ def build(request: Any, writer: Any) -> None:
     import numpy as np
 
     from runtime import Sampler, load
+    from runtime.speculative import diagnostics
 
     opts = Options.model_validate(request.options)
     ref_dir = request.inputs["reference"]
@@ -120,6 +121,9 @@ def build(request: Any, writer: Any) -> None:
         seconds += out.seconds
     metrics = compare(bundle, ref, ref_logits, gen)
     metrics["tokenizer_match_rate"] = tokenizer_agree / len(opts.prompts)
+    # A drafting bundle: its greedy output against its own target-only greedy output
+    # (lossless means identical), and the acceptance diagnostics the gates read.
+    metrics.update(diagnostics(bundle, prompt_ids, opts.max_new_tokens))
     metrics["decode_tokens_per_s"] = new_tokens / seconds if seconds else 0.0
     engine = bundle.meta["engines"]["main"]
     writer.write_json(

@@ -12,12 +12,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from kiln import variants
 from kiln.canonical import key_of
 from kiln.errors import KilnError, Location, Problem
-from kiln.schema import Build, Checkpoint, Companion, PromptSet, Recipe
+from kiln.schema import VARIANTS, Build, Checkpoint, Companion, PromptSet, Recipe
 from kiln.toolchain import Toolchain
 
-KINDS = ("fetch", "reference", "export", "onnx", "engine", "bundle", "validate")
+KINDS = ("fetch", "reference", "export", "onnx", "engine", "drafter", "bundle", "validate")
 
 # The ONNX opset the exporter targets. 17 is what the legacy (TorchScript)
 # exporter handles best; it is 10-20x faster than dynamo (FIELD_NOTES).
@@ -60,6 +61,7 @@ _ORIGIN = {
     "export": ("model",),
     "onnx": ("precision",),
     "engine": ("build",),
+    "drafter": ("execution",),
     "bundle": ("execution",),
     "validate": ("validation",),
 }
@@ -91,7 +93,7 @@ BUILDABLE: dict[tuple[str, ...], tuple[Any, ...]] = {
     ("precision", "weights"): ("fp32",),
     ("precision", "kv_cache"): ("auto",),
     ("precision", "compute"): ("fp32",),
-    ("execution", "variant"): ("ordinary",),
+    ("execution", "variant"): VARIANTS,
     ("build", "backend"): ("onnxruntime",),
     ("build", "target"): ("cpu",),
     ("build", "tensor_parallel"): (1,),
@@ -112,16 +114,15 @@ def _check_buildable(recipe: Recipe) -> None:
                     f"buildable today: {', '.join(map(str, allowed))}",
                 )
             )
-    if recipe.companions:
-        problems.append(
-            Problem(
-                "companions are valid, but this kiln cannot build them yet",
-                Location("", key_path=("companions",)),
-                "remove them to build",
-            )
-        )
+    problems += variants.unused_companions(recipe)
     if problems:
         raise KilnError(problems)
+
+
+def _fetch(role: str, checkpoint: Checkpoint | Companion, tools: Toolchain) -> Step:
+    at = f"{checkpoint.repo}@{checkpoint.revision[:7]}"
+    options = {"repo": checkpoint.repo, "revision": checkpoint.revision}
+    return _step("fetch", f"fetch {at}", options, {}, tools, role)
 
 
 def _task(recipe: Recipe) -> dict[str, Any]:
@@ -135,25 +136,20 @@ def _engine_chain(
     checkpoint: Checkpoint | Companion,
     build: Build,
     tools: Toolchain,
-    task: dict[str, Any] | None = None,
+    export_options: dict[str, Any] | None = None,
+    export_inputs: dict[str, Step] | None = None,
 ) -> list[Step]:
     """fetch -> export -> onnx -> engine for one checkpoint. Companions (a draft
     model, an adapter's base) get their own chain; equal inputs give equal keys, so
-    a checkpoint used by many recipes is fetched and exported once."""
+    a checkpoint used by many recipes is fetched and exported once. A variant may add
+    export options (hidden-state outputs) and inputs (an adapter, a drafter's config)."""
     at = f"{checkpoint.repo}@{checkpoint.revision[:7]}"
-    fetch = _step(
-        "fetch",
-        f"fetch {at}",
-        {"repo": checkpoint.repo, "revision": checkpoint.revision},
-        {},
-        tools,
-        role,
-    )
+    fetch = _fetch(role, checkpoint, tools)
     export = _step(
         "export",
-        f"export {at}",
-        {"opset": OPSET, "exporter": "torchscript", **(task or {})},
-        {"checkpoint": fetch},
+        f"export {at}" + "".join(f" +{s.role}" for s in (export_inputs or {}).values()),
+        {"opset": OPSET, "exporter": "torchscript", **(export_options or {})},
+        {"checkpoint": fetch, **(export_inputs or {})},
         tools,
         role,
     )
@@ -176,8 +172,14 @@ def _engine_chain(
 def plan(name: str, recipe: Recipe, prompts: PromptSet, tools: Toolchain) -> Plan:
     """Expand one recipe. Only what decides an output goes into a step's options."""
     _check_buildable(recipe)
-    chain = _engine_chain("model", recipe.model, recipe.build, tools, _task(recipe))
+    companions: dict[str, Step] = {
+        r: _fetch(r, c, tools) for r, c in sorted(recipe.companions.items())
+    }
+    export_inputs = variants.export_inputs(recipe, companions)
+    export_options = {**_task(recipe), **variants.export_options(recipe)}
+    chain = _engine_chain("model", recipe.model, recipe.build, tools, export_options, export_inputs)
     fetch, engine = chain[0], chain[-1]
+    extra, bundle_inputs = _variant_steps(recipe, fetch, companions, tools)
     check = {
         "prompts": list(prompts.prompts),
         "max_new_tokens": recipe.validation.max_new_tokens,
@@ -187,17 +189,44 @@ def plan(name: str, recipe: Recipe, prompts: PromptSet, tools: Toolchain) -> Pla
         "reference",
         f"reference {at} fp32",
         {**check, "dtype": "float32", **_task(recipe)},
-        {"checkpoint": fetch},
+        {"checkpoint": fetch, **variants.reference_inputs(recipe, companions)},
         tools,
     )
+    options = {"variant": recipe.execution.variant, "precision": recipe.precision.model_dump()}
+    speculative = variants.speculative(recipe)
     bundle = _step(
         "bundle",
         f"bundle {name}",
-        {"variant": recipe.execution.variant, "precision": recipe.precision.model_dump()},
-        {"engine": engine, "checkpoint": fetch},
+        {**options, **({"speculative": speculative} if speculative else {})},
+        {"engine": engine, "checkpoint": fetch, **bundle_inputs},
         tools,
     )
     validate = _step(
         "validate", f"validate {name}", check, {"bundle": bundle, "reference": reference}, tools
     )
-    return Plan(name, (fetch, reference, *chain[1:], bundle, validate))
+    fetches = [s for s in companions.values() if s.key not in {e.key for e in extra}]
+    return Plan(name, (fetch, *fetches, reference, *chain[1:], *extra, bundle, validate))
+
+
+def _variant_steps(
+    recipe: Recipe, fetch: Step, companions: dict[str, Step], tools: Toolchain
+) -> tuple[list[Step], dict[str, Step]]:
+    """The steps a variant adds after the target's engine, and what the bundle takes
+    from them: a draft model's own engine chain, or a drafter's engines."""
+    if recipe.execution.variant == "draft":
+        chain = _engine_chain("draft", recipe.companions["draft"], recipe.build, tools)
+        return chain, {"draft": chain[-1], "draft_checkpoint": chain[0]}
+    kind = variants.drafter_kind(recipe)
+    if kind is None:
+        return [], {}
+    source = fetch if kind == "mtp" else companions["draft"]
+    at = f"{source.options['repo']}@{source.options['revision'][:7]}"
+    drafter = _step(
+        "drafter",
+        f"drafter {kind} {at}",
+        {"variant": kind, "opset": OPSET},
+        {"checkpoint": source, "target": fetch},
+        tools,
+        source.role,
+    )
+    return [drafter], {"drafter": drafter}

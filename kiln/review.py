@@ -76,9 +76,16 @@ class Staleness:
 def staleness(p: Plan, lock: Lock | None) -> Staleness:
     """Which of the plan's steps the lock does not cover, and why."""
     out = Staleness(p.recipe)
-    by_kind = {s.kind: s for s in lock.steps} if lock else {}
+    # A plan may hold several steps of one kind (a companion's own fetch and export):
+    # the n-th step of a kind is compared with the lock's n-th step of that kind.
+    by_kind: dict[str, list[StepLock]] = {}
+    for locked_step in lock.steps if lock else []:
+        by_kind.setdefault(locked_step.kind, []).append(locked_step)
+    seen: dict[str, int] = {}
     for step in p.steps:
-        locked = by_kind.get(step.kind)
+        n = seen[step.kind] = seen.get(step.kind, -1) + 1
+        same_kind = by_kind.get(step.kind, [])
+        locked = same_kind[n] if n < len(same_kind) else None
         material = comparable(step, locked)
         if locked is None or locked.material() != material:
             out.steps.append((step, explain(material, locked.material() if locked else None)))

@@ -70,6 +70,12 @@ METRICS: dict[str, str] = {
     "reference's transformers tokenizer does.",
     "decode_tokens_per_s": "Generated tokens per second of the bundle's greedy decode "
     "(informative; timings on shared machines are noisy).",
+    "speculative_match_rate": "Speculative variants: fraction of the bundle's target-only greedy "
+    "tokens that greedy decoding with drafting reproduces, token for token (lossless is 1.0).",
+    "acceptance_rate": "Speculative variants: accepted drafted tokens / drafted tokens, over the "
+    "validation prompts' greedy decode (a diagnostic, not a speed).",
+    "tokens_per_forward": "Speculative variants: tokens committed per target verify forward "
+    "(the acceptance length; 1.0 for ordinary decoding; a diagnostic, not a speed).",
 }
 
 
@@ -162,7 +168,13 @@ class Mtp(Strict):
     variant: Literal["mtp"] = Field(
         description="Multi-token-prediction heads of the checkpoint draft the next tokens."
     )
-    max_draft_len: int = Field(1, ge=1, le=8, description="Tokens the MTP heads draft per round.")
+    max_draft_len: int = Field(
+        1,
+        ge=1,
+        le=8,
+        description="Tokens the MTP heads draft per round; beyond the checkpoint's "
+        "num_nextn_predict_layers the last head is reused, chained on its own output.",
+    )
 
 
 class Eagle3(Strict):
@@ -184,6 +196,13 @@ class Dspark(Strict):
         description="DSpark: a block drafter conditioned on target hidden states."
     )
     block_length: int = Field(4, ge=1, le=8, description="Tokens proposed per drafter pass.")
+    confidence_threshold: float = Field(
+        0.0,
+        ge=0.0,
+        le=1.0,
+        description="Cut the proposal at the first slot whose confidence-head estimate is "
+        "below this; 0 keeps every slot. Lossless either way: it only drafts less.",
+    )
 
 
 Execution = Annotated[
@@ -213,6 +232,12 @@ class Build(Strict):
         description="Chunked prefill size: 0 (off), a power of two below 64, or a multiple of 64.",
     )
     tensor_parallel: int = Field(1, ge=1, le=64, description="GPUs one engine is split across.")
+    mtp_engines: bool = Field(
+        False,
+        description="Also build the checkpoint's multi-token-prediction engine into the bundle. "
+        "Off, a checkpoint with MTP weights builds its base engine only; the mtp variant "
+        "always builds it.",
+    )
 
     @field_validator("prefill_chunk_len")
     @classmethod
@@ -352,6 +377,9 @@ class StepLock(Strict):
 
 class Lock(Strict):
     model: CheckpointLock = Field(description="The resolved checkpoint.")
+    companions: dict[str, CheckpointLock] = Field(
+        default_factory=dict, description="Resolved companion checkpoints, by role."
+    )
     steps: list[StepLock] = Field(description="Every step of the plan, in execution order.")
     toolchain: dict[str, str] = Field(description="Versions of the libraries the steps used.")
 

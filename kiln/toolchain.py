@@ -19,10 +19,11 @@ ROOT = Path(__file__).resolve().parent.parent
 # Libraries whose version can change a step's output, by step kind.
 LIBRARIES: dict[str, tuple[str, ...]] = {
     "fetch": (),
-    "reference": ("torch", "transformers", "tokenizers", "safetensors"),
-    "export": ("torch", "transformers", "onnx", "safetensors"),
+    "reference": ("torch", "transformers", "tokenizers", "safetensors", "peft"),
+    "export": ("torch", "transformers", "onnx", "safetensors", "peft"),
     "onnx": ("onnx", "onnxscript"),
     "engine": ("onnxruntime",),
+    "drafter": ("torch", "transformers", "onnx", "onnxruntime", "safetensors"),
     "bundle": (),
     "validate": ("onnxruntime", "numpy", "tokenizers"),
 }
@@ -34,20 +35,24 @@ CODE: dict[str, tuple[str, ...]] = {
     "reference": (
         "builders/reference.py",
         "builders/_hf.py",
+        "builders/_adapter.py",
         "builders/unsupported.py",
         "kiln/unsupported.py",
     ),
     "export": (
         "builders/export.py",
         "builders/_hf.py",
+        "builders/_adapter.py",
         "builders/_cache.py",
+        "builders/_capture.py",
         "builders/_tracefix.py",
         "builders/unsupported.py",
         "kiln/unsupported.py",
     ),
     "onnx": ("builders/onnx.py",),
     "engine": ("builders/engine.py",),
-    "bundle": ("builders/bundle.py",),
+    "drafter": ("builders/drafter.py", "builders/_drafters.py"),
+    "bundle": ("builders/bundle.py", "builders/_bundle_variants.py"),
     "validate": ("builders/validate.py", "runtime"),
 }
 

@@ -62,7 +62,13 @@ class Bundle:
         # the axes that vary (MLA caches keys and values of different widths).
         self.cache_shapes = [e["shape"] for e in self.meta["io"]["kv_cache"]["entries"]]
         self.past_names = [e["past"] for e in self.meta["io"]["kv_cache"]["entries"]]
-        self.output_names = [v["name"] for v in self.meta["io"]["outputs"]]
+        # logits and present.* only: a speculative target also outputs hidden states,
+        # which runtime/speculative.py reads and ordinary decoding ignores.
+        self.output_names = [
+            v["name"]
+            for v in self.meta["io"]["outputs"]
+            if v["name"] == "logits" or v["name"].startswith("present.")
+        ]
         self.max_batch_size = self.meta["limits"]["max_batch_size"]
         self.max_seq_len = self.meta["limits"]["max_seq_len"]
 
@@ -154,4 +160,10 @@ class Bundle:
 
 
 def load(path: Path | str, threads: int | None = None) -> Bundle:
+    """The bundle at `path`; one whose variant drafts speculates (runtime/speculative.py)."""
+    meta_path = Path(path) / "bundle.json"
+    if meta_path.is_file() and "speculative" in json.loads(meta_path.read_text()):
+        from runtime.speculative import SpeculativeBundle
+
+        return SpeculativeBundle(Path(path), threads)
     return Bundle(Path(path), threads)

@@ -121,6 +121,35 @@ def built(tmp_path_factory: pytest.TempPathFactory, hub: Path) -> World:
     return w
 
 
+SPECULATIVE = (
+    "tiny-llama-draft",
+    "tiny-llama-ngram",
+    "tiny-qwen3-eagle3",
+    "tiny-qwen3-dflash",
+    "tiny-qwen3-dspark",
+    "tiny-deepseek-v3-mtp",
+)
+VARIANT_RECIPES = (*SPECULATIVE, "tiny-qwen3-lora")
+
+
+@pytest.fixture(scope="session")
+def variants_built(tmp_path_factory: pytest.TempPathFactory, built: World) -> World:
+    """Every execution-variant recipe built once, in one doit run, on the store of the
+    ordinary builds: the targets' fetch, reference and plain export chains are reused."""
+    w = make_world(tmp_path_factory.mktemp("variants"), built.hub, VARIANT_RECIPES)
+    w = World(root=w.root, hub=built.hub, store=built.store)
+    w.doit("build", check=True)
+    return w
+
+
+def bundle_dir(world: World, recipe: str) -> Path:
+    import re
+
+    out = world.doit("plan", f"recipe={recipe}", check=True).stdout
+    key = re.search(r"bundle\s+([0-9a-f]{12})", out).group(1)  # type: ignore[union-attr]
+    return next((world.store / "objects").glob(f"*/{key}*"))
+
+
 def copy_catalog(base: Path, manifests: bool = True) -> World:
     """The repository's catalog (recipes, thresholds, prompts and, optionally, the
     committed manifests) copied into `base`: enough for the site, no build needed."""

@@ -77,8 +77,31 @@ SPECS.update(_breadth_specs(_COMMON))
 SPECS.update(_task_specs(_COMMON))
 
 
+# The tiny Llama with one layer, its tensors drawn from the target's seed stream
+# (tinyhub/drafters.py says why), and a DeepseekV3 with an MTP module.
+SPECS["kiln-tiny/llama-draft"] = {**SPECS["kiln-tiny/llama"], "num_hidden_layers": 1}
+SEED_FROM = {"kiln-tiny/llama-draft": "kiln-tiny/llama"}
+
+# Checkpoints that are not plain causal LMs: an adapter and drafters (tinyhub/drafters.py).
+COMPANIONS = (
+    "kiln-tiny/qwen3-dflash",
+    "kiln-tiny/qwen3-dspark",
+    "kiln-tiny/qwen3-eagle3",
+    "kiln-tiny/qwen3-lora",
+)
+
+
+def _add_deepseek() -> None:
+    from tinyhub.drafters import DEEPSEEK_V3
+
+    SPECS["kiln-tiny/deepseek-v3-mtp"] = DEEPSEEK_V3
+
+
+_add_deepseek()
+
+
 def is_tiny(repo: str) -> bool:
-    return repo in SPECS
+    return repo in SPECS or repo in COMPANIONS
 
 
 STAMP = "kiln-tiny.stamp"
@@ -150,11 +173,16 @@ def checkpoint_files(repo: str) -> dict[str, bytes]:
     """Every file of the tiny checkpoint `repo`, by path."""
     from safetensors.numpy import save
 
+    from tinyhub import drafters
+
+    if repo in COMPANIONS:
+        return drafters.companion_files(repo)
     config = SPECS[repo]
-    tensors = {
-        name: tensor_values(repo, name, shape)
-        for name, shape in sorted(parameter_shapes(config).items())
-    }
+    shapes = parameter_shapes(config)
+    if config.get("num_nextn_predict_layers"):
+        shapes.update(drafters.mtp_shapes(config))
+    seed = SEED_FROM.get(repo, repo)
+    tensors = {name: tensor_values(seed, name, shape) for name, shape in sorted(shapes.items())}
     generation = {
         "bos_token_id": BOS,
         "eos_token_id": EOS,
@@ -176,6 +204,10 @@ def checkpoint_files(repo: str) -> dict[str, bytes]:
         "tokenizer.json": TOKENIZER_FILE.read_bytes(),
         "tokenizer_config.json": _json(tokenizer_config),
     }
+
+
+def json_bytes(obj: Any) -> bytes:
+    return _json(obj)
 
 
 def _json(obj: Any) -> bytes:
@@ -233,6 +265,6 @@ def mirror_is_current(cache_dir: Path) -> bool:
 
 def write_mirror(cache_dir: Path) -> dict[str, str]:
     """Write every tiny checkpoint, then the stamp; returns {repo: revision}."""
-    made = {repo: write_repo(cache_dir, repo) for repo in sorted(SPECS)}
+    made = {repo: write_repo(cache_dir, repo) for repo in sorted([*SPECS, *COMPANIONS])}
     _atomic_write(cache_dir / STAMP, generator_digest().encode())
     return made

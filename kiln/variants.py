@@ -1,0 +1,90 @@
+"""What each execution variant adds to a plan: companions, export options, drafters.
+
+Pure data about variants, used by kiln/plan.py; no I/O and no heavy imports.
+
+  variant   companion         target export            extra steps       runtime
+  ordinary  -                 plain                    (mtp engines*)    one token / forward
+  draft     draft (a model)   plain                    draft chain       runtime/drafters.py
+  ngram     -                 plain                    -                 runtime/ngram.py
+  lora      adapter           adapter merged           -                 one token / forward
+  mtp       -                 + post-norm hidden       drafter (mtp)     runtime/drafters.py
+  eagle3    draft (drafter)   + 3 layers' hidden       drafter (eagle3)  runtime/drafters.py
+  dflash    draft (drafter)   + target layers' hidden  drafter (dflash)  runtime/drafters.py
+  dspark    draft (drafter)   + target layers' hidden  drafter (dspark)  runtime/drafters.py
+
+* build.mtp_engines: an ordinary build of a checkpoint with MTP weights builds the base
+  engine only; the option adds the MTP engine (and the hidden output it reads).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from kiln.errors import Location, Problem
+from kiln.schema import Recipe
+
+if TYPE_CHECKING:
+    from kiln.plan import Step
+
+DRAFTERS = ("mtp", "eagle3", "dflash", "dspark")
+
+# The companion role each variant reads; any other companion would be silently unused.
+USES: dict[str, tuple[str, ...]] = {
+    "draft": ("draft",),
+    "lora": ("adapter",),
+    "eagle3": ("draft",),
+    "dflash": ("draft",),
+    "dspark": ("draft",),
+}
+
+
+def drafter_kind(recipe: Recipe) -> str | None:
+    """The drafter engine the bundle holds, if any."""
+    variant = recipe.execution.variant
+    if variant in DRAFTERS:
+        return variant
+    if recipe.build.mtp_engines:
+        return "mtp"
+    return None
+
+
+def export_options(recipe: Recipe) -> dict[str, Any]:
+    """Extra target-export options; none for ordinary graphs, so their keys stay put."""
+    kind = drafter_kind(recipe)
+    return {"hidden": kind} if kind else {}
+
+
+def export_inputs(recipe: Recipe, companions: dict[str, Step]) -> dict[str, Step]:
+    """An adapter is merged at export; a drafter's config says which layers to output."""
+    inputs = {}
+    if recipe.execution.variant == "lora":
+        inputs["adapter"] = companions["adapter"]
+    if recipe.execution.variant in ("eagle3", "dflash", "dspark"):
+        inputs["drafter"] = companions["draft"]
+    return inputs
+
+
+def reference_inputs(recipe: Recipe, companions: dict[str, Step]) -> dict[str, Step]:
+    """A LoRA recipe is judged against peft's PeftModel on the same base."""
+    return {"adapter": companions["adapter"]} if recipe.execution.variant == "lora" else {}
+
+
+def speculative(recipe: Recipe) -> dict[str, Any]:
+    """What the runtime drafts with (bundle.json "speculative"); empty if it does not."""
+    params = recipe.execution.model_dump(exclude={"variant"})
+    if recipe.execution.variant in ("dflash", "dspark"):
+        params["max_draft_len"] = params["block_length"]
+    return params if "max_draft_len" in params else {}
+
+
+def unused_companions(recipe: Recipe) -> list[Problem]:
+    used = USES.get(recipe.execution.variant, ())
+    return [
+        Problem(
+            f"the {recipe.execution.variant} variant does not use a {role!r} companion",
+            Location("", key_path=("companions", role)),
+            f"remove companions.{role}, or choose a variant that uses it",
+        )
+        for role in sorted(recipe.companions)
+        if role not in used
+    ]
