@@ -28,7 +28,7 @@ import tinyhub
 from kiln import catalog as catalog_mod
 from kiln import manifest, toolchain
 from kiln import rules as rules_mod
-from kiln.errors import KilnError, Location, Problem
+from kiln.errors import KilnError, Location, Problem, Unsupported
 from kiln.execute import run_step
 from kiln.gates import judge
 from kiln.plan import Plan, Step, plan
@@ -146,13 +146,20 @@ def _step_task(name: str, step: Step, by_key: dict[str, Step], mirror: bool) -> 
     return {
         "name": _task_name(step),
         "title": lambda _task, s=step: f"{s.kind:<9} {s.name}  [{s.key[:12]}]",
-        "actions": [
-            _guard(lambda s=step: run_step(s, _store(), _context(name, s)), (name, step.origin))
-        ],
+        "actions": [_guard(lambda s=step: _run_here(name, s), (name, step.origin))],
         "task_dep": deps,
         "uptodate": [lambda s=step: store.has(s.key)],
         "verbosity": 2,
     }
+
+
+def _run_here(name: str, step: Step) -> None:
+    """Run a step; a step this host cannot run is reported, not failed: the manifest
+    task records `unsupported-here` and the build goes on (exit 0)."""
+    try:
+        run_step(step, _store(), _context(name, step))
+    except Unsupported as exc:
+        print(f"   {step.kind}: unsupported-here: {exc.reason}", file=sys.stderr)
 
 
 def _uses_tiny(plans: list[Plan]) -> bool:
@@ -202,13 +209,57 @@ def _measured(validate: Step) -> dict[str, Any]:
     return data
 
 
+def _unsupported_evidence(name: str, p: Plan, reason: str) -> Evidence:
+    """What a host that cannot build the recipe records: where, which backend, why."""
+    import datetime
+
+    from kiln import hostinfo
+
+    build = _catalog().recipe(name).build
+    libs = toolchain.BACKEND_LIBRARIES[build.backend] or (build.backend,)
+    return Evidence(
+        date=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        host=hostinfo.host(),
+        backend={
+            "name": build.backend,
+            "version": toolchain.version(libs[0]),
+            "device": build.target,
+        },
+        step_key=p.step("validate").key,
+        metrics={},
+        gates=[],
+        verdict="unsupported-here",
+        reason=reason,
+    )
+
+
+def _already_unsupported(path: Path, evidence: Evidence) -> bool:
+    """The same host already said the same thing about the same step: say it once."""
+    found = manifest.read(path)
+    last = found.evidence[-1] if found and found.evidence else None
+    return last is not None and (last.verdict, last.step_key, last.reason, last.host) == (
+        "unsupported-here",
+        evidence.step_key,
+        evidence.reason,
+        evidence.host,
+    )
+
+
 def record_manifest(name: str, p: Plan) -> None:
     """Judge the validation against the recipe's gates and append the evidence."""
     cat = _catalog()
     validate = p.step("validate")
+    path = cat.paths.manifest(name)
+    reason = _store().unsupported(validate.key)
+    if reason is not None and not _store().has(validate.key):
+        evidence = _unsupported_evidence(name, p, reason)
+        if not _already_unsupported(path, evidence):
+            manifest.record(path, name, _lock(p), evidence)
+        print(f"   {name}: unsupported-here ({reason}) -> {cat.paths.rel(path)}")
+        return
     measured = _measured(validate)
     thresholds = cat.thresholds[cat.recipe(name).validation.thresholds]
-    gates, verdict, reason = judge(thresholds, measured["metrics"])
+    gates, verdict, why = judge(thresholds, measured["metrics"])
     evidence = Evidence(
         date=measured["date"],
         host=measured["host"],
@@ -217,11 +268,10 @@ def record_manifest(name: str, p: Plan) -> None:
         metrics=measured["metrics"],
         gates=gates,
         verdict=verdict,
-        reason=reason,
+        reason=why,
     )
-    path = cat.paths.manifest(name)
     manifest.record(path, name, _lock(p), evidence)
-    print(f"   {name}: {verdict}{' (' + reason + ')' if reason else ''} -> {cat.paths.rel(path)}")
+    print(f"   {name}: {verdict}{' (' + why + ')' if why else ''} -> {cat.paths.rel(path)}")
 
 
 def _manifest_task(name: str, p: Plan) -> Task:
@@ -413,6 +463,10 @@ def ensure_bundle(name: str) -> Plan:
             run_step(step, _store(), _context(name, step))
         except KilnError as exc:
             raise _located(exc, name, step.origin) from None
+        except Unsupported as exc:
+            raise KilnError.one(
+                f"this host cannot build {name}: {exc.reason}", None, "run it on a host that can"
+            ) from None
     return p
 
 

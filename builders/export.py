@@ -18,6 +18,7 @@ models later on.
 
 from __future__ import annotations
 
+import json
 import warnings
 from typing import Any
 
@@ -44,47 +45,30 @@ def io_names(layers: int) -> tuple[list[str], list[str]]:
     return inputs, outputs
 
 
+def _needs_cuda(request: Any) -> bool:
+    quantized = request.inputs.get("quantized")
+    if quantized is None:
+        return False
+    return bool(json.loads((quantized / "quantize.json").read_text())["weights"] == "nvfp4")
+
+
 def build(request: Any, writer: Any) -> None:
     import torch
-    from transformers import DynamicCache
 
-    from builders._hf import load_causal_lm
+    from builders._hf import example_inputs, explicit_cache_module, load_causal_lm
 
     opts = Options.model_validate(request.options)
     checkpoint = request.inputs["checkpoint"] / "checkpoint"
     model = load_causal_lm(checkpoint)
-    layers, kv_heads, head_dim = kv_shape(model.config)
+    if "quantized" in request.inputs:
+        from builders._hf import restore_quantized
 
-    class WithExplicitCache(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.model = model
-
-        def forward(
-            self, input_ids: Any, attention_mask: Any, position_ids: Any, *past: Any
-        ) -> Any:
-            cache = DynamicCache(config=model.config)
-            for i in range(layers):
-                cache.update(past[2 * i], past[2 * i + 1], i)
-            out = self.model(
-                input_ids=input_ids,
-                attention_mask=attention_mask,
-                position_ids=position_ids,
-                cache=cache,
-                use_cache=True,
-            )
-            present = [
-                t for layer in out.past_key_values.layers for t in (layer.keys, layer.values)
-            ]
-            return (out.logits, *present)
-
-    batch, past_len, seq = 2, 3, 4
-    example = (
-        torch.ones(batch, seq, dtype=torch.long),
-        torch.ones(batch, past_len + seq, dtype=torch.long),
-        torch.arange(past_len, past_len + seq).expand(batch, seq).contiguous(),
-        *[torch.zeros(batch, kv_heads, past_len, head_dim) for _ in range(2 * layers)],
-    )
+        model = restore_quantized(model, request.inputs["quantized"])
+    # NVFP4's fake-quant kernels run on CUDA only (builders/quantize.py)
+    device = "cuda" if _needs_cuda(request) else "cpu"
+    model.to(device)
+    layers = model.config.num_hidden_layers
+    example = example_inputs(model.config, device)
     inputs, outputs = io_names(layers)
     dynamic = {
         "input_ids": {0: "batch", 1: "seq"},
@@ -101,31 +85,61 @@ def build(request: Any, writer: Any) -> None:
     # reference at many shapes, so the warnings are noise here.
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        torch.onnx.export(
-            WithExplicitCache(),
-            example,
-            str(writer.path("model.onnx")),
-            input_names=inputs,
-            output_names=outputs,
-            dynamic_axes=dynamic,
-            opset_version=opts.opset,
-            dynamo=False,
-        )
-    writer.write_json(
-        "export.json",
-        {
-            "architecture": type(model).__name__,
-            "model_type": model.config.model_type,
-            "kv_cache": {
-                "layers": layers,
-                "kv_heads": kv_heads,
-                "head_dim": head_dim,
-                "dtype": "float32",
-                "layout": ["batch", "kv_heads", "seq", "head_dim"],
-                "past": "past.{layer}.{kind}",
-                "present": "present.{layer}.{kind}",
-            },
-            "vocab_size": model.config.vocab_size,
-            "max_position_embeddings": model.config.max_position_embeddings,
+        try:
+            torch.onnx.export(
+                explicit_cache_module(model),
+                example,
+                str(writer.path("model.onnx")),
+                input_names=inputs,
+                output_names=outputs,
+                dynamic_axes=dynamic,
+                opset_version=opts.opset,
+                dynamo=False,
+            )
+        except Exception as exc:
+            if not _needs_cuda(request):
+                raise
+            # NVFP4: modelopt needs opset 23 for FP4 tensors (api_facts 2); the
+            # TorchScript exporter, the only one that exports fake-quant models, stops at 20
+            raise request.unsupported(
+                f"the TorchScript exporter cannot write this NVFP4 graph at opset "
+                f"{opts.opset}: {type(exc).__name__}: {str(exc)[:300]}"
+            ) from None
+    meta = describe(model)
+    if "quantized" in request.inputs:
+        done = json.loads((request.inputs["quantized"] / "quantize.json").read_text())
+        meta["quantization"] = {k: done[k] for k in ("weights", "kv_cache", "config", "device")}
+    writer.write_json("export.json", meta)
+
+
+def describe(model: Any) -> dict[str, Any]:
+    """What the runtime needs to know about the graph's model: cache layout, sizes."""
+    layers, kv_heads, head_dim = kv_shape(model.config)
+    return {
+        "architecture": type(model).__name__,
+        "model_type": model.config.model_type,
+        "kv_cache": {
+            "layers": layers,
+            "kv_heads": kv_heads,
+            "head_dim": head_dim,
+            "dtype": "float32",
+            "layout": ["batch", "kv_heads", "seq", "head_dim"],
+            "past": "past.{layer}.{kind}",
+            "present": "present.{layer}.{kind}",
         },
-    )
+        "vocab_size": model.config.vocab_size,
+        "max_position_embeddings": model.config.max_position_embeddings,
+    }
+
+
+def value_info(layers: int) -> dict[str, list[dict[str, Any]]]:
+    """The I/O contract as onnx.py's io.json writes it, for engines built without ONNX."""
+    inputs, outputs = io_names(layers)
+    kv = ["batch", "kv_heads", "past", "head_dim"]
+    ins = [{"name": n, "dtype": "int64", "shape": ["batch", "seq"]} for n in inputs[:3]]
+    ins[1]["shape"] = ["batch", "total"]
+    ins += [{"name": n, "dtype": "float32", "shape": kv} for n in inputs[3:]]
+    outs = [{"name": "logits", "dtype": "float32", "shape": ["batch", "seq", "vocab"]}]
+    total = ["batch", "kv_heads", "total", "head_dim"]
+    outs += [{"name": n, "dtype": "float32", "shape": total} for n in outputs[1:]]
+    return {"inputs": ins, "outputs": outs}

@@ -73,3 +73,15 @@ def did_you_mean(word: str, choices: Iterable[str]) -> str:
 
 def one_of(choices: Sequence[str]) -> str:
     return ", ".join(choices)
+
+
+class Unsupported(Exception):
+    """This host cannot run a step (no TensorRT, no CUDA for NVFP4 calibration, ...).
+
+    Not a failure of the recipe and never a pass: the build records the verdict
+    `unsupported-here` with `reason`, publishes nothing for the step or anything
+    downstream of it, and goes on with other recipes."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason

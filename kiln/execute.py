@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from kiln.errors import KilnError, Location
+from kiln.errors import KilnError, Location, Unsupported
 from kiln.plan import Step
 from kiln.store import Store, Writer
 
@@ -39,6 +39,10 @@ class Request:
         """An error the user can act on; builders raise it for bad input."""
         return KilnError.one(cause, Location(where) if where else None, fix)
 
+    def unsupported(self, reason: str) -> Unsupported:
+        """This host cannot do the step; builders raise it with the exact reason."""
+        return Unsupported(reason)
+
     def log(self, message: str) -> None:
         print(f"   {self.kind}: {message}", file=sys.stderr, flush=True)
 
@@ -58,7 +62,24 @@ class Request:
 
 
 def run_step(step: Step, store: Store, context: dict[str, Any] | None = None) -> bool:
-    """Make sure `step`'s artifact is in the store. Returns True if it was built here."""
+    """Make sure `step`'s artifact is in the store. Returns True if it was built here.
+
+    Raises Unsupported, leaving a note in the store and no artifact, when this host
+    cannot run the step or one of its inputs."""
+    for key in step.inputs.values():
+        reason = store.unsupported(key)
+        if reason is not None and not store.has(key):
+            store.mark_unsupported(step.key, reason)
+            raise Unsupported(reason)
+    try:
+        return _build(step, store, context)
+    except Unsupported as exc:
+        store.mark_unsupported(step.key, exc.reason)
+        raise
+
+
+def _build(step: Step, store: Store, context: dict[str, Any] | None) -> bool:
+    store.clear_unsupported(step.key)
     with store.lock(step.key, step.name):
         if store.has(step.key):
             return False  # another process built it while we waited

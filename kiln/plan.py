@@ -14,10 +14,10 @@ from typing import Any
 
 from kiln.canonical import key_of
 from kiln.errors import KilnError, Location, Problem
-from kiln.schema import Build, Checkpoint, Companion, PromptSet, Recipe
+from kiln.schema import Build, Calibration, Checkpoint, Companion, Precision, PromptSet, Recipe
 from kiln.toolchain import Toolchain
 
-KINDS = ("fetch", "reference", "export", "onnx", "engine", "bundle", "validate")
+KINDS = ("fetch", "reference", "quantize", "export", "onnx", "engine", "bundle", "validate")
 
 # The ONNX opset the exporter targets. 17 is what the legacy (TorchScript)
 # exporter handles best; it is 10-20x faster than dynamo (FIELD_NOTES).
@@ -57,6 +57,7 @@ class Plan:
 _ORIGIN = {
     "fetch": ("model", "revision"),
     "reference": ("validation",),
+    "quantize": ("precision",),
     "export": ("model",),
     "onnx": ("precision",),
     "engine": ("build",),
@@ -78,22 +79,92 @@ def _step(
         "kind": kind,
         "options": options,
         "inputs": input_keys,
-        "libraries": tools.libraries(kind),
+        "libraries": tools.libraries(kind, options.get("backend")),
         "code": tools.code[kind],
     }
     origin = _ORIGIN[kind] if role == "model" else ("companions", role)
     return Step(kind, name, options, input_keys, material, origin, role)
 
 
+# Quantized weight precisions: modelopt fake-quantizes the torch model, then the
+# legacy exporter writes its Q/DQ nodes (dynamo fails on fake-quant models, FIELD_NOTES).
+QUANTIZED = ("int8-sq", "int8-wo", "fp8", "int4-awq", "w4a8-awq", "nvfp4")
+# modelopt's minimum opsets: int8/fp8 Q/DQ 19; blocked int4 DequantizeLinear 21 (api_facts 2).
+QUANTIZED_OPSET = 19
+
+
+def quantize_step(
+    role: str,
+    at: str,
+    precision: Precision | None,
+    calibration: Calibration | None,
+    fetch: Step,
+    tools: Toolchain,
+) -> Step | None:
+    """The quantize step, or None: an fp32 checkpoint has nothing to quantize, so its
+    plan (and every key in it) stays exactly what it was before quantization existed."""
+    if precision is None or not quantize_needed(precision):
+        return None
+    cal = calibration or Calibration()
+    options = {
+        "weights": precision.weights,
+        "kv_cache": precision.kv_cache,
+        "samples": cal.samples,
+        "max_tokens": cal.max_tokens,
+    }
+    return _step(
+        "quantize",
+        f"quantize {at} {precision_label(precision)}",
+        options,
+        {"checkpoint": fetch},
+        tools,
+        role,
+    )
+
+
+def precision_label(precision: Precision) -> str:
+    kv = "" if precision.kv_cache == "auto" else f"+kv-{precision.kv_cache}"
+    return f"{precision.weights}{kv}"
+
+
+def quantize_needed(precision: Precision) -> bool:
+    return bool(precision.weights != "fp32" or precision.kv_cache != "auto")
+
+
+def onnx_form(quantize: Step | None, build: Build) -> dict[str, str]:
+    """How the onnx step writes quantization: TensorRT's own ops for tensorrt, standard
+    ONNX (float8 and blocked int4 Q/DQ) for everything else. Absent for fp32."""
+    if quantize is None:
+        return {}
+    return {"qdq": "tensorrt" if build.backend == "tensorrt" else "standard"}
+
+
+def engine_target(build: Build) -> dict[str, Any]:
+    """Options only non-default backends need; the onnxruntime CPU engine keeps its
+    options (and key) unchanged."""
+    if build.backend == "onnxruntime" and build.target == "cpu":
+        return {}
+    return {
+        "target": build.target,
+        "max_input_len": build.max_input_len or build.max_seq_len,
+    }
+
+
+def scoring(recipe: Recipe) -> dict[str, int]:
+    """Text metrics (perplexity, next-token agreement) when the recipe asks for them."""
+    n = recipe.validation.scored_positions
+    return {"scored_positions": n} if n else {}
+
+
 # What this kiln has builders for. A recipe may declare more (the schema is the
 # whole vocabulary); planning it fails with a clear error instead of pretending.
 BUILDABLE: dict[tuple[str, ...], tuple[Any, ...]] = {
-    ("precision", "weights"): ("fp32",),
-    ("precision", "kv_cache"): ("auto",),
+    ("precision", "weights"): ("fp32", *QUANTIZED),
+    ("precision", "kv_cache"): ("auto", "fp8"),
     ("precision", "compute"): ("fp32",),
     ("execution", "variant"): ("ordinary",),
-    ("build", "backend"): ("onnxruntime",),
-    ("build", "target"): ("cpu",),
+    ("build", "backend"): ("onnxruntime", "aoti", "tensorrt"),
+    ("build", "target"): ("cpu", "sm89", "sm90", "sm100", "sm120"),
     ("build", "tensor_parallel"): (1,),
     ("build", "prefill_chunk_len"): (0,),
 }
@@ -112,6 +183,15 @@ def _check_buildable(recipe: Recipe) -> None:
                     f"buildable today: {', '.join(map(str, allowed))}",
                 )
             )
+    if recipe.build.backend == "aoti" and quantize_needed(recipe.precision):
+        problems.append(
+            Problem(
+                "aoti compiles the fp32 checkpoint: torch.export fails on modelopt's "
+                "fake-quantized models",
+                Location("", key_path=("build", "backend")),
+                "build quantized precisions with onnxruntime or tensorrt",
+            )
+        )
     if recipe.companions:
         problems.append(
             Problem(
@@ -125,11 +205,16 @@ def _check_buildable(recipe: Recipe) -> None:
 
 
 def _engine_chain(
-    role: str, checkpoint: Checkpoint | Companion, build: Build, tools: Toolchain
+    role: str,
+    checkpoint: Checkpoint | Companion,
+    build: Build,
+    tools: Toolchain,
+    precision: Precision | None = None,
+    calibration: Calibration | None = None,
 ) -> list[Step]:
-    """fetch -> export -> onnx -> engine for one checkpoint. Companions (a draft
-    model, an adapter's base) get their own chain; equal inputs give equal keys, so
-    a checkpoint used by many recipes is fetched and exported once."""
+    """fetch -> [quantize ->] export -> onnx -> engine for one checkpoint. Companions
+    (a draft model, an adapter's base) get their own chain; equal inputs give equal
+    keys, so a checkpoint used by many recipes is fetched and exported once."""
     at = f"{checkpoint.repo}@{checkpoint.revision[:7]}"
     fetch = _step(
         "fetch",
@@ -139,38 +224,51 @@ def _engine_chain(
         tools,
         role,
     )
+    quantize = quantize_step(role, at, precision, calibration, fetch, tools)
+    if build.backend == "aoti":  # compiles the checkpoint itself: no ONNX steps
+        return [fetch, _engine(role, at, build, {"checkpoint": fetch}, tools)]
+    label = "" if precision is None or quantize is None else f" {precision_label(precision)}"
     export = _step(
         "export",
-        f"export {at}",
-        {"opset": OPSET, "exporter": "torchscript"},
-        {"checkpoint": fetch},
+        f"export {at}{label}",
+        {"opset": OPSET if quantize is None else QUANTIZED_OPSET, "exporter": "torchscript"},
+        {"checkpoint": fetch, **({} if quantize is None else {"quantized": quantize})},
         tools,
         role,
     )
-    graph = _step("onnx", f"onnx {at}", {"optimize": True}, {"export": export}, tools, role)
-    engine = _step(
-        "engine",
-        f"engine {at} {build.backend}",
-        {
-            "backend": build.backend,
-            "max_batch_size": build.max_batch_size,
-            "max_seq_len": build.max_seq_len,
-        },
-        {"onnx": graph},
+    graph = _step(
+        "onnx",
+        f"onnx {at}",
+        {"optimize": True, **onnx_form(quantize, build)},
+        {"export": export},
         tools,
         role,
     )
-    return [fetch, export, graph, engine]
+    engine = _engine(role, at, build, {"onnx": graph}, tools)
+    return [fetch, *([quantize] if quantize else []), export, graph, engine]
+
+
+def _engine(role: str, at: str, build: Build, inputs: dict[str, Step], tools: Toolchain) -> Step:
+    options = {
+        "backend": build.backend,
+        "max_batch_size": build.max_batch_size,
+        "max_seq_len": build.max_seq_len,
+        **engine_target(build),
+    }
+    return _step("engine", f"engine {at} {build.backend}", options, inputs, tools, role)
 
 
 def plan(name: str, recipe: Recipe, prompts: PromptSet, tools: Toolchain) -> Plan:
     """Expand one recipe. Only what decides an output goes into a step's options."""
     _check_buildable(recipe)
-    chain = _engine_chain("model", recipe.model, recipe.build, tools)
+    chain = _engine_chain(
+        "model", recipe.model, recipe.build, tools, recipe.precision, recipe.calibration
+    )
     fetch, engine = chain[0], chain[-1]
     check = {
         "prompts": list(prompts.prompts),
         "max_new_tokens": recipe.validation.max_new_tokens,
+        **scoring(recipe),
     }
     at = f"{recipe.model.repo}@{recipe.model.revision[:7]}"
     reference = _step(

@@ -133,6 +133,21 @@ class Store:
             raise KilnError.one(f"artifact {key[:12]} is not in the store {self.root}")
         return Artifact(key, self.object_dir(key))
 
+    # A step this host cannot run leaves a note instead of an artifact, so the steps
+    # downstream of it, and the manifest, know why there is nothing to use.
+    def _note(self, key: str) -> Path:
+        return self.root / "unsupported" / f"{_check_key(key)}.txt"
+
+    def unsupported(self, key: str) -> str | None:
+        note = self._note(key)
+        return note.read_text() if note.exists() else None
+
+    def mark_unsupported(self, key: str, reason: str) -> None:
+        atomic_write(self._note(key), reason.encode())
+
+    def clear_unsupported(self, key: str) -> None:
+        self._note(key).unlink(missing_ok=True)
+
     @contextlib.contextmanager
     def lock(self, key: str, what: str, timeout: float = 6 * 3600) -> Iterator[None]:
         """Hold the build lock of one key. flock is released by the OS if we die."""

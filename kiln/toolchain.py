@@ -20,6 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 LIBRARIES: dict[str, tuple[str, ...]] = {
     "fetch": (),
     "reference": ("torch", "transformers", "tokenizers", "safetensors"),
+    "quantize": ("nvidia-modelopt", "torch", "transformers", "safetensors"),
     "export": ("torch", "transformers", "onnx", "safetensors"),
     "onnx": ("onnx", "onnxscript"),
     "engine": ("onnxruntime",),
@@ -27,16 +28,30 @@ LIBRARIES: dict[str, tuple[str, ...]] = {
     "validate": ("onnxruntime", "numpy", "tokenizers"),
 }
 
+# What an engine built by a backend other than onnxruntime also depends on. Added
+# only for that backend, so onnxruntime steps keep their keys.
+BACKEND_LIBRARIES: dict[str, tuple[str, ...]] = {
+    "onnxruntime": (),
+    "aoti": ("torch",),
+    "tensorrt": ("tensorrt",),
+}
+
 # Source files each step kind runs, relative to the repo root. A directory means
 # every .py file under it.
 CODE: dict[str, tuple[str, ...]] = {
     "fetch": ("builders/fetch.py",),
-    "reference": ("builders/reference.py", "builders/_hf.py"),
+    "reference": (
+        "builders/reference.py",
+        "builders/_hf.py",
+        "builders/_text.py",
+        "builders/texts",
+    ),
+    "quantize": ("builders/quantize.py", "builders/_hf.py", "builders/texts"),
     "export": ("builders/export.py", "builders/_hf.py"),
-    "onnx": ("builders/onnx.py",),
-    "engine": ("builders/engine.py",),
+    "onnx": ("builders/onnx.py", "builders/_qdq.py"),
+    "engine": ("builders/engine.py", "builders/backends", "builders/_hf.py", "builders/export.py"),
     "bundle": ("builders/bundle.py",),
-    "validate": ("builders/validate.py", "runtime"),
+    "validate": ("builders/validate.py", "builders/_text.py", "runtime"),
 }
 
 
@@ -54,8 +69,9 @@ class Toolchain:
     versions: dict[str, str]
     code: dict[str, str]
 
-    def libraries(self, kind: str) -> dict[str, str]:
-        return {lib: self.versions[lib] for lib in LIBRARIES[kind]}
+    def libraries(self, kind: str, backend: str | None = None) -> dict[str, str]:
+        extra = BACKEND_LIBRARIES.get(backend or "", ()) if kind == "engine" else ()
+        return {lib: self.versions[lib] for lib in (*LIBRARIES[kind], *extra)}
 
     def lock(self) -> dict[str, str]:
         """What the manifest's lock records: every library a step uses, and Python."""
@@ -66,12 +82,17 @@ def _digest(paths: tuple[str, ...], root: Path) -> str:
     h = hashlib.sha256()
     for rel in paths:
         target = root / rel
-        files = sorted(target.rglob("*.py")) if target.is_dir() else [target]
+        files = sorted(_sources(target)) if target.is_dir() else [target]
         files = [f for f in files if f.exists()]  # a base revision may predate a file
         for f in files:
             h.update(f.relative_to(root).as_posix().encode() + b"\0")
             h.update(f.read_bytes() + b"\0")
     return h.hexdigest()
+
+
+def _sources(folder: Path) -> list[Path]:
+    """Python and shipped text (calibration and evaluation texts change outputs too)."""
+    return [p for p in folder.rglob("*") if p.suffix in (".py", ".txt") and p.is_file()]
 
 
 def code_digests(root: Path) -> dict[str, str]:
@@ -81,5 +102,6 @@ def code_digests(root: Path) -> dict[str, str]:
 
 @cache
 def current(root: Path = ROOT) -> Toolchain:
-    libs = sorted({lib for group in LIBRARIES.values() for lib in group})
+    groups = (*LIBRARIES.values(), *BACKEND_LIBRARIES.values())
+    libs = sorted({lib for group in groups for lib in group})
     return Toolchain(versions={lib: version(lib) for lib in libs}, code=code_digests(root))

@@ -1,0 +1,78 @@
+"""aoti: torch.export of the KV-cache module, compiled ahead of time by AOTInductor
+into one .pt2 package that runtime/ loads with `torch._inductor.aoti_load_package`.
+
+It compiles the fp32 checkpoint: torch.export fails on modelopt's fake-quantized
+models ("We found a fake tensor in the exported program constant's list", measured
+with modelopt 0.47.0 and torch 2.13), so plan.py refuses quantized aoti recipes.
+The example batch is 2 (batch 1 specializes the batch dimension, FIELD_NOTES); the
+dimensions are Dim.DYNAMIC so one package serves prefill (past 0) and decode.
+Targets: cpu here; a GPU target compiles for CUDA where torch sees a device.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _dynamic_shapes(layers: int) -> tuple[Any, ...]:
+    from torch.export import Dim
+
+    d = Dim.DYNAMIC
+    past = tuple({0: d, 2: d} for _ in range(2 * layers))
+    return ({0: d, 1: d}, {0: d, 1: d}, {0: d, 1: d}, past)
+
+
+def build(request: Any, writer: Any, opts: Any) -> None:
+    import torch
+
+    from builders._hf import example_inputs, explicit_cache_module, load_causal_lm
+    from builders.engine import check_limits
+    from builders.export import describe, value_info
+
+    device = "cpu" if opts.target == "cpu" else "cuda"
+    if device == "cuda" and not torch.cuda.is_available():
+        raise request.unsupported(f"aoti for {opts.target} needs a CUDA device; this host has none")
+    model = load_causal_lm(request.inputs["checkpoint"] / "checkpoint").to(device)
+    meta = describe(model)
+    check_limits(request, opts, meta)
+    layers = model.config.num_hidden_layers
+    module = explicit_cache_module(model)
+    example = example_inputs(model.config, device)
+    request.log(f"torch.export + AOTInductor for {device}")
+    with torch.no_grad():
+        program = torch.export.export(
+            module, example, dynamic_shapes=_dynamic_shapes(layers), strict=False
+        )
+        path = torch._inductor.aoti_compile_and_package(
+            program, package_path=str(writer.path("engine.pt2"))
+        )
+        _smoke(request, path, opts.max_batch_size, meta, device)
+    writer.write_json("io.json", {**meta, **value_info(layers)})
+    writer.write_json(
+        "engine.json",
+        {
+            "backend": "aoti",
+            "version": torch.__version__,
+            "provider": device,
+            "file": "engine.pt2",
+            "max_batch_size": opts.max_batch_size,
+            "max_seq_len": opts.max_seq_len,
+        },
+    )
+
+
+def _smoke(request: Any, path: str, batch: int, meta: dict[str, Any], device: str) -> None:
+    """A prefill at the largest batch with an empty cache, as the runtime feeds it."""
+    import torch
+
+    runner = torch._inductor.aoti_load_package(path)
+    kv = meta["kv_cache"]
+    ids = torch.zeros(batch, 4, dtype=torch.long, device=device)
+    past = [
+        torch.zeros(batch, kv["kv_heads"], 0, kv["head_dim"], device=device)
+        for _ in range(2 * kv["layers"])
+    ]
+    positions = torch.arange(4, device=device).expand(batch, 4).contiguous()
+    logits = runner(ids, torch.ones_like(ids), positions, *past)[0]
+    if tuple(logits.shape) != (batch, 4, meta["vocab_size"]) or not logits.isfinite().all():
+        raise request.error(f"engine smoke run gave logits of shape {logits.shape}", "kiln bug")
