@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 RECIPE ?= tiny-llama
 
-.PHONY: demo test lint install clean
+.PHONY: demo test lint install install-browser clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -32,7 +32,25 @@ lint: install
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-test: lint
+# The site's browser tests drive Debian's chromium through playwright (never
+# `playwright install`: browsers cannot be downloaded here) and inject axe-core from
+# npm, pinned by package-lock.json. In CI (CI set) a missing browser fails them.
+CHROMIUM ?= /usr/bin/chromium
+SUDO     := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+AXE      := node_modules/axe-core/axe.min.js
+
+install-browser: $(AXE)
+	@test -x $(CHROMIUM) || { \
+	  echo "installing chromium (apt-get) for the site's browser tests"; \
+	  $(SUDO) apt-get update -qq && \
+	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
+	@$(CHROMIUM) --version
+
+$(AXE): package.json package-lock.json
+	npm ci --no-audit --no-fund --silent
+	touch $@
+
+test: lint install-browser
 	$(BIN)/python -m pytest
 
 clean:

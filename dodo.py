@@ -5,29 +5,17 @@ doit check                 validate the catalog
 doit plan recipe=NAME      what a build would run, with step keys
 doit run recipe=NAME prompt="..."
 doit site                  render the Models & Recipes site into _site/
+doit serve                 preview the site on http://127.0.0.1:8000/
+doit diff base=REV         what a PR changes, as Markdown
 """
 
 from doit import get_var
 
-from tasks import (
-    task_build,
-    task_check,
-    task_diff,
-    task_generate,
-    task_plan,
-    task_schema,
-    task_site,
-)
+import tasks
 
-__all__ = [
-    "task_build",
-    "task_check",
-    "task_diff",
-    "task_generate",
-    "task_plan",
-    "task_schema",
-    "task_site",
-]
+# Every task_* creator in tasks.py is a doit task; listing them here again would
+# only be one more place to forget a new one.
+globals().update({name: f for name, f in vars(tasks).items() if name.startswith("task_")})
 
 DOIT_CONFIG = {
     # `run` is doit's own command: `doit run recipe=X prompt=...` names no task, so

@@ -495,8 +495,7 @@ def task_site() -> Task:
         *paths.thresholds.glob("*.yaml"),
         *paths.prompts.glob("*.yaml"),
         *paths.manifests.glob("*.json"),
-        *sitegen.TEMPLATES.rglob("*"),
-        sitegen.__file__,
+        *sitegen.sources(),
     ]
     return {
         "actions": [_guard(lambda: sitegen.build(_catalog(), paths.site))],
@@ -505,6 +504,19 @@ def task_site() -> Task:
         "clean": True,
         "verbosity": 2,
     }
+
+
+def task_serve() -> Task:
+    """Preview the site on 127.0.0.1: `doit serve` (port=8000), after `doit site`."""
+    from kiln import preview
+
+    def serve() -> None:
+        port = get_var("port", "8000")
+        if not port.isdigit() or not 0 < int(port) < 65536:
+            raise KilnError.one(f"port={port!r} is not a port number", None, "doit serve port=8000")
+        preview.serve(_catalog().paths.site, int(port))
+
+    return {"actions": [_guard(serve)], "task_dep": ["site"], "uptodate": [False], "verbosity": 2}
 
 
 def task_schema() -> Task:

@@ -2,55 +2,87 @@
 
 jinja2 with autoescape on and StrictUndefined: data is always escaped, and a
 template that names a missing value fails the build instead of printing nothing.
-The site shows only what manifests prove: a recipe without evidence is "not built".
+The site shows only what manifests prove (kiln/siteview.py says how).
+
+The site is rendered into a temp dir next to the output and swapped in, so pages of
+deleted recipes disappear and a reader (`doit serve`) never sees half a site.
+Pages carry no inline script or style and no event-handler attribute: one static
+script enhances the index, and a Content-Security-Policy says so.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
+import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from kiln import manifest
+from kiln import siteapi, siteplot, siteview
+from kiln.canonical import dumps
 from kiln.catalog import Catalog
 from kiln.errors import KilnError
-from kiln.schema import Evidence, Manifest, Recipe, Thresholds
-from kiln.store import atomic_write
+from kiln.schema import METRICS
+from kiln.sitematrix import Matrix, matrix
 
-SITE = Path(__file__).resolve().parent.parent / "site"
+ROOT = Path(__file__).resolve().parent.parent
+SITE = ROOT / "site"
 TEMPLATES = SITE / "templates"
 STATIC = SITE / "static"
+SCHEMAS = ROOT / "schema"
+API_SCHEMA = SCHEMAS / "site-api.schema.json"
+# Copied next to the API so the API schema's relative $refs resolve on the site too.
+API_SCHEMA_FILES = ("site-api", "recipe", "thresholds", "manifest")
+MARKER = ".kiln-site"  # a folder we may replace holds this file
+PageSpec = tuple[str, str, dict[str, Any]]
+
+
+def sources() -> list[Path]:
+    """Every file rendering reads besides the catalog's data: doit's file_dep for `site`."""
+    code = [Path(__file__).with_name(f"{m}.py") for m in ("sitegen", "siteview", "sitematrix")]
+    code += [Path(__file__).with_name(f"{m}.py") for m in ("siteapi", "siteplot", "schema")]
+    files = [*TEMPLATES.rglob("*"), *STATIC.rglob("*")]
+    files += [SCHEMAS / f"{n}.schema.json" for n in API_SCHEMA_FILES]
+    return sorted(p for p in [*code, *files] if p.is_file())
 
 
 @dataclass(frozen=True)
-class Entry:
-    """One recipe as the site shows it."""
+class Site:
+    entries: list[siteview.Entry]
+    facets: dict[str, list[siteview.FacetValue]]
+    models: list[siteview.Group]
+    architectures: list[siteview.Group]
+    matrix: Matrix
 
-    name: str
-    recipe: Recipe
-    thresholds: Thresholds
-    manifest: Manifest | None
+    def model_url(self, repo: str) -> str:
+        return next(f"models/{g.slug}.html" for g in self.models if g.key == repo)
 
-    @property
-    def latest(self) -> Evidence | None:
-        return self.manifest.evidence[-1] if self.manifest and self.manifest.evidence else None
-
-    @property
-    def verdict(self) -> str:
-        return self.latest.verdict if self.latest else "not built"
+    def architecture_url(self, architecture: str) -> str | None:
+        found = (f"architectures/{g.slug}.html" for g in self.architectures)
+        keys = (g.key for g in self.architectures)
+        return next((url for url, k in zip(found, keys, strict=True) if k == architecture), None)
 
 
-def entries(catalog: Catalog) -> list[Entry]:
-    out = []
-    for name, recipe in sorted(catalog.recipes.items()):
-        path = catalog.paths.manifest(name)
-        try:
-            found = manifest.read(path, catalog.paths.rel(path))
-        except KilnError:
-            found = None  # `doit check` reports it; the site shows "not built"
-        out.append(Entry(name, recipe, catalog.thresholds[recipe.validation.thresholds], found))
-    return out
+def view(catalog: Catalog) -> Site:
+    items = siteview.entries(catalog)
+    slugs = siteview.Slugs()
+    return Site(
+        entries=items,
+        facets=siteview.facet_values(items, slugs),
+        models=siteview.groups(items, "repo", slugs),
+        architectures=siteview.groups(items, "architecture", slugs),
+        matrix=matrix(items),
+    )
+
+
+def _when(date: str) -> str:
+    try:
+        return datetime.fromisoformat(date).strftime("%Y-%m-%d %H:%M UTC")
+    except ValueError:
+        return date
 
 
 def _environment() -> Any:
@@ -66,26 +98,142 @@ def _environment() -> Any:
     )
     env.filters["short"] = lambda s, n=12: str(s)[:n]
     env.filters["num"] = lambda v: "—" if v is None else f"{v:.6g}"
+    env.filters["when"] = _when
+    env.filters["slug"] = siteview.slug
+    env.globals.update(FACETS=siteview.FACETS, METRICS=METRICS, NAV=NAV)
     return env
 
 
-def build(catalog: Catalog, out: Path) -> list[Path]:
-    """Render every page into `out`; returns the pages written."""
+def gate_rows(e: siteview.Entry) -> list[dict[str, Any]]:
+    """Each gate with its statistics (whatever the Gate model carries beyond the bound)
+    and what the latest evidence measured against it."""
+    measured = {g.metric: g for g in e.latest.gates} if e.latest else {}
+    rows = []
+    for gate in e.thresholds.gates:
+        data = gate.model_dump(mode="json")
+        stats = {k: v for k, v in data.items() if k not in ("metric", "direction", "threshold")}
+        why = str(stats.pop("why", ""))
+        result = measured.get(gate.metric)
+        rows.append(
+            {
+                "metric": gate.metric,
+                "meaning": METRICS.get(gate.metric, ""),
+                "rule": f"{'≥' if gate.direction == 'higher' else '≤'} {gate.threshold:.6g}",
+                "stats": stats,
+                "why": why,
+                "value": result.value if result else None,
+                "passed": result.passed if result else None,
+            }
+        )
+    return rows
+
+
+def _recipe_page(e: siteview.Entry) -> dict[str, Any]:
+    return {
+        "e": e,
+        "gates": gate_rows(e),
+        "plots": siteplot.plots(e.history),
+        "plot_size": (siteplot.WIDTH, siteplot.HEIGHT),
+        "limitations": e.strings("known_limitations"),
+        "tags": e.strings("tags"),
+        "owners": e.strings("owners"),
+    }
+
+
+def pages(site: Site) -> Iterator[PageSpec]:
+    """(path, template, context) of every page."""
+    yield "index.html", "index.html", {"entries": site.entries, "selected": None}
+    for facet, values in site.facets.items():
+        for fv in values:
+            chosen = [e for e in site.entries if e.facets[facet] == fv.value]
+            yield fv.url(facet), "index.html", {"entries": chosen, "selected": (facet, fv)}
+    yield "matrix.html", "matrix.html", {}
+    yield "models/index.html", "groups.html", {"kind": "models", "groups": site.models}
+    for g in site.models:
+        yield f"models/{g.slug}.html", "model.html", {"g": g}
+    groups = {"kind": "architectures", "groups": site.architectures}
+    yield "architectures/index.html", "groups.html", groups
+    for g in site.architectures:
+        yield f"architectures/{g.slug}.html", "architecture.html", {"g": g}
+    for e in site.entries:
+        yield e.url, "recipe.html", _recipe_page(e)
+    yield "api/index.html", "api.html", {}
+
+
+def _json(site: Site) -> Iterator[tuple[str, Any]]:
+    yield "api/recipes.json", siteapi.recipes(site.entries)
+    for e in site.entries:
+        yield f"api/recipes/{e.name}.json", siteapi.detail(e)
+    yield "api/matrix.json", siteapi.matrix(site.matrix)
+
+
+NAV = {
+    "index.html": "Catalog",
+    "matrix.html": "Support matrix",
+    "models/index.html": "Models",
+    "architectures/index.html": "Architectures",
+    "api/index.html": "JSON API",
+}
+
+
+def _section(rel: str) -> str:
+    """The nav entry a page belongs to: recipe and browse pages belong to the catalog."""
+    top = rel.split("/")[0]
+    return next((href for href in NAV if href.split("/")[0] == top), "index.html")
+
+
+def render(site: Site, out: Path) -> list[Path]:
+    """Write every page, the API and the static files into `out` (an empty folder)."""
     env = _environment()
-    items = entries(catalog)
     written = []
-    pages: list[tuple[str, str, dict[str, Any]]] = [
-        ("index.html", "index.html", {"entries": items})
-    ]
-    pages += [(f"recipes/{e.name}.html", "recipe.html", {"e": e}) for e in items]
-    for rel, template, context in pages:
-        depth = rel.count("/")
-        html = env.get_template(template).render(root="../" * depth, **context)
-        atomic_write(out / rel, html.encode())
-        written.append(out / rel)
-    static = out / "static"
-    if static.exists():
-        shutil.rmtree(static)
-    shutil.copytree(STATIC, static)
-    print(f"   site: {len(written)} pages -> {out}")
+    for rel, template, context in pages(site):
+        root = "../" * rel.count("/")
+        page = {"root": root, "here": rel, "section": _section(rel), "site": site}
+        html = env.get_template(template).render(**page, **context)
+        written.append(_write(out / rel, html.encode()))
+    for rel, data in _json(site):
+        _write(out / rel, dumps(data) + b"\n")  # compact: 1,000 recipes are 30 MB indented
+    (out / "api" / "schema").mkdir(parents=True)
+    for name in (f"{n}.schema.json" for n in API_SCHEMA_FILES):
+        shutil.copyfile(SCHEMAS / name, out / "api" / "schema" / name)
+    shutil.copytree(STATIC, out / "static")
+    (out / MARKER).write_text("rendered by kiln; `doit site` replaces this folder\n")
     return written
+
+
+def _write(path: Path, data: bytes) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    return path
+
+
+def _publish(tmp: Path, out: Path) -> None:
+    """Swap the freshly rendered folder in for the old one."""
+    ours = (out / MARKER).exists() or (out / "index.html").exists()  # or rendered before markers
+    if out.exists() and any(out.iterdir()) and not ours:
+        raise KilnError.one(
+            f"{out} exists and is not a site kiln rendered; refusing to replace it",
+            None,
+            "point KILN_SITE at an empty or a kiln-rendered folder",
+        )
+    old = out.with_name(f".{out.name}.old-{os.getpid()}")
+    if out.exists():
+        os.replace(out, old)
+    os.replace(tmp, out)
+    if old.exists():
+        shutil.rmtree(old)
+
+
+def build(catalog: Catalog, out: Path) -> list[Path]:
+    """Render the whole site into `out`; returns the HTML pages written (under `out`)."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.new-"))
+    try:
+        written = render(view(catalog), tmp)
+        os.chmod(tmp, 0o755)  # mkdtemp makes it 0700; a served site must be readable
+        _publish(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    print(f"   site: {len(written)} pages, {len(catalog.recipes)} recipes -> {out}")
+    return [out / p.relative_to(tmp) for p in written]

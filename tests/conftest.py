@@ -119,3 +119,21 @@ def built(tmp_path_factory: pytest.TempPathFactory, hub: Path) -> World:
     w = make_world(tmp_path_factory.mktemp("built"), hub)
     w.doit("build", check=True)
     return w
+
+
+def copy_catalog(base: Path, manifests: bool = True) -> World:
+    """The repository's catalog (recipes, thresholds, prompts and, optionally, the
+    committed manifests) copied into `base`: enough for the site, no build needed."""
+    root = base / "catalog"
+    folders = ("recipes", "thresholds", "prompts", *(("manifests",) if manifests else ()))
+    for folder in folders:
+        shutil.copytree(ROOT / folder, root / folder)
+    (root / "manifests").mkdir(exist_ok=True)
+    return World(root=root, hub=base / "hub", store=base / "store")
+
+
+@pytest.fixture(scope="session")
+def built_site(built: World) -> Path:
+    """The site rendered by `doit site` from the freshly built tiny recipes."""
+    built.doit("site", check=True)
+    return built.root / "_site"

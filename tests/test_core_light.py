@@ -37,7 +37,7 @@ def test_importing_the_core_imports_nothing_heavy() -> None:
     names = imported_modules(
         "-c",
         "import kiln, kiln.catalog, kiln.plan, kiln.store, kiln.manifest, kiln.gates, "
-        "kiln.sitegen, kiln.load, kiln.schema, kiln.editor_schema, tasks, dodo",
+        "kiln.sitegen, kiln.preview, kiln.load, kiln.schema, kiln.editor_schema, tasks, dodo",
     )
     assert "kiln.plan" in names and "tasks" in names
     assert heavy_in(names) == set()

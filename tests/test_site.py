@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 import json
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
 from pathlib import Path
 
 import jsonschema
+import referencing
 import yaml
-from conftest import ROOT, World, heavy
+from browser import tags_of
+from conftest import ROOT, World, copy_catalog, heavy
 
-from kiln import catalog, editor_schema, sitegen
+from kiln import catalog, editor_schema, schema, sitegen
 
 
 @heavy
@@ -71,3 +79,202 @@ def test_shipped_recipes_validate_against_the_editor_schema() -> None:
             "# yaml-language-server: $schema=../schema/recipe.schema.json"
         )
         jsonschema.validate(yaml.safe_load(path.read_text()), schema)
+
+
+# ---------------------------------------------------------------- JSON API
+
+
+def api_validator(name: str) -> jsonschema.Draft202012Validator:
+    """A validator for one $def of schema/site-api.schema.json, resolving its $refs to
+    kiln's other schemas the way a script reading the published site would."""
+    registry: referencing.Registry = referencing.Registry()
+    for path in (ROOT / "schema").glob("*.schema.json"):
+        resource = referencing.Resource.from_contents(json.loads(path.read_text()))
+        registry = registry.with_resource(path.name, resource)
+    schema = {"$ref": f"site-api.schema.json#/$defs/{name}"}
+    return jsonschema.Draft202012Validator(schema, registry=registry)
+
+
+def record_at(site: Path, url: str) -> dict[str, object]:
+    """The evidence record an 'recipes/<name>.html#evidence-<i>' link points at."""
+    page, anchor = url.split("#")
+    name = Path(page).stem
+    detail = json.loads((site / "api" / "recipes" / f"{name}.json").read_text())
+    found = [h["record"] for h in detail["history"] if h["url"] == url]
+    assert len(found) == 1, f"{url} names no evidence record"
+    assert (site / page).read_text().count(f'id="{anchor}"') == 1
+    return found[0]  # type: ignore[no-any-return]
+
+
+@heavy
+def test_json_api_validates_against_its_schema_and_matches_the_manifests(
+    built: World, built_site: Path
+) -> None:
+    listing = json.loads((built_site / "api" / "recipes.json").read_text())
+    api_validator("RecipeList").validate(listing)
+    assert [r["name"] for r in listing["recipes"]] == ["tiny-llama", "tiny-qwen3"]
+    for summary in listing["recipes"]:
+        detail = json.loads((built_site / summary["api"]).read_text())
+        api_validator("RecipeDetail").validate(detail)
+        m = built.manifest(summary["name"])
+        assert detail["lock"] == m["lock"]
+        assert [h["record"] for h in detail["history"]] == m["evidence"]
+        assert summary["verdict"] == m["evidence"][-1]["verdict"]
+        assert summary["architecture"] == m["lock"]["model"]["architecture"]
+        assert record_at(built_site, summary["evidence"]) == m["evidence"][-1]
+    matrix = json.loads((built_site / "api" / "matrix.json").read_text())
+    api_validator("Matrix").validate(matrix)
+    assert matrix["rows"] and matrix["not_built"] == []
+
+
+@heavy
+def test_every_matrix_cell_is_decided_by_the_evidence_it_links_to(built_site: Path) -> None:
+    matrix = json.loads((built_site / "api" / "matrix.json").read_text())
+    html = (built_site / "matrix.html").read_text()
+    decided = 0
+    for row in matrix["rows"]:
+        for cell in row["cells"]:
+            if cell["evidence"] is None:
+                assert cell["verdict"] == "untested" and cell["recipes"] == []
+                continue
+            record = record_at(built_site, cell["evidence"])
+            assert record["verdict"] == cell["verdict"] or (
+                cell["verdict"] == "untested" and record["verdict"] == "not-run"
+            )
+            assert f'href="{cell["evidence"]}"' in html
+            decided += 1
+    assert decided == 2  # the two tiny recipes, one architecture each
+
+
+def test_a_recipe_without_evidence_is_untested_in_the_matrix_and_the_api(tmp_path: Path) -> None:
+    world = copy_catalog(tmp_path, manifests=False)
+    sitegen.build(catalog.load(catalog.Paths(world.root)), tmp_path / "site")
+    matrix = json.loads((tmp_path / "site" / "api" / "matrix.json").read_text())
+    api_validator("Matrix").validate(matrix)
+    assert matrix["rows"] == [] and matrix["not_built"] == ["tiny-llama", "tiny-qwen3"]
+    listing = json.loads((tmp_path / "site" / "api" / "recipes.json").read_text())
+    api_validator("RecipeList").validate(listing)
+    assert {(r["verdict"], r["evidence"]) for r in listing["recipes"]} == {("not built", None)}
+    page = (tmp_path / "site" / "matrix.html").read_text()
+    assert "claims nothing" in page and 'class="cell' not in page
+
+
+def test_evidence_for_another_pin_proves_nothing(tmp_path: Path) -> None:
+    world = copy_catalog(tmp_path)
+    data = world.recipe("tiny-llama")
+    data["model"]["revision"] = "0" * 40
+    world.write_recipe("tiny-llama", data)
+    sitegen.build(catalog.load(catalog.Paths(world.root)), tmp_path / "site")
+    listing = json.loads((tmp_path / "site" / "api" / "recipes.json").read_text())
+    llama = next(r for r in listing["recipes"] if r["name"] == "tiny-llama")
+    assert (llama["verdict"], llama["evidence"], llama["stale"]) == ("not built", None, True)
+    page = (tmp_path / "site" / "recipes" / "tiny-llama.html").read_text()
+    assert "proves nothing about the recipe as written" in page
+
+
+# ---------------------------------------------------------------- doit site / serve
+
+
+def test_doit_site_rebuilds_only_when_its_inputs_change(tmp_path: Path) -> None:
+    world = copy_catalog(tmp_path, manifests=False)
+    index = world.root / "_site" / "index.html"
+    assert "site: " in world.doit("site", check=True).stdout
+    assert "not built" in index.read_text() and ">pass<" not in index.read_text()
+    assert "-- site" in world.doit("site", check=True).stdout  # nothing changed: up to date
+    shutil.copy(ROOT / "manifests" / "tiny-llama.json", world.root / "manifests")
+    assert "site: " in world.doit("site", check=True).stdout
+    assert ">pass<" in index.read_text()
+    data = world.recipe("tiny-qwen3")
+    data["description"] = "Reworded for the incremental test."
+    world.write_recipe("tiny-qwen3", data)
+    world.doit("site", check=True)
+    assert "Reworded for the incremental test." in index.read_text()
+
+
+def test_doit_site_removes_pages_of_deleted_recipes(tmp_path: Path) -> None:
+    world = copy_catalog(tmp_path)
+    world.doit("site", check=True)
+    page = world.root / "_site" / "recipes" / "tiny-qwen3.html"
+    assert page.exists()
+    (world.root / "recipes" / "tiny-qwen3.yaml").unlink()
+    (world.root / "manifests" / "tiny-qwen3.json").unlink()
+    world.doit("site", check=True)
+    assert not page.exists() and (world.root / "_site" / "recipes" / "tiny-llama.html").exists()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_doit_serve_previews_the_site_on_localhost(tmp_path: Path) -> None:
+    world = copy_catalog(tmp_path)
+    port = free_port()
+    cmd = [sys.executable, "-m", "doit", "-f", str(ROOT / "dodo.py"), "-d", str(world.root)]
+    proc = subprocess.Popen(
+        [*cmd, "serve", f"port={port}"],
+        env=world.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        body = fetch_when_up(f"http://127.0.0.1:{port}/index.html", proc)
+        assert "tiny-llama" in body and "tiny-qwen3" in body
+        api = json.loads(fetch_when_up(f"http://127.0.0.1:{port}/api/recipes.json", proc))
+        assert len(api["recipes"]) == 2
+    finally:
+        proc.terminate()
+        out, _ = proc.communicate(timeout=30)
+    assert f"http://127.0.0.1:{port}/" in out
+
+
+def fetch_when_up(url: str, proc: subprocess.Popen[str], timeout: float = 60) -> str:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=5) as resp:
+                return str(resp.read().decode())
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                out = proc.stdout.read() if proc.stdout else ""
+                raise AssertionError(f"doit serve did not come up: {out}") from None
+            time.sleep(0.2)
+
+
+# ---------------------------------------------------------------- pages
+
+
+def test_pages_have_no_inline_scripts_styles_or_event_handlers(tmp_path: Path) -> None:
+    world = copy_catalog(tmp_path)
+    pages = sitegen.build(catalog.load(catalog.Paths(world.root)), tmp_path / "site")
+    assert len(pages) > 10
+    for page in pages:
+        tags = tags_of(page)
+        assert tags, page
+        handlers = [(t, a) for t, attrs in tags for a in attrs if a.startswith("on")]
+        assert handlers == [], f"{page}: inline event handlers {handlers}"
+        assert not [t for t, attrs in tags if "style" in attrs or t == "style"], page
+        scripts = [attrs.get("src") for t, attrs in tags if t == "script"]
+        assert all(src and src.endswith("static/filter.js") for src in scripts), page
+
+
+def test_recipe_page_and_index_show_limitations_tags_owners_and_companions(tmp_path: Path) -> None:
+    world = copy_catalog(tmp_path)
+    cat = catalog.load(catalog.Paths(world.root))
+    draft = "kiln-tiny/qwen3", "8c0453fc635cbc01885554be7a5f6b71998ad301"
+    cat.recipes["tiny-llama"] = cat.recipes["tiny-llama"].model_copy(
+        update={
+            "known_limitations": ["Greedy decoding only."],
+            "tags": ["tiny"],
+            "owners": ["site-team"],
+            "companions": {"draft": schema.Companion(repo=draft[0], revision=draft[1])},
+        }
+    )
+    sitegen.build(cat, tmp_path / "site")
+    page = (tmp_path / "site" / "recipes" / "tiny-llama.html").read_text()
+    for shown in ("Greedy decoding only.", "tiny", "site-team", "draft", *draft):
+        assert shown in page, shown
+    index = (tmp_path / "site" / "index.html").read_text()
+    assert '<span class="tag">tiny</span>' in index
