@@ -179,4 +179,4 @@ def test_the_payload_catalog_is_still_valid(sites: dict[str, Any]) -> None:
     schema, the way a reviewer-approved recipe would, not around it."""
     root = Path(sites["evil"]).parent / "catalog"
     cat = catalog.load(catalog.Paths(root))
-    assert cat.problems == {} and set(cat.recipes) == {"tiny-llama", "tiny-qwen3"}
+    assert cat.problems == {} and {"tiny-llama", "tiny-qwen3"} <= set(cat.recipes)
