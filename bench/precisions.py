@@ -5,6 +5,8 @@
 Builds each recipe into a fresh store (the hub mirror is shared) and reads the
 seconds each step reports ("<kind>: done in S s"), then sums the bundle's files.
 Timings on the shared 2-core machines are noisy: read ratios, not absolutes.
+Each build is a real validation run, so it appends an evidence record to
+manifests/<recipe>.json; drop those with `git checkout manifests/` if unwanted.
 """
 
 from __future__ import annotations
