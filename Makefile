@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 RECIPE ?= tiny-llama
 
-.PHONY: demo test lint install install-browser clean
+.PHONY: demo test lint install install-browser clean nightly
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -55,3 +55,8 @@ test: lint install-browser
 
 clean:
 	rm -rf .kiln _site .doit.sqlite*
+
+# The nightly job: the whole tiny catalog (every architecture), not just the CI
+# subset (kiln/ci_subset.py). About 4 minutes on 2 idle cores (bench/catalog_cost.py).
+nightly: install
+	KILN_NIGHTLY=1 $(BIN)/python -m pytest tests/test_breadth.py -k nightly

@@ -7,6 +7,8 @@ doit run recipe=NAME prompt="..."
 doit site                  render the Models & Recipes site into _site/
 doit serve                 preview the site on http://127.0.0.1:8000/
 doit diff base=REV         what a PR changes, as Markdown
+doit verify                re-hash the store against records and locks (exit 0/4/5/6)
+doit gc [dry_run=1]        remove stale temp dirs and unreferenced artifacts
 """
 
 from doit import get_var

@@ -26,10 +26,11 @@ from doit.exceptions import TaskFailed
 
 import tinyhub
 from kiln import catalog as catalog_mod
-from kiln import manifest, toolchain
+from kiln import manifest, toolchain, unsupported, upkeep
 from kiln import rules as rules_mod
-from kiln.errors import KilnError, Location, Problem, Unsupported
-from kiln.execute import run_step
+from kiln.canonical import key_of
+from kiln.errors import KilnError, Location, Problem
+from kiln.execute import Graph, run_step
 from kiln.gates import judge
 from kiln.plan import Plan, Step, plan
 from kiln.schema import CheckpointLock, Evidence, FileHash, Lock, StepLock
@@ -138,6 +139,11 @@ def _context(name: str, step: Step) -> dict[str, Any]:
     return {}
 
 
+def _graph(name: str, by_key: dict[str, Step]) -> Graph:
+    """What a step needs to rebuild an input it finds corrupt."""
+    return Graph(by_key, lambda s: _context(name, s))
+
+
 def _step_task(name: str, step: Step, by_key: dict[str, Step], mirror: bool) -> Task:
     deps = [f"build:{_task_name(by_key[k])}" for k in step.inputs.values()]
     if mirror and step.kind == "fetch" and tinyhub.is_tiny(step.options["repo"]):
@@ -146,20 +152,38 @@ def _step_task(name: str, step: Step, by_key: dict[str, Step], mirror: bool) -> 
     return {
         "name": _task_name(step),
         "title": lambda _task, s=step: f"{s.kind:<9} {s.name}  [{s.key[:12]}]",
-        "actions": [_guard(lambda s=step: _run_here(name, s), (name, step.origin))],
+        "actions": [
+            _guard(
+                lambda s=step: run_step(s, _store(), _context(name, s), _graph(name, by_key)),
+                (name, step.origin),
+            )
+        ],
         "task_dep": deps,
         "uptodate": [lambda s=step: store.has(s.key)],
         "verbosity": 2,
     }
 
 
-def _run_here(name: str, step: Step) -> None:
-    """Run a step; a step this host cannot run is reported, not failed: the manifest
-    task records `unsupported-here` and the build goes on (exit 0)."""
-    try:
-        run_step(step, _store(), _context(name, step))
-    except Unsupported as exc:
-        print(f"   {step.kind}: unsupported-here: {exc.reason}", file=sys.stderr)
+def _fetchable_here(p: Plan) -> bool:
+    """Can every checkpoint of the plan be fetched here (tiny, cached, or online)?"""
+    if os.environ.get("KILN_HUB_ONLINE") == "1":
+        return True
+    hub = _catalog().paths.hub
+    return all(
+        tinyhub.is_tiny(s.options["repo"])
+        or (tinyhub.repo_dir(hub, s.options["repo"]) / "snapshots" / s.options["revision"]).is_dir()
+        for s in p.steps
+        if s.kind == "fetch"
+    )
+
+
+def _note(name: str, message: str) -> Task:
+    return {
+        "name": name,
+        "actions": [lambda: print(f"   {message}")],
+        "uptodate": [False],
+        "verbosity": 2,
+    }
 
 
 def _uses_tiny(plans: list[Plan]) -> bool:
@@ -203,63 +227,27 @@ def _lock(p: Plan) -> Lock:
     )
 
 
-def _measured(validate: Step) -> dict[str, Any]:
-    """What the validate step measured (its evidence.json in the store)."""
-    data: dict[str, Any] = json.loads(_store().get(validate.key).file("evidence.json").read_text())
+def _measured(validate: Step, name: str) -> dict[str, Any]:
+    """What the validate step measured (its evidence.json in the store), or, for an
+    unsupported recipe, the reason with the date and host it was found on."""
+    artifact = _store().get(validate.key).path
+    found = unsupported.marker_of(artifact)
+    if found is not None:
+        backend = {"name": _catalog().recipe(name).build.backend, "device": "not run"}
+        return {**found, "unsupported": found["reason"], "backend": backend, "metrics": {}}
+    data: dict[str, Any] = json.loads((artifact / "evidence.json").read_text())
     return data
-
-
-def _unsupported_evidence(name: str, p: Plan, reason: str) -> Evidence:
-    """What a host that cannot build the recipe records: where, which backend, why."""
-    import datetime
-
-    from kiln import hostinfo
-
-    build = _catalog().recipe(name).build
-    libs = toolchain.BACKEND_LIBRARIES[build.backend] or (build.backend,)
-    return Evidence(
-        date=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        host=hostinfo.host(),
-        backend={
-            "name": build.backend,
-            "version": toolchain.version(libs[0]),
-            "device": build.target,
-        },
-        step_key=p.step("validate").key,
-        metrics={},
-        gates=[],
-        verdict="unsupported-here",
-        reason=reason,
-    )
-
-
-def _already_unsupported(path: Path, evidence: Evidence) -> bool:
-    """The same host already said the same thing about the same step: say it once."""
-    found = manifest.read(path)
-    last = found.evidence[-1] if found and found.evidence else None
-    return last is not None and (last.verdict, last.step_key, last.reason, last.host) == (
-        "unsupported-here",
-        evidence.step_key,
-        evidence.reason,
-        evidence.host,
-    )
 
 
 def record_manifest(name: str, p: Plan) -> None:
     """Judge the validation against the recipe's gates and append the evidence."""
     cat = _catalog()
     validate = p.step("validate")
-    path = cat.paths.manifest(name)
-    reason = _store().unsupported(validate.key)
-    if reason is not None and not _store().has(validate.key):
-        evidence = _unsupported_evidence(name, p, reason)
-        if not _already_unsupported(path, evidence):
-            manifest.record(path, name, _lock(p), evidence)
-        print(f"   {name}: unsupported-here ({reason}) -> {cat.paths.rel(path)}")
-        return
-    measured = _measured(validate)
+    measured = _measured(validate, name)
     thresholds = cat.thresholds[cat.recipe(name).validation.thresholds]
-    gates, verdict, why = judge(thresholds, measured["metrics"])
+    gates, verdict, reason = judge(thresholds, measured["metrics"])
+    if "unsupported" in measured:  # no metrics were measured, and none are claimed
+        gates, verdict, reason = [], "unsupported-here", measured["unsupported"]
     evidence = Evidence(
         date=measured["date"],
         host=measured["host"],
@@ -268,10 +256,21 @@ def record_manifest(name: str, p: Plan) -> None:
         metrics=measured["metrics"],
         gates=gates,
         verdict=verdict,
-        reason=why,
+        reason=reason,
     )
-    manifest.record(path, name, _lock(p), evidence)
-    print(f"   {name}: {verdict}{' (' + why + ')' if why else ''} -> {cat.paths.rel(path)}")
+    path = cat.paths.manifest(name)
+    store = _store()
+    # Concurrent builds of one recipe record one run once (issue 7), and a manifest
+    # never names an artifact that is not there (it is written last).
+    with store.lock(key_of({"manifest": str(path.resolve())}), f"manifest {name}"):
+        if manifest.has_evidence(path, validate.key, measured["date"], _lock(p)):
+            print(f"   {name}: this run is already recorded in {cat.paths.rel(path)}")
+            return
+        absent = [s.name for s in p.steps if not store.has(s.key)]
+        if absent:
+            raise KilnError.one(f"not writing the manifest: {', '.join(absent)} missing")
+        manifest.record(path, name, _lock(p), evidence)
+    print(f"   {name}: {verdict}{' (' + reason + ')' if reason else ''} -> {cat.paths.rel(path)}")
 
 
 def _manifest_task(name: str, p: Plan) -> Task:
@@ -282,7 +281,7 @@ def _manifest_task(name: str, p: Plan) -> Task:
         store = _store()
         if not all(store.has(s.key) for s in p.steps):
             return False
-        measured = _measured(validate)
+        measured = _measured(validate, name)
         return manifest.has_evidence(path, validate.key, measured["date"], _lock(p))
 
     return {
@@ -305,6 +304,17 @@ def task_build() -> Iterator[Task]:
             plans.append(_plan(name))
         except KilnError as exc:
             problems.append((name, exc))
+    if not get_var("recipe", None):
+        # "Everything" means everything this machine can fetch; the rest is listed.
+        skipped = [p.recipe for p in plans if not _fetchable_here(p)]
+        plans = [p for p in plans if p.recipe not in skipped]
+        if skipped:
+            yield _note(
+                "not-built-here",
+                f"not built here: {len(skipped)} recipes need checkpoints that are not in "
+                f"the hub cache and the Hub is not reachable ({', '.join(skipped)}); "
+                "with network access: KILN_HUB_ONLINE=1 doit build recipe=NAME",
+            )
     mirror = _uses_tiny(plans) and os.environ.get("KILN_HUB_ONLINE") != "1"
     if mirror:
         yield _mirror_task()
@@ -441,7 +451,11 @@ def generate(name: str) -> None:
             top_p=float(get_var("top_p", "1")),
             seed=int(get_var("seed", "0")),
         )
-        bundle = load(_store().get(p.step("bundle").key).path)
+        artifact = _store().get(p.step("bundle").key).path
+        found = unsupported.marker_of(artifact)
+        if found is not None:
+            raise KilnError.one(f"unsupported here: {found['reason']}", None)
+        bundle = load(artifact)
         out = bundle.generate(
             [bundle.encode(prompt)], int(get_var("max_new_tokens", "32")), sampler
         )
@@ -463,10 +477,6 @@ def ensure_bundle(name: str) -> Plan:
             run_step(step, _store(), _context(name, step))
         except KilnError as exc:
             raise _located(exc, name, step.origin) from None
-        except Unsupported as exc:
-            raise KilnError.one(
-                f"this host cannot build {name}: {exc.reason}", None, "run it on a host that can"
-            ) from None
     return p
 
 
@@ -529,3 +539,27 @@ def task_schema() -> Task:
         print(f"   schema: {len(changed)} of {len(editor_schema.MODELS)} files changed in {folder}")
 
     return {"actions": [_guard(write)], "uptodate": [False], "verbosity": 2}
+
+
+# ---------------------------------------------------------------- verify / gc
+
+
+def task_verify() -> Task:
+    """Re-hash the store against its records and the manifests' locks (repair=1 removes
+    damaged artifacts). Exit 0 ok, 4 corrupt/partial, 5 missing, 6 extra."""
+
+    def run() -> None:
+        code = upkeep.verify(_catalog(), _store(), repair=get_var("repair", "0") == "1")
+        if code:
+            sys.exit(code)  # doit's own codes are 1-3; ours say what was found (README)
+
+    return {"actions": [_guard(run)], "uptodate": [False], "verbosity": 2}
+
+
+def task_gc() -> Task:
+    """Remove stale temp dirs and artifacts nothing references (dry_run=1 lists them)."""
+
+    def run() -> None:
+        upkeep.collect(_catalog(), _store(), dry_run=get_var("dry_run", "0") == "1")
+
+    return {"actions": [_guard(run)], "uptodate": [False], "verbosity": 2}

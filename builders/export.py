@@ -5,9 +5,13 @@ The graph's contract, which the runtime relies on:
     inputs   input_ids [batch, seq] int64
              attention_mask [batch, past + seq] int64     (1 = real token, 0 = padding)
              position_ids [batch, seq] int64
-             past.<layer>.key / past.<layer>.value [batch, kv_heads, past, head_dim]
+             past.<layer>.key / past.<layer>.value [batch, heads, past, dim]
     outputs  logits [batch, seq, vocab]
-             present.<layer>.key / present.<layer>.value [batch, kv_heads, past + seq, head_dim]
+             present.<layer>.key / present.<layer>.value [batch, heads, past + seq, dim]
+
+heads and dim are observed per layer and per tensor from one forward pass
+(builders/_cache.py) and recorded in export.json's kv_cache.entries; MLA models
+cache keys and values of different widths.
 
 A prefill passes past tensors with past = 0. The example batch is 2 and the example
 past is non-empty: with batch 1 the exporter specializes the batch dimension to a
@@ -29,23 +33,67 @@ class Options(BaseModel):
     model_config = ConfigDict(extra="forbid")
     opset: int = Field(17, ge=17, le=23, description="ONNX opset to export.")
     exporter: str = Field("torchscript", pattern="^torchscript$", description="torch exporter.")
+    task: str = Field("text-generation", description="The recipe's task (kiln.schema.TASKS).")
 
 
-def kv_shape(config: Any) -> tuple[int, int, int]:
-    """(layers, kv_heads, head_dim) of the model's cache."""
-    heads = config.num_attention_heads
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
-    return config.num_hidden_layers, getattr(config, "num_key_value_heads", heads), head_dim
-
-
-def io_names(layers: int) -> tuple[list[str], list[str]]:
-    kv = [(i, kind) for i in range(layers) for kind in ("key", "value")]
-    inputs = ["input_ids", "attention_mask", "position_ids"] + [f"past.{i}.{k}" for i, k in kv]
-    outputs = ["logits"] + [f"present.{i}.{k}" for i, k in kv]
+def io_names(entries: list[dict[str, Any]]) -> tuple[list[str], list[str]]:
+    inputs = ["input_ids", "attention_mask", "position_ids"] + [e["past"] for e in entries]
+    outputs = ["logits"] + [e["present"] for e in entries]
     return inputs, outputs
 
 
+def explicit_cache_module(model: Any, entries: list[dict[str, Any]]) -> Any:
+    """The model as (input_ids, attention_mask, position_ids, *past) -> (logits, *present):
+    the contract above. The aoti backend traces the same module."""
+    import torch
+
+    from builders import _cache
+    from builders._hf import cache_keyword
+
+    cache_kw = cache_keyword(model)
+
+    class WithExplicitCache(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(
+            self, input_ids: Any, attention_mask: Any, position_ids: Any, *past: Any
+        ) -> Any:
+            out = self.model(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                position_ids=position_ids,
+                use_cache=True,
+                **{cache_kw: _cache.full_cache(past, entries)},
+            )
+            present = [
+                t for layer in out.past_key_values.layers for t in (layer.keys, layer.values)
+            ]
+            return (out.logits, *present)
+
+    return WithExplicitCache().eval()
+
+
+def example_inputs(entries: list[dict[str, Any]], device: str = "cpu") -> tuple[Any, ...]:
+    """Batch 2, 4 new tokens after 3 cached ones (batch 1 would specialize the batch
+    dimension to a constant, FIELD_NOTES)."""
+    import torch
+
+    from builders import _cache
+
+    batch, past_len, seq = 2, 3, 4
+    example = (
+        torch.ones(batch, seq, dtype=torch.long),
+        torch.ones(batch, past_len + seq, dtype=torch.long),
+        torch.arange(past_len, past_len + seq).expand(batch, seq).contiguous(),
+        *_cache.example(entries, batch, past_len),
+    )
+    return tuple(t.to(device) for t in example)
+
+
 def _needs_cuda(request: Any) -> bool:
+    """NVFP4's fake-quant kernels run on CUDA only (builders/quantize.py)."""
     quantized = request.inputs.get("quantized")
     if quantized is None:
         return False
@@ -55,39 +103,44 @@ def _needs_cuda(request: Any) -> bool:
 def build(request: Any, writer: Any) -> None:
     import torch
 
-    from builders._hf import example_inputs, explicit_cache_module, load_causal_lm
+    from builders import _cache, _tracefix
+    from builders._hf import load_for_export
 
     opts = Options.model_validate(request.options)
+    if opts.task != "text-generation":
+        from builders.unsupported import Unsupported, task_not_built
+
+        raise Unsupported(task_not_built(opts.task))
     checkpoint = request.inputs["checkpoint"] / "checkpoint"
-    model = load_causal_lm(checkpoint)
+    model = load_for_export(checkpoint)
+    entries = _cache.observe(model)
     if "quantized" in request.inputs:
         from builders._hf import restore_quantized
 
         model = restore_quantized(model, request.inputs["quantized"])
-    # NVFP4's fake-quant kernels run on CUDA only (builders/quantize.py)
     device = "cuda" if _needs_cuda(request) else "cpu"
     model.to(device)
-    layers = model.config.num_hidden_layers
-    example = example_inputs(model.config, device)
-    inputs, outputs = io_names(layers)
+    example = example_inputs(entries, device)
+    inputs, outputs = io_names(entries)
     dynamic = {
         "input_ids": {0: "batch", 1: "seq"},
         "attention_mask": {0: "batch", 1: "total"},
         "position_ids": {0: "batch", 1: "seq"},
         "logits": {0: "batch", 1: "seq"},
-        **{name: {0: "batch", 2: "past"} for name in inputs[3:]},
-        **{name: {0: "batch", 2: "total"} for name in outputs[1:]},
+        **{name: {0: "batch", _cache.SEQ_AXIS: "past"} for name in inputs[3:]},
+        **{name: {0: "batch", _cache.SEQ_AXIS: "total"} for name in outputs[1:]},
     }
+    layers = model.config.get_text_config(decoder=True).num_hidden_layers
     request.log(f"exporting {type(model).__name__} ({layers} layers) to ONNX opset {opts.opset}")
     # The tracer warns about the cache's Python-side bookkeeping (empty-cache checks,
     # padding arithmetic) being frozen into the trace. Those branches are the same
     # for every shape the runtime feeds, and validate checks the graph against the
     # reference at many shapes, so the warnings are noise here.
-    with torch.no_grad(), warnings.catch_warnings():
+    with torch.no_grad(), warnings.catch_warnings(), _tracefix.traceable(model):
         warnings.simplefilter("ignore")
         try:
             torch.onnx.export(
-                explicit_cache_module(model),
+                explicit_cache_module(model, entries),
                 example,
                 str(writer.path("model.onnx")),
                 input_names=inputs,
@@ -105,41 +158,49 @@ def build(request: Any, writer: Any) -> None:
                 f"the TorchScript exporter cannot write this NVFP4 graph at opset "
                 f"{opts.opset}: {type(exc).__name__}: {str(exc)[:300]}"
             ) from None
-    meta = describe(model)
+    meta = describe(model, entries)
     if "quantized" in request.inputs:
         done = json.loads((request.inputs["quantized"] / "quantize.json").read_text())
         meta["quantization"] = {k: done[k] for k in ("weights", "kv_cache", "config", "device")}
     writer.write_json("export.json", meta)
 
 
-def describe(model: Any) -> dict[str, Any]:
-    """What the runtime needs to know about the graph's model: cache layout, sizes."""
-    layers, kv_heads, head_dim = kv_shape(model.config)
+def describe(model: Any, entries: list[dict[str, Any]]) -> dict[str, Any]:
+    """export.json: what the runtime needs to know about the graph. `entries` is the
+    cache contract per tensor; kv_heads/head_dim stay for readers of uniform caches."""
+    shapes = {(e["shape"][1], e["shape"][3]) for e in entries}
+    uniform = shapes.pop() if len(shapes) == 1 else (None, None)
+    config = model.config
     return {
         "architecture": type(model).__name__,
-        "model_type": model.config.model_type,
+        "model_type": config.model_type,
         "kv_cache": {
-            "layers": layers,
-            "kv_heads": kv_heads,
-            "head_dim": head_dim,
+            "layers": len({e["layer"] for e in entries}),
+            "kv_heads": uniform[0],
+            "head_dim": uniform[1],
             "dtype": "float32",
             "layout": ["batch", "kv_heads", "seq", "head_dim"],
             "past": "past.{layer}.{kind}",
             "present": "present.{layer}.{kind}",
+            "entries": entries,
         },
-        "vocab_size": model.config.vocab_size,
-        "max_position_embeddings": model.config.max_position_embeddings,
+        "vocab_size": config.get_text_config(decoder=True).vocab_size,
+        "max_position_embeddings": config.get_text_config(decoder=True).max_position_embeddings,
     }
 
 
-def value_info(layers: int) -> dict[str, list[dict[str, Any]]]:
+def value_info(entries: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     """The I/O contract as onnx.py's io.json writes it, for engines built without ONNX."""
-    inputs, outputs = io_names(layers)
-    kv = ["batch", "kv_heads", "past", "head_dim"]
+    inputs, _ = io_names(entries)
     ins = [{"name": n, "dtype": "int64", "shape": ["batch", "seq"]} for n in inputs[:3]]
     ins[1]["shape"] = ["batch", "total"]
-    ins += [{"name": n, "dtype": "float32", "shape": kv} for n in inputs[3:]]
+    ins += [
+        {"name": e["past"], "dtype": "float32", "shape": ["batch", "heads", "past", "dim"]}
+        for e in entries
+    ]
     outs = [{"name": "logits", "dtype": "float32", "shape": ["batch", "seq", "vocab"]}]
-    total = ["batch", "kv_heads", "total", "head_dim"]
-    outs += [{"name": n, "dtype": "float32", "shape": total} for n in outputs[1:]]
+    outs += [
+        {"name": e["present"], "dtype": "float32", "shape": ["batch", "heads", "total", "dim"]}
+        for e in entries
+    ]
     return {"inputs": ins, "outputs": outs}

@@ -63,10 +63,8 @@ def build(request: Any, writer: Any) -> None:
     # TensorRT's own ops have no ONNX schema; the checker cannot infer through them
     onnx.checker.check_model(model, full_check=opts.qdq != "tensorrt")
     inputs, outputs = _value_info(model.graph.input), _value_info(model.graph.output)
-    layers = exported["kv_cache"]["layers"]
-    expected_in = ["input_ids", "attention_mask", "position_ids"] + [
-        f"past.{i}.{k}" for i in range(layers) for k in ("key", "value")
-    ]
+    entries = exported["kv_cache"]["entries"]
+    expected_in = ["input_ids", "attention_mask", "position_ids"] + [e["past"] for e in entries]
     names = [v["name"] for v in inputs]
     if names != expected_in:
         raise request.error(

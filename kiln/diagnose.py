@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from kiln.errors import KilnError, Location, Problem, did_you_mean, one_of
+from kiln.errors import MAX_PROBLEMS, KilnError, Location, Problem, capped, did_you_mean, one_of
 from kiln.schema import PATTERN_HELP
 
 M = TypeVar("M", bound=BaseModel)
@@ -161,7 +161,7 @@ def problems_of(
     exc: ValidationError, root: type[BaseModel], sources: Sequence[Source], file: str = ""
 ) -> list[Problem]:
     out = []
-    for err in exc.errors():
+    for err in exc.errors()[: MAX_PROBLEMS + 1]:
         loc = tuple(err["loc"])
         if err["type"] in ("union_tag_invalid", "union_tag_not_found"):
             loc += (err["ctx"]["discriminator"].strip("'"),)  # point at `variant:` itself
@@ -187,6 +187,5 @@ def validate(model: type[M], data: Any, sources: Sequence[Source], file: str = "
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        raise KilnError(
-            problems_of(exc, model, sources, file or (sources[0].file if sources else ""))
-        ) from None
+        where = file or (sources[0].file if sources else "")
+        raise KilnError(capped(problems_of(exc, model, sources, where), where)) from None

@@ -66,6 +66,20 @@ class KilnError(Exception):
         return body
 
 
+# Hostile input (issue 7): 80,000 aliases gave 80,000 problems, each with a snippet cut
+# from the whole text, and took 257 s. Report the first ones and say how many more.
+MAX_PROBLEMS = 50
+
+
+def capped(problems: list[Problem], file: str) -> list[Problem]:
+    if len(problems) <= MAX_PROBLEMS:
+        return problems
+    more = Problem(
+        f"and more problems after these {MAX_PROBLEMS}", Location(file), "fix these first"
+    )
+    return [*problems[:MAX_PROBLEMS], more]
+
+
 def did_you_mean(word: str, choices: Iterable[str]) -> str:
     close = difflib.get_close_matches(str(word), list(choices), n=1, cutoff=0.6)
     return f"did you mean '{close[0]}'?" if close else ""
@@ -73,15 +87,3 @@ def did_you_mean(word: str, choices: Iterable[str]) -> str:
 
 def one_of(choices: Sequence[str]) -> str:
     return ", ".join(choices)
-
-
-class Unsupported(Exception):
-    """This host cannot run a step (no TensorRT, no CUDA for NVFP4 calibration, ...).
-
-    Not a failure of the recipe and never a pass: the build records the verdict
-    `unsupported-here` with `reason`, publishes nothing for the step or anything
-    downstream of it, and goes on with other recipes."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason

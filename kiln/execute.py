@@ -10,12 +10,13 @@ from __future__ import annotations
 import importlib
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from kiln.errors import KilnError, Location, Unsupported
+from kiln import unsupported
+from kiln.errors import KilnError, Location
 from kiln.plan import Step
 from kiln.store import Store, Writer
 
@@ -39,9 +40,10 @@ class Request:
         """An error the user can act on; builders raise it for bad input."""
         return KilnError.one(cause, Location(where) if where else None, fix)
 
-    def unsupported(self, reason: str) -> Unsupported:
-        """This host cannot do the step; builders raise it with the exact reason."""
-        return Unsupported(reason)
+    def unsupported(self, reason: str) -> unsupported.Unsupported:
+        """This host cannot do the step (no TensorRT, no CUDA for NVFP4, ...); builders
+        raise it with the exact reason and run_step publishes the marker."""
+        return unsupported.Unsupported(reason)
 
     def log(self, message: str) -> None:
         print(f"   {self.kind}: {message}", file=sys.stderr, flush=True)
@@ -61,36 +63,79 @@ class Request:
         )
 
 
-def run_step(step: Step, store: Store, context: dict[str, Any] | None = None) -> bool:
-    """Make sure `step`'s artifact is in the store. Returns True if it was built here.
+@dataclass(frozen=True)
+class Graph:
+    """The steps a build knows (by key) and the context each one runs with, so that a
+    step can rebuild an input it finds corrupt."""
 
-    Raises Unsupported, leaving a note in the store and no artifact, when this host
-    cannot run the step or one of its inputs."""
-    for key in step.inputs.values():
-        reason = store.unsupported(key)
-        if reason is not None and not store.has(key):
-            store.mark_unsupported(step.key, reason)
-            raise Unsupported(reason)
-    try:
-        return _build(step, store, context)
-    except Unsupported as exc:
-        store.mark_unsupported(step.key, exc.reason)
-        raise
+    steps: Mapping[str, Step]
+    context: Callable[[Step], dict[str, Any]]
 
 
-def _build(step: Step, store: Store, context: dict[str, Any] | None) -> bool:
-    store.clear_unsupported(step.key)
+def run_step(
+    step: Step, store: Store, context: dict[str, Any] | None = None, graph: Graph | None = None
+) -> bool:
+    """Make sure `step`'s artifact is in the store. Returns True if it was built here."""
     with store.lock(step.key, step.name):
         if store.has(step.key):
             return False  # another process built it while we waited
-        inputs = {role: store.get(key).path for role, key in step.inputs.items()}
+        inputs = {role: _sound_input(key, store, graph) for role, key in step.inputs.items()}
         request = Request(step.kind, step.key, step.name, step.options, inputs, context or {})
+        started = time.monotonic()
+        meta = {"kind": step.kind, "name": step.name, "material": step.material}
+        upstream = next(filter(None, map(unsupported.marker_of, inputs.values())), None)
+        if upstream is not None:  # nothing to build on: pass the reason on, run nothing
+            with store.publish(step.key, meta) as writer:
+                writer.write_json(unsupported.MARKER, upstream)
+            return True
         builder: Callable[[Request, Writer], None] = importlib.import_module(
             f"builders.{step.kind}"
         ).build
-        started = time.monotonic()
-        meta = {"kind": step.kind, "name": step.name, "material": step.material}
-        with store.publish(step.key, meta) as writer:
-            builder(request, writer)
-        request.log(f"done in {time.monotonic() - started:.1f} s -> {step.key[:12]}")
+        try:
+            with store.publish(step.key, meta) as writer:
+                builder(request, writer)
+        except unsupported.Unsupported as exc:
+            with store.publish(step.key, meta) as writer:
+                writer.write_json(unsupported.MARKER, unsupported.marker(exc.reason, step.name))
+            request.log(f"unsupported here: {exc.reason}")
+            return True
+        seconds = time.monotonic() - started
+        store.journal({"key": step.key, "kind": step.kind, "name": step.name, "seconds": seconds})
+        request.log(f"done in {seconds:.1f} s -> {step.key[:12]}")
         return True
+
+
+_VERIFIED: set[Path] = set()
+
+
+def _sound_input(key: str, store: Store, graph: Graph | None) -> Path:
+    """The path of an input artifact, verified (sizes, then sha256) before use.
+
+    A corrupt input is removed and rebuilt when the graph knows its step; otherwise
+    the build stops rather than build on bad bytes. Tiny artifacts hash in
+    milliseconds; a real checkpoint costs seconds, so each is hashed once per process."""
+    path = store.object_dir(key)
+    if store.has(key) and (path in _VERIFIED or not store.verify(key)):
+        _VERIFIED.add(path)  # once per process: a checkpoint feeds several steps
+        return path
+    step = graph.steps.get(key) if graph else None
+    if step is None or graph is None:
+        bad = store.verify(key) if store.has(key) else ["(missing)"]
+        raise KilnError.one(
+            f"input artifact {key[:12]} is corrupt or missing: {', '.join(bad)}",
+            Location(str(store.object_dir(key))),
+            "run `doit verify`, then build the recipe again",
+        )
+    with store.lock(key, step.name):
+        if store.has(key):
+            bad = store.verify(key)
+            if bad:
+                print(
+                    f"   {step.kind}: artifact {key[:12]} is corrupt ({', '.join(bad)}): "
+                    "removing it and building it again",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                store.remove(key)
+    run_step(step, store, graph.context(step), graph)
+    return store.get(key).path

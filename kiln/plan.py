@@ -204,11 +204,18 @@ def _check_buildable(recipe: Recipe) -> None:
         raise KilnError(problems)
 
 
+def _task(recipe: Recipe) -> dict[str, Any]:
+    """The task, in the options of the steps it changes. text-generation, the
+    default, adds nothing, so its keys stay what they were before tasks existed."""
+    return {} if recipe.task == "text-generation" else {"task": recipe.task}
+
+
 def _engine_chain(
     role: str,
     checkpoint: Checkpoint | Companion,
     build: Build,
     tools: Toolchain,
+    task: dict[str, Any] | None = None,
     precision: Precision | None = None,
     calibration: Calibration | None = None,
 ) -> list[Step]:
@@ -231,7 +238,11 @@ def _engine_chain(
     export = _step(
         "export",
         f"export {at}{label}",
-        {"opset": OPSET if quantize is None else QUANTIZED_OPSET, "exporter": "torchscript"},
+        {
+            "opset": OPSET if quantize is None else QUANTIZED_OPSET,
+            "exporter": "torchscript",
+            **(task or {}),
+        },
         {"checkpoint": fetch, **({} if quantize is None else {"quantized": quantize})},
         tools,
         role,
@@ -262,7 +273,13 @@ def plan(name: str, recipe: Recipe, prompts: PromptSet, tools: Toolchain) -> Pla
     """Expand one recipe. Only what decides an output goes into a step's options."""
     _check_buildable(recipe)
     chain = _engine_chain(
-        "model", recipe.model, recipe.build, tools, recipe.precision, recipe.calibration
+        "model",
+        recipe.model,
+        recipe.build,
+        tools,
+        _task(recipe),
+        recipe.precision,
+        recipe.calibration,
     )
     fetch, engine = chain[0], chain[-1]
     check = {
@@ -274,7 +291,7 @@ def plan(name: str, recipe: Recipe, prompts: PromptSet, tools: Toolchain) -> Pla
     reference = _step(
         "reference",
         f"reference {at} fp32",
-        {**check, "dtype": "float32"},
+        {**check, "dtype": "float32", **_task(recipe)},
         {"checkpoint": fetch},
         tools,
     )

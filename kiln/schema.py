@@ -97,6 +97,16 @@ KV_CACHE = ("auto", "fp16", "bf16", "fp8")
 COMPUTE = ("fp32", "fp16", "bf16")
 BACKENDS = ("onnxruntime", "aoti", "tensorrt")
 TARGETS = ("cpu", "sm80", "sm86", "sm89", "sm90", "sm100", "sm120")
+# text-generation is built today; the others plan (so real recipes check and plan)
+# and build to an honest unsupported-here verdict until their export, runtime path
+# and metric exist (kiln/plan.py TASK_BUILT).
+TASKS = (
+    "text-generation",
+    "text-classification",
+    "text2text-generation",
+    "automatic-speech-recognition",
+    "feature-extraction",
+)
 VARIANTS = ("ordinary", "draft", "ngram", "lora", "mtp", "eagle3", "dflash", "dspark")
 Tag = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9_.:-]{0,39}$")]
 
@@ -271,7 +281,7 @@ class Recipe(Strict):
         description="Parent recipe (file stem) this one deep-merges onto; one chain, depth <= 8.",
     )
     description: str = Field(max_length=2000, description="One or two sentences for the site.")
-    task: Literal["text-generation"] = Field(
+    task: Literal[TASKS] = Field(  # type: ignore[valid-type]
         "text-generation", description="What the model does; decides export, runtime and metrics."
     )
     model: Checkpoint = Field(description="The checkpoint, pinned.")

@@ -3,24 +3,28 @@
 Layout (the store is the truth; doit's DB is only a hint of what is up to date):
 
     <store>/objects/<key[:2]>/<key>/   a published artifact, read-only
-        .kiln-artifact.json            kind, key, name and sha256 of every file
-    <store>/tmp/<key>.<random>/        a build in progress (never read)
+        .kiln-artifact.json            kind, key, name, sha256 and size of every file
+    <store>/tmp/<key>.<random>/        a build in progress, or an artifact being removed
     <store>/locks/<key>.lock           held while one process builds <key>
+    <store>/locks/<key>.holder.json    who holds it (pid, host, step), for waiting builds
+    <store>/log/builds.jsonl           one line per artifact built (who, when, how long)
 
 Publishing follows what Nix and huggingface_hub do: build into a temp dir inside
-the store (same filesystem), fsync every file, write the artifact record, rename
-the directory into place (atomic), fsync the parent, then make it read-only. A
-killed build leaves only a temp dir, which `gc` removes; a reader never sees half
-an artifact.
+the store (same filesystem), fsync every file, write the artifact record last, make
+the contents read-only, rename the directory into place (atomic), fsync the parent,
+then make the directory itself read-only. A killed build leaves only a temp dir,
+which `gc` removes; a reader never sees half an artifact. Removing goes the other
+way: rename out of `objects/` first, then delete, so a kill mid-delete leaves no
+half artifact either.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
+import errno
 import json
 import os
-import shutil
+import socket
 import stat
 import tempfile
 import time
@@ -29,49 +33,36 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from filelock import FileLock, Timeout
-
-from kiln.canonical import pretty
+from kiln import keylock
+from kiln.canonical import key_of, pretty
 from kiln.errors import KilnError, Location
+from kiln.fsio import (
+    atomic_write,
+    describe,
+    fsync_dir,
+    fsync_file,
+    inside,
+    make_read_only,
+    remove_tree,
+    sha256_file,
+    write_new,
+)
+
+__all__ = ["RECORD", "Artifact", "Store", "Writer", "atomic_write", "sha256_file"]
 
 RECORD = ".kiln-artifact.json"
-_CHUNK = 1 << 20
 
 
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        while chunk := fh.read(_CHUNK):
-            h.update(chunk)
-    return h.hexdigest()
+def _record_intact(path: Path, record: dict[str, Any]) -> bool:
+    """The record is byte for byte what `_seal` wrote: canonical, with a matching digest.
+    (Records written before the digest existed carry none; their files still verify.)"""
+    if "sha256" not in record:
+        return True
+    rest = {k: v for k, v in record.items() if k != "sha256"}
+    return record["sha256"] == key_of(rest) and path.read_bytes() == pretty(record)
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def atomic_write(path: Path, data: bytes) -> None:
-    """Write a file so that readers see the old or the new bytes, never a mix."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-        _fsync_dir(path.parent)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def _check_key(key: str) -> str:
+def check_key(key: str) -> str:
     if len(key) != 64 or any(c not in "0123456789abcdef" for c in key):
         raise KilnError.one(f"{key!r} is not a store key", None, "keys are 64 lowercase hex")
     return key
@@ -85,15 +76,13 @@ class Writer:
         self._progress = progress
 
     def path(self, name: str) -> Path:
-        target = (self.root / name).resolve()
-        if not target.is_relative_to(self.root.resolve()) or target == self.root.resolve():
-            raise KilnError.one(f"artifact path {name!r} escapes the artifact", None)
+        target = inside(self.root, name, "artifact path")
         target.parent.mkdir(parents=True, exist_ok=True)
         return target
 
     def write_bytes(self, name: str, data: bytes) -> Path:
         target = self.path(name)
-        target.write_bytes(data)
+        write_new(target, data)
         return target
 
     def write_json(self, name: str, obj: Any) -> Path:
@@ -114,7 +103,7 @@ class Artifact:
         return data
 
     def file(self, name: str) -> Path:
-        return self.path / name
+        return inside(self.path, name, "artifact file")
 
 
 class Store:
@@ -122,7 +111,7 @@ class Store:
         self.root = root
 
     def object_dir(self, key: str) -> Path:
-        _check_key(key)
+        check_key(key)
         return self.root / "objects" / key[:2] / key
 
     def has(self, key: str) -> bool:
@@ -133,104 +122,160 @@ class Store:
             raise KilnError.one(f"artifact {key[:12]} is not in the store {self.root}")
         return Artifact(key, self.object_dir(key))
 
-    # A step this host cannot run leaves a note instead of an artifact, so the steps
-    # downstream of it, and the manifest, know why there is nothing to use.
-    def _note(self, key: str) -> Path:
-        return self.root / "unsupported" / f"{_check_key(key)}.txt"
+    def lock_path(self, key: str) -> Path:
+        return self.root / "locks" / f"{check_key(key)}.lock"
 
-    def unsupported(self, key: str) -> str | None:
-        note = self._note(key)
-        return note.read_text() if note.exists() else None
-
-    def mark_unsupported(self, key: str, reason: str) -> None:
-        atomic_write(self._note(key), reason.encode())
-
-    def clear_unsupported(self, key: str) -> None:
-        self._note(key).unlink(missing_ok=True)
-
-    @contextlib.contextmanager
-    def lock(self, key: str, what: str, timeout: float = 6 * 3600) -> Iterator[None]:
+    def lock(
+        self, key: str, what: str, timeout: float = 6 * 3600
+    ) -> contextlib.AbstractContextManager[None]:
         """Hold the build lock of one key. flock is released by the OS if we die."""
-        path = self.root / "locks" / f"{_check_key(key)}.lock"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        lock = FileLock(path)
-        try:
-            lock.acquire(timeout=0)
-        except Timeout:
-            print(f"waiting for {what}: {path} is held by another build", flush=True)
-            try:
-                lock.acquire(timeout=timeout)
-            except Timeout:
-                raise KilnError.one(
-                    f"gave up waiting for {path} after {timeout:.0f} s",
-                    Location(str(path)),
-                    "check the other build, or remove the lock file if no build runs",
-                ) from None
-        try:
-            yield
-        finally:
-            lock.release()
+        return keylock.hold(self.lock_path(key), what, timeout)
 
     @contextlib.contextmanager
     def publish(self, key: str, meta: dict[str, Any]) -> Iterator[Writer]:
         """Build an artifact in a temp dir; publish it atomically when the block ends."""
+        with self._disk_errors(key, meta, "creating its temp dir"):
+            tmp = self._new_temp(key)
+        try:
+            with self._disk_errors(key, meta, "writing it"):
+                yield Writer(tmp)
+                self._seal(tmp, key, meta)
+                self._move_into_place(tmp, key)
+        finally:
+            with contextlib.suppress(OSError):  # what is left is a stale temp: gc removes it
+                remove_tree(tmp)
+
+    def _new_temp(self, key: str) -> Path:
         tmp_root = self.root / "tmp"
         tmp_root.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(dir=tmp_root, prefix=f"{_check_key(key)}."))
+        inside(self.root, "tmp", "the store's temp dir")  # a symlink out would build elsewhere
+        return Path(tempfile.mkdtemp(dir=tmp_root, prefix=f"{check_key(key)}."))
+
+    @contextlib.contextmanager
+    def _disk_errors(self, key: str, meta: dict[str, Any], doing: str) -> Iterator[None]:
+        """A failing disk is not a bug: say what failed, where, and that nothing was lost."""
         try:
-            yield Writer(tmp)
-            self._seal(tmp, key, meta)
-            final = self.object_dir(key)
-            final.parent.mkdir(parents=True, exist_ok=True)
-            try:
-                os.rename(tmp, final)
-            except OSError:
-                if not self.has(key):  # not a lost race: a real failure
-                    raise
-            _fsync_dir(final.parent)
-            _make_read_only(final)
-        finally:
-            if tmp.exists():
-                _remove_tree(tmp)
+            yield
+        except OSError as exc:
+            what = meta.get("name") or meta.get("kind") or "artifact"
+            raise KilnError.one(
+                f"could not publish {what} [{key[:12]}] while {doing}: {describe(exc)}",
+                Location(str(exc.filename or self.root)),
+                "nothing was published and the store is intact; free space or fix the disk, "
+                "then build again",
+            ) from None
 
     def _seal(self, tmp: Path, key: str, meta: dict[str, Any]) -> None:
-        files = {}
-        for f in sorted(p for p in tmp.rglob("*") if p.is_file()):
-            with f.open("rb") as fh:
-                os.fsync(fh.fileno())
-            files[f.relative_to(tmp).as_posix()] = sha256_file(f)
-        record = {**meta, "key": key, "files": files, "created": time.time()}
-        atomic_write(tmp / RECORD, pretty(record))
-        for d in sorted({tmp, *(p for p in tmp.rglob("*") if p.is_dir())}):
-            _fsync_dir(d)
+        files, sizes, dirs = {}, {}, [tmp]
+        for p in sorted(tmp.rglob("*")):
+            rel = p.relative_to(tmp).as_posix()
+            mode = p.lstat().st_mode
+            if stat.S_ISDIR(mode):
+                dirs.append(p)
+                continue
+            if not stat.S_ISREG(mode):
+                raise KilnError.one(
+                    f"artifact file {rel!r} is a symlink or a special file",
+                    None,
+                    "an artifact holds regular files only; copy the file in",
+                )
+            fsync_file(p)
+            files[rel], sizes[rel] = sha256_file(p), p.lstat().st_size
+        record = {**meta, "key": key, "files": files, "sizes": sizes, "created": time.time()}
+        record["sha256"] = key_of(record)  # so a flipped byte in the record shows too
+        write_new(tmp / RECORD, pretty(record), sync=True)  # last: it marks the artifact whole
+        make_read_only(tmp, top=False)
+        for d in reversed(dirs):
+            fsync_dir(d)
+
+    def _move_into_place(self, tmp: Path, key: str) -> None:
+        final = self.object_dir(key)
+        final.parent.mkdir(parents=True, exist_ok=True)
+        inside(self.root, f"objects/{key[:2]}/{key}", "store key")  # no symlinked shard
+        fsync_dir(final.parent.parent)
+        if final.exists() and not self.has(key):
+            self._discard(final)  # an entry with no record is junk (never a reader's)
+        try:
+            os.rename(tmp, final)
+        except OSError as exc:
+            if exc.errno in (errno.EEXIST, errno.ENOTEMPTY) and self.has(key):
+                return  # someone else published the same key: same inputs, same bytes
+            raise
+        try:
+            fsync_dir(final.parent)
+            final.chmod(final.stat().st_mode & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
+        except OSError as exc:
+            raise KilnError.one(
+                f"published [{key[:12]}] but the disk failed to confirm it: {describe(exc)}",
+                Location(str(final)),
+                "the artifact is complete; run `doit verify`, and check the disk",
+            ) from None
 
     def verify(self, key: str) -> list[str]:
-        """Files of the artifact whose bytes no longer match its record."""
+        """Files of the artifact whose bytes no longer match its record (also files that
+        are missing, unexpected, or not regular files)."""
         art = self.get(key)
+        try:
+            record = art.record()
+            files: dict[str, str] = record["files"]
+            sizes: dict[str, int] = record.get("sizes", {})
+        except (OSError, ValueError, KeyError, TypeError):
+            return [RECORD]
+        if not _record_intact(art.path / RECORD, record):
+            return [RECORD]
         bad = []
-        for name, digest in art.record()["files"].items():
-            path = art.path / name
-            if not path.is_file() or sha256_file(path) != digest:
+        on_disk = {
+            p.relative_to(art.path).as_posix(): p
+            for p in art.path.rglob("*")
+            if not p.is_dir() or p.is_symlink()
+        }
+        on_disk.pop(RECORD, None)
+        for name in sorted(set(files) | set(on_disk)):
+            path = on_disk.get(name)
+            if path is None or name not in files or path.is_symlink() or not path.is_file():
+                bad.append(name)
+            elif name in sizes and path.stat().st_size != sizes[name]:
+                bad.append(name)  # cheap first: a truncated file needs no hashing
+            elif sha256_file(path) != files[name]:
                 bad.append(name)
         return bad
+
+    def keys(self) -> Iterator[str]:
+        """Keys of every published artifact."""
+        for shard in sorted((self.root / "objects").glob("*")):
+            for entry in sorted(shard.glob("*")):
+                if (entry / RECORD).is_file():
+                    yield entry.name
 
     def remove(self, key: str) -> None:
         target = self.object_dir(key)
         if target.exists():
-            _remove_tree(target)
+            self._discard(target)
 
+    def _discard(self, target: Path) -> None:
+        """Move out of objects/ first (atomic), then delete at leisure."""
+        if target.is_symlink() or not target.is_dir():
+            target.unlink()
+            return
+        tmp_root = self.root / "tmp"
+        tmp_root.mkdir(parents=True, exist_ok=True)
+        target.chmod(0o755)  # renaming a directory updates its '..': it must be writable
+        trash = Path(tempfile.mkdtemp(dir=tmp_root, prefix=f"{target.name}.removed."))
+        os.rename(target, trash / "entry")
+        fsync_dir(target.parent)
+        remove_tree(trash)
 
-def _make_read_only(root: Path) -> None:
-    for p in root.rglob("*"):
-        mode = p.stat().st_mode
-        p.chmod(mode & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
-    root.chmod(root.stat().st_mode & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
-
-
-def _remove_tree(root: Path) -> None:
-    # Published artifacts are read-only; a file in a writable directory can be
-    # removed whatever its own mode, so opening up the directories is enough.
-    for d in [root, *(p for p in root.rglob("*") if p.is_dir())]:
-        with contextlib.suppress(OSError):
-            d.chmod(0o755)
-    shutil.rmtree(root)
+    def journal(self, entry: dict[str, Any]) -> None:
+        """Append one line to log/builds.jsonl: who built what, when, in how long.
+        One O_APPEND write per line, so lines from concurrent builds never interleave."""
+        log = self.root / "log"
+        log.mkdir(parents=True, exist_ok=True)
+        line = json.dumps(
+            {**entry, "pid": os.getpid(), "host": socket.gethostname(), "time": time.time()},
+            sort_keys=True,
+        )
+        fd = os.open(log / "builds.jsonl", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            os.write(fd, (line + "\n").encode())
+        finally:
+            os.close(fd)

@@ -53,9 +53,10 @@ class Bundle:
         self.eos = set(tok["eos"])
         self.pad = int(tok["pad"])
         self.bos = tok["bos"] if tok["add_bos"] else None
-        kv = self.meta["io"]["kv_cache"]
-        self.kv_heads, self.head_dim = kv["kv_heads"], kv["head_dim"]
-        self.past_names = [v["name"] for v in self.meta["io"]["inputs"][3:]]
+        # Each cached tensor's shape, as the export observed it: "batch" and "seq" mark
+        # the axes that vary (MLA caches keys and values of different widths).
+        self.cache_shapes = [e["shape"] for e in self.meta["io"]["kv_cache"]["entries"]]
+        self.past_names = [e["past"] for e in self.meta["io"]["kv_cache"]["entries"]]
         self.output_names = [v["name"] for v in self.meta["io"]["outputs"]]
         self.max_batch_size = self.meta["limits"]["max_batch_size"]
         self.max_seq_len = self.meta["limits"]["max_seq_len"]
@@ -72,8 +73,10 @@ class Bundle:
     # ------------------------------------------------------------ forward passes
 
     def _empty_cache(self, batch: int) -> list[np.ndarray]:
-        shape = (batch, self.kv_heads, 0, self.head_dim)
-        return [np.zeros(shape, np.float32) for _ in self.past_names]
+        return [
+            np.zeros([{"batch": batch, "seq": 0}.get(d, d) for d in shape], np.float32)
+            for shape in self.cache_shapes
+        ]
 
     def forward(
         self, ids: np.ndarray, mask: np.ndarray, positions: np.ndarray, past: list[np.ndarray]

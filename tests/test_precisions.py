@@ -141,9 +141,12 @@ def test_tensorrt_recipe_keeps_modelopts_ops_and_ends_unsupported_here(prec: Wor
     assert e["verdict"] == "unsupported-here" and "import tensorrt" in e["reason"]
     assert e["metrics"] == {} and e["gates"] == []
     assert e["backend"]["name"] == "tensorrt" and e["backend"]["device"] == "sm90"
-    store = Store(prec.store)
-    for kind in ("engine", "bundle", "validate"):  # nothing pretends to exist
-        assert not store.has(plan_of(prec, "tiny-llama-fp8-tensorrt").step(kind).key)
+    from kiln.unsupported import marker_of
+
+    for kind in ("engine", "bundle", "validate"):  # a marker with the reason, nothing else
+        folder = artifact(prec, "tiny-llama-fp8-tensorrt", kind)
+        assert "import tensorrt" in marker_of(folder)["reason"]  # type: ignore[index]
+        assert not [f for f in folder.iterdir() if f.suffix in (".plan", ".onnx", ".pt2")]
     # building again says it again, but records it once
     out = prec.doit("build", "recipe=tiny-llama-fp8-tensorrt", check=True)
     assert "unsupported-here" in out.stdout + out.stderr

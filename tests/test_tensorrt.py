@@ -87,8 +87,8 @@ def test_without_tensorrt_the_engine_step_is_unsupported_not_built(tmp_path: obj
     from pathlib import Path
 
     from builders.backends import tensorrt
-    from kiln.errors import Unsupported
     from kiln.execute import Request
+    from kiln.unsupported import Unsupported
 
     request = Request("engine", "0" * 64, "engine", {}, {"onnx": Path(str(tmp_path))})
     with pytest.raises(Unsupported, match="import tensorrt"):

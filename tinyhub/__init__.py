@@ -31,6 +31,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from tinyhub.specs import breadth_specs as _breadth_specs
+from tinyhub.specs import task_specs as _task_specs
+
 HERE = Path(__file__).parent
 TOKENIZER_FILE = HERE / "tokenizer.json"
 GENERATOR_VERSION = 1
@@ -52,7 +55,8 @@ _COMMON: dict[str, Any] = {
     "torch_dtype": "float32",
 }
 
-# repo id -> config.json. Adding an architecture is adding an entry here.
+# repo id -> config.json. Adding an architecture is adding an entry here (the
+# breadth catalog's entries live in tinyhub/specs.py).
 SPECS: dict[str, dict[str, Any]] = {
     "kiln-tiny/llama": {
         **_COMMON,
@@ -68,6 +72,9 @@ SPECS: dict[str, dict[str, Any]] = {
         "rope_theta": 1000000.0,
     },
 }
+
+SPECS.update(_breadth_specs(_COMMON))
+SPECS.update(_task_specs(_COMMON))
 
 
 def is_tiny(repo: str) -> bool:
@@ -127,11 +134,15 @@ def tensor_values(repo: str, name: str, shape: tuple[int, ...]) -> Any:
 def parameter_shapes(config: dict[str, Any]) -> dict[str, tuple[int, ...]]:
     """Names and shapes of the checkpoint's tensors, read from transformers on meta."""
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
+    import transformers
+    from transformers import AutoConfig
 
     cfg = AutoConfig.for_model(**{k: v for k, v in config.items() if k != "architectures"})
+    # The architecture's own class, not an Auto class: the same config serves a
+    # causal LM, a classifier or an encoder-decoder depending on its head.
+    cls = getattr(transformers, config["architectures"][0])
     with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(cfg)
+        model = cls(cfg)
     return {name: tuple(t.shape) for name, t in model.state_dict().items()}
 
 

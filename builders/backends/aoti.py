@@ -14,40 +14,44 @@ from __future__ import annotations
 from typing import Any
 
 
-def _dynamic_shapes(layers: int) -> tuple[Any, ...]:
+def _dynamic_shapes(entries: list[dict[str, Any]]) -> tuple[Any, ...]:
     from torch.export import Dim
 
+    from builders._cache import SEQ_AXIS
+
     d = Dim.DYNAMIC
-    past = tuple({0: d, 2: d} for _ in range(2 * layers))
+    past = tuple({0: d, SEQ_AXIS: d} for _ in entries)
     return ({0: d, 1: d}, {0: d, 1: d}, {0: d, 1: d}, past)
 
 
 def build(request: Any, writer: Any, opts: Any) -> None:
     import torch
 
-    from builders._hf import example_inputs, explicit_cache_module, load_causal_lm
+    from builders import _cache, _tracefix
+    from builders._hf import load_for_export
     from builders.engine import check_limits
-    from builders.export import describe, value_info
+    from builders.export import describe, example_inputs, explicit_cache_module, value_info
 
     device = "cpu" if opts.target == "cpu" else "cuda"
     if device == "cuda" and not torch.cuda.is_available():
         raise request.unsupported(f"aoti for {opts.target} needs a CUDA device; this host has none")
-    model = load_causal_lm(request.inputs["checkpoint"] / "checkpoint").to(device)
-    meta = describe(model)
+    model = load_for_export(request.inputs["checkpoint"] / "checkpoint")
+    entries = _cache.observe(model)
+    model.to(device)
+    meta = describe(model, entries)
     check_limits(request, opts, meta)
-    layers = model.config.num_hidden_layers
-    module = explicit_cache_module(model)
-    example = example_inputs(model.config, device)
+    module = explicit_cache_module(model, entries)
+    example = example_inputs(entries, device)
     request.log(f"torch.export + AOTInductor for {device}")
-    with torch.no_grad():
+    with torch.no_grad(), _tracefix.traceable(model):
         program = torch.export.export(
-            module, example, dynamic_shapes=_dynamic_shapes(layers), strict=False
+            module, example, dynamic_shapes=_dynamic_shapes(entries), strict=False
         )
         path = torch._inductor.aoti_compile_and_package(
             program, package_path=str(writer.path("engine.pt2"))
         )
         _smoke(request, path, opts.max_batch_size, meta, device)
-    writer.write_json("io.json", {**meta, **value_info(layers)})
+    writer.write_json("io.json", {**meta, **value_info(entries)})
     writer.write_json(
         "engine.json",
         {
@@ -66,11 +70,10 @@ def _smoke(request: Any, path: str, batch: int, meta: dict[str, Any], device: st
     import torch
 
     runner = torch._inductor.aoti_load_package(path)
-    kv = meta["kv_cache"]
     ids = torch.zeros(batch, 4, dtype=torch.long, device=device)
     past = [
-        torch.zeros(batch, kv["kv_heads"], 0, kv["head_dim"], device=device)
-        for _ in range(2 * kv["layers"])
+        torch.zeros(batch, e["shape"][1], 0, e["shape"][3], device=device)
+        for e in meta["kv_cache"]["entries"]
     ]
     positions = torch.arange(4, device=device).expand(batch, 4).contiguous()
     logits = runner(ids, torch.ones_like(ids), positions, *past)[0]

@@ -45,8 +45,9 @@ def build(request: Any, writer: Any, opts: Any) -> None:
         "attention_mask": np.ones((batch, 4), np.int64),
         "position_ids": np.tile(np.arange(4, dtype=np.int64), (batch, 1)),
     }
-    for v in io["inputs"][3:]:
-        feeds[v["name"]] = np.zeros((batch, kv["kv_heads"], 0, kv["head_dim"]), np.float32)
+    for entry in kv["entries"]:  # shapes observed at export (builders/_cache.py)
+        shape = [{"batch": batch, "seq": 0}.get(d, d) for d in entry["shape"]]
+        feeds[entry["past"]] = np.zeros(shape, np.float32)
     logits = session.run(["logits"], feeds)[0]
     if logits.shape != (batch, 4, io["vocab_size"]) or not np.isfinite(logits).all():
         raise request.error(f"engine smoke run gave logits of shape {logits.shape}", "kiln bug")

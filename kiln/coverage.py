@@ -1,0 +1,148 @@
+"""The coverage table: every architecture of the reference support matrix x verdict.
+
+Data: catalog/architectures.yaml (each architecture with its tiny recipe and real
+recipes, or the exact reason it has none) plus the manifests, which alone decide a
+verdict: a recipe with no manifest is "not built", never a pass. The README table
+and the site's coverage page are rendered from `rows()`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import Field
+
+from kiln import manifest
+from kiln.catalog import Catalog
+from kiln.errors import KilnError
+from kiln.schema import Strict
+
+NOT_BUILT = "not built here"
+FILE = Path("catalog") / "architectures.yaml"
+
+
+class Architecture(Strict):
+    name: str = Field(description="Architecture class name, as the support matrix spells it.")
+    family: str = Field("", description="What is special about it (dense, moe, mla, ...).")
+    tiny: str | None = Field(None, description="The tiny recipe that builds it here.")
+    real: list[str] = Field(default_factory=list, description="Real-checkpoint recipes.")
+    status: Literal["not-in-release", "not-built"] | None = Field(
+        None, description="Why there is no tiny recipe: the release lacks it, or not built."
+    )
+    reason: str = Field("", description="The exact reason, for status entries.")
+
+
+class Architectures(Strict):
+    schema_version: Literal[1] = Field(description="Schema version; this is version 1.")
+    architectures: list[Architecture] = Field(description="One entry per architecture.")
+
+
+@dataclass(frozen=True)
+class Cell:
+    recipe: str
+    verdict: str  # the last evidence's verdict, or NOT_BUILT
+    reason: str
+    evidence: str | None  # manifest path relative to the catalog root
+
+
+@dataclass(frozen=True)
+class Row:
+    architecture: str
+    family: str
+    tiny: Cell | None
+    real: tuple[Cell, ...]
+    status: str  # "tiny" when a tiny recipe exists, else the yaml's status
+    reason: str
+
+
+def load(root: Path) -> Architectures:
+    data = yaml.safe_load((root / FILE).read_text())
+    return Architectures.model_validate(data)
+
+
+def _cell(cat: Catalog, recipe: str) -> Cell:
+    path = cat.paths.manifest(recipe)
+    try:
+        found = manifest.read(path)
+    except KilnError:
+        found = None
+    if found is None or not found.evidence:
+        return Cell(recipe, NOT_BUILT, "", None)
+    last = found.evidence[-1]
+    return Cell(recipe, last.verdict, last.reason, cat.paths.rel(path))
+
+
+def rows(cat: Catalog) -> list[Row]:
+    table = load(cat.paths.root)
+    out = []
+    for a in table.architectures:
+        out.append(
+            Row(
+                architecture=a.name,
+                family=a.family,
+                tiny=_cell(cat, a.tiny) if a.tiny else None,
+                real=tuple(_cell(cat, r) for r in a.real),
+                status="tiny" if a.tiny else (a.status or "not-built"),
+                reason=a.reason,
+            )
+        )
+    return out
+
+
+def counts(table: list[Row]) -> dict[str, int]:
+    """Architectures per tiny verdict (or per status when there is no tiny recipe)."""
+    out: dict[str, int] = {}
+    for r in table:
+        key = r.tiny.verdict if r.tiny else r.status
+        out[key] = out.get(key, 0) + 1
+    return dict(sorted(out.items()))
+
+
+def _link(cell: Cell) -> str:
+    text = f"{cell.verdict}" if cell.evidence is None else f"[{cell.verdict}]({cell.evidence})"
+    return f"`{cell.recipe}`: {text}"
+
+
+def markdown(table: list[Row]) -> str:
+    """The README's table: one line per architecture, each verdict linking its evidence."""
+    lines = [
+        "| architecture | family | tiny recipe: verdict | real recipes | why not |",
+        "|---|---|---|---|---|",
+    ]
+    for r in table:
+        tiny = _link(r.tiny) if r.tiny else r.status
+        real = "<br>".join(_link(c) for c in r.real) or "-"
+        why = r.tiny.reason if r.tiny and r.tiny.verdict != "pass" else r.reason
+        lines.append(
+            f"| {r.architecture} | {r.family or '-'} | {tiny} | {real} | {why.replace('|', '/')} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+BEGIN, END = "<!-- coverage:begin -->", "<!-- coverage:end -->"
+
+
+def write_readme(cat: Catalog) -> bool:
+    """Rewrite the README's coverage section from the manifests; True if it changed."""
+    path = cat.paths.root / "README.md"
+    text = path.read_text()
+    start, stop = text.index(BEGIN) + len(BEGIN), text.index(END)
+    table = rows(cat)
+    summary = ", ".join(f"{n} {verdict}" for verdict, n in counts(table).items())
+    new = f"{text[:start]}\n{summary}.\n\n{markdown(table)}{text[stop:]}"
+    if new != text:
+        path.write_text(new)
+    return new != text
+
+
+if __name__ == "__main__":
+    import sys
+
+    from kiln import catalog
+
+    if sys.argv[1:] != ["--readme"]:
+        sys.exit("usage: python -m kiln.coverage --readme")
+    print("README.md updated" if write_readme(catalog.load()) else "README.md up to date")

@@ -1,0 +1,133 @@
+"""`doit verify`: re-hash the store and the resolved checkpoint files against the locks.
+
+Like `nix-store --verify --check-contents`: every artifact is re-hashed against its
+record, and every manifest's lock is checked against the store (each step key it
+names, each checkpoint file it names with its sha256). Findings fall into four
+kinds, each with its own exit code (the most serious wins), above doit's own 1-3:
+
+    0  everything verified
+    4  corrupt or partial: bytes differ from a record or a lock, an entry with no
+       valid record, a file that should not be there
+    5  missing: a manifest names an artifact or a checkpoint file the store lacks
+    6  extra: stale temp dirs, artifacts no manifest or current plan references
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kiln import gc
+from kiln.errors import KilnError
+from kiln.fsio import inside, sha256_file
+from kiln.schema import Manifest
+from kiln.store import RECORD, Store
+
+EXIT = {"corrupt": 4, "partial": 4, "missing": 5, "extra": 6}
+
+
+@dataclass
+class Report:
+    artifacts: int = 0
+    manifests: int = 0
+    corrupt: list[str] = field(default_factory=list)
+    partial: list[str] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+    extra: list[str] = field(default_factory=list)
+    damaged: set[str] = field(default_factory=set)  # keys of corrupt or partial artifacts
+
+    def exit_code(self) -> int:
+        for kind in ("corrupt", "partial", "missing", "extra"):
+            if getattr(self, kind):
+                return EXIT[kind]
+        return 0
+
+    def render(self) -> str:
+        lines = []
+        for kind in ("corrupt", "partial", "missing", "extra"):
+            lines += [f"{kind}: {item}" for item in getattr(self, kind)]
+        lines.append(
+            f"verify: {self.artifacts} artifacts, {self.manifests} manifests: "
+            f"{len(self.corrupt)} corrupt, {len(self.partial)} partial, "
+            f"{len(self.missing)} missing, {len(self.extra)} extra"
+        )
+        return "\n".join(lines)
+
+
+def audit(store: Store, manifests: Mapping[str, Manifest], referenced: Iterable[str]) -> Report:
+    """Check everything; never stop at the first finding. `manifests` maps a display
+    name (the file) to its parsed manifest; `referenced` are the keys of current plans."""
+    report = Report(manifests=len(manifests))
+    _check_objects(store, report)
+    for where, m in sorted(manifests.items()):
+        _check_manifest(store, where, m, report)
+    keep = set(referenced) | {s.key for m in manifests.values() for s in m.lock.steps}
+    report.extra += [
+        f"{c.path} ({c.why})" for c in gc.candidates(store, keep) if c.kind != "partial"
+    ]
+    return report
+
+
+def _check_objects(store: Store, report: Report) -> None:
+    objects = store.root / "objects"
+    for shard in sorted(objects.glob("*")):
+        if shard.is_symlink() or not shard.is_dir():
+            report.partial.append(f"{shard}: not a directory of artifacts")
+            continue
+        for entry in sorted(shard.glob("*")):
+            _check_entry(store, shard, entry, report)
+
+
+def _check_entry(store: Store, shard: Path, entry: Path, report: Report) -> None:
+    key = entry.name
+    try:
+        ok_name = store.object_dir(key) == entry and not entry.is_symlink() and entry.is_dir()
+    except KilnError:
+        ok_name = False
+    if not ok_name or not (entry / RECORD).is_file():
+        if ok_name:
+            report.damaged.add(key)
+        why = "no artifact record" if ok_name else "not an artifact directory"
+        report.partial.append(f"{entry}: {why}")
+        return
+    report.artifacts += 1
+    art = store.get(key)
+    try:
+        recorded_key = art.record().get("key")
+    except (OSError, ValueError, AttributeError):
+        recorded_key = None
+    if recorded_key != key:
+        report.partial.append(f"{entry}: its record is unreadable or names another key")
+        report.damaged.add(key)
+        return
+    bad = store.verify(key)
+    if bad:
+        name = art.record().get("name", "")
+        report.corrupt.append(f"{entry} ({name}): {', '.join(bad)} differ from the record")
+        report.damaged.add(key)
+
+
+def _check_manifest(store: Store, where: str, m: Manifest, report: Report) -> None:
+    for s in m.lock.steps:
+        if not store.has(s.key):
+            report.missing.append(f"{where}: {s.kind} [{s.key[:12]}] is not in the store")
+    fetch = next((s for s in m.lock.steps if s.kind == "fetch"), None)
+    if fetch is None or not store.has(fetch.key):
+        return
+    root = store.get(fetch.key).path / "checkpoint"
+    for f in m.lock.model.files:
+        try:
+            path = inside(root, f.path, "checkpoint file")
+        except KilnError as exc:
+            report.corrupt.append(f"{where}: {exc}")
+            continue
+        if not path.is_file():
+            report.missing.append(f"{where}: checkpoint file {f.path} is not in the store")
+            continue
+        got = sha256_file(path)
+        if got != f.sha256:
+            report.corrupt.append(
+                f"{where}: checkpoint file {f.path}: the lock says sha256 {f.sha256}, "
+                f"the store has {got}"
+            )

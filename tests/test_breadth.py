@@ -1,0 +1,175 @@
+"""Catalog breadth: every architecture of the reference support matrix is listed
+with a verdict or an exact reason, tiny recipes build and pass (or are honestly
+unsupported-here) against the fp32 transformers reference, real recipes plan
+without the Hub, and the CI subset covers every family."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import ROOT, World, heavy, make_world
+
+from kiln import catalog, ci_subset, coverage
+
+REFERENCE = ROOT / "catalog" / "reference"
+
+# What the breadth catalog cannot build here, and the words its reason must contain
+# (builders/_cache.py and builders/unsupported.py say why, exactly).
+UNSUPPORTED = {
+    "tiny-nemotron-h": "recurrent state",
+    "tiny-qwen3-next": "recurrent state",
+    "tiny-kimi-linear": "recurrent state",
+    "tiny-qwen3-5-moe": "recurrent state",
+    "tiny-deepseek-v32": "indexer keys",
+    "tiny-glm-moe-dsa": "indexer keys",
+    "tiny-bert-classifier": "task text-classification",
+    "tiny-bart": "task text2text-generation",
+    "tiny-mbart": "task text2text-generation",
+    "tiny-t5": "task text2text-generation",
+    "tiny-whisper": "task automatic-speech-recognition",
+}
+
+# A measured defect, kept visible rather than hidden (recipes/tiny-qwen2.yaml says
+# why): transformers' Qwen2Tokenizer splits digits, the bundle's tokenizer.json
+# does not. When the bundle ships the tokenizer transformers builds, this must pass.
+KNOWN_QUALITY_FAIL = {"tiny-qwen2": "tokenizer_match_rate"}
+
+
+def _matrix_architectures() -> set[str]:
+    """Architectures of the support matrix's first table (name, model, example)."""
+    text = (REFERENCE / "support-matrix.txt").read_text()
+    table = text.split("Model-Feature Support Matrix")[0].splitlines()
+    names = set()
+    for line in table:
+        cells = line.split("\t")
+        if len(cells) == 3 and cells[0] != "Architecture":
+            names.add(cells[0].split(" ")[0])
+    return names
+
+
+def test_every_matrix_architecture_is_listed_once() -> None:
+    listed = [a.name for a in coverage.load(ROOT).architectures]
+    assert len(listed) == len(set(listed))
+    assert set(listed) == _matrix_architectures()
+
+
+def test_every_architecture_has_a_tiny_recipe_or_an_exact_reason() -> None:
+    recipes = {p.stem for p in (ROOT / "recipes").glob("*.yaml")}
+    for a in coverage.load(ROOT).architectures:
+        if a.tiny:
+            assert a.tiny in recipes, a
+            assert a.family, f"{a.name}: a tiny recipe needs a family for the CI subset"
+        else:
+            assert a.status and len(a.reason) > 20, a
+        assert set(a.real) <= recipes, a
+    named = {n for a in coverage.load(ROOT).architectures for n in (a.tiny, *a.real) if n}
+    assert {n for n in recipes if n.startswith(("tiny-", "real-"))} == named
+
+
+def test_the_ci_subset_covers_every_family_and_each_verdict_path() -> None:
+    cat = catalog.load(catalog.Paths(ROOT))
+    table = coverage.load(ROOT).architectures
+    chosen = set(ci_subset.subset(cat))
+    families = {a.family for a in table if a.tiny}
+    assert {a.family for a in table if a.tiny in chosen} == families
+    assert chosen & set(UNSUPPORTED) and chosen - set(UNSUPPORTED)
+    assert set(ci_subset.ALWAYS) <= chosen
+    assert len(chosen) < len([a for a in table if a.tiny])  # a subset, not everything
+
+
+def test_real_recipes_pin_revisions_from_hf_revisions_tsv() -> None:
+    with (REFERENCE / "hf_revisions.tsv").open() as fh:
+        pinned = {
+            (r["hf_repo_id"].lower(), r["revision_sha"]) for r in csv.DictReader(fh, delimiter="\t")
+        }
+    real = sorted((ROOT / "recipes").glob("real-*.yaml"))
+    assert len(real) >= 15
+    for path in real:
+        model = yaml.safe_load(path.read_text())["model"]
+        assert (model["repo"].lower(), model["revision"]) in pinned, path.name
+
+
+def test_real_recipes_check_and_plan_without_the_hub(tmp_path: Path) -> None:
+    real = tuple(p.stem for p in (ROOT / "recipes").glob("real-*.yaml"))
+    world = make_world(tmp_path, tmp_path / "no-hub", real)
+    world.doit("check", check=True)
+    out = world.doit("plan", check=True).stdout
+    for name in real:
+        assert f"plan for {name}:" in out
+    assert "will run" in out and "up to date" not in out
+    assert not (tmp_path / "no-hub").exists()  # planning never touched a hub
+
+
+def test_readme_coverage_table_matches_the_manifests() -> None:
+    readme = (ROOT / "README.md").read_text()
+    table = coverage.markdown(coverage.rows(catalog.load(catalog.Paths(ROOT))))
+    assert table in readme, "README coverage table is stale: python -m kiln.coverage --readme"
+
+
+def _verdicts(world: World, names: list[str]) -> dict[str, dict[str, object]]:
+    return {n: world.manifest(n)["evidence"][-1] for n in names}
+
+
+def _check_built(world: World, names: list[str]) -> None:
+    for name, evidence in _verdicts(world, names).items():
+        if name in KNOWN_QUALITY_FAIL:
+            assert evidence["verdict"] == "quality-fail", (name, evidence)
+            assert KNOWN_QUALITY_FAIL[name] in str(evidence["reason"])
+            assert evidence["metrics"]["max_abs_logit_diff"] < 1e-4  # type: ignore[index]
+        elif name in UNSUPPORTED:
+            assert evidence["verdict"] == "unsupported-here", (name, evidence)
+            assert UNSUPPORTED[name] in str(evidence["reason"]), (name, evidence)
+            assert evidence["metrics"] == {} and evidence["gates"] == []  # nothing claimed
+        else:
+            assert evidence["verdict"] == "pass", (name, evidence)
+            metrics = evidence["metrics"]
+            assert isinstance(metrics, dict)
+            assert metrics["max_abs_logit_diff"] < 1e-4 and metrics["token_match_rate"] == 1.0
+
+
+def _build(tmp_path: Path, hub: Path, names: list[str]) -> World:
+    world = make_world(tmp_path, hub, tuple(names))
+    world.doit("build", check=True)
+    return world
+
+
+@heavy
+def test_the_ci_subset_builds_and_each_recipe_earns_its_verdict(tmp_path: Path, hub: Path) -> None:
+    names = [
+        n for n in ci_subset.subset(catalog.load(catalog.Paths(ROOT))) if n not in ci_subset.ALWAYS
+    ]
+    world = _build(tmp_path, hub, names)
+    _check_built(world, names)
+    # MLA: DeepseekV3 caches compressed keys and values of different widths, read
+    # from one forward pass; the bundle says so and the runtime used it to pass.
+    store = world.store
+    bundles = [json.loads(p.read_text()) for p in store.rglob("bundle.json")]
+    mla = [b for b in bundles if b["architecture"] == "DeepseekV3ForCausalLM"]
+    assert mla, "no DeepseekV3 bundle"
+    entries = mla[0]["io"]["kv_cache"]["entries"]
+    assert entries[0]["shape"][3] != entries[1]["shape"][3]
+
+
+@heavy
+@pytest.mark.skipif(os.environ.get("KILN_NIGHTLY") != "1", reason="nightly: KILN_NIGHTLY=1")
+def test_nightly_the_whole_tiny_catalog_builds(tmp_path: Path, hub: Path) -> None:
+    names = sorted(p.stem for p in (ROOT / "recipes").glob("tiny-*.yaml"))
+    world = _build(tmp_path, hub, names)
+    _check_built(world, names)
+
+
+@heavy
+def test_llama_and_qwen3_revisions_did_not_change(hub: Path) -> None:
+    import tinyhub
+
+    assert (tinyhub.repo_dir(hub, "kiln-tiny/llama") / "refs" / "main").read_text() == (
+        "86b0c016f94ff17585b315e24e0f72b043294bed"
+    )
+    assert (tinyhub.repo_dir(hub, "kiln-tiny/qwen3") / "refs" / "main").read_text() == (
+        "8c0453fc635cbc01885554be7a5f6b71998ad301"
+    )

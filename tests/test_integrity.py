@@ -1,0 +1,149 @@
+"""`doit verify` re-hashes the store and the checkpoint files against the locks, with
+an exit code per finding; a build that needs a corrupt artifact rebuilds it."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import shutil
+from pathlib import Path
+
+import pytest
+from conftest import World, heavy
+
+from kiln.schema import Manifest
+from kiln.store import Store
+from kiln.verify import audit
+
+pytestmark = heavy
+
+
+def copy_world(built: World, base: Path) -> World:
+    """A private copy of the built catalog and store, to damage freely."""
+    world = World(root=base / "catalog", hub=built.hub, store=base / "store")
+    shutil.copytree(built.root, world.root, symlinks=True, ignore=shutil.ignore_patterns(".doit*"))
+    shutil.copytree(built.store, world.store, symlinks=True)
+    for p in world.root.glob("manifests/*.json"):
+        if not (world.root / "recipes" / f"{p.stem}.yaml").exists():
+            p.unlink()  # left by other tests' recipes; keep this world to the two tiny ones
+    world.doit("gc", check=True)
+    return world
+
+
+def flip(path: Path, offset: int) -> bytes:
+    """Flip one bit of one byte, as a failing disk or a stray write would."""
+    path.chmod(0o644)
+    data = path.read_bytes()
+    damaged = bytearray(data)
+    damaged[offset] ^= 0x01
+    path.write_bytes(bytes(damaged))
+    return data
+
+
+def manifests_of(world: World) -> dict[str, Manifest]:
+    return {
+        f"manifests/{p.name}": Manifest.model_validate_json(p.read_text())
+        for p in sorted((world.root / "manifests").glob("*.json"))
+    }
+
+
+def test_verify_exit_codes_say_what_was_found(built: World, tmp_path: Path) -> None:
+    world = copy_world(built, tmp_path)
+    clean = world.doit("verify")
+    assert clean.returncode == 0 and " 0 corrupt, 0 partial, 0 missing, 0 extra" in clean.stdout
+
+    stale = world.store / "tmp" / f"{'ab' * 32}.x1y2z3"
+    stale.mkdir(parents=True)
+    assert world.doit("verify").returncode == 6  # extra
+
+    store = Store(world.store)
+    fetch, export = (s["key"] for s in world.manifest("tiny-llama")["lock"]["steps"][:3:2])
+    store.remove(export)
+    missing = world.doit("verify")
+    assert missing.returncode == 5 and f"[{export[:12]}] is not in the store" in missing.stdout
+
+    flip(store.get(fetch).path / "checkpoint" / "config.json", 10)
+    corrupt = world.doit("verify")
+    assert corrupt.returncode == 4  # the most serious finding wins
+    assert "config.json" in corrupt.stdout and "Traceback" not in corrupt.stdout
+
+
+def test_a_flipped_bit_in_any_file_of_any_artifact_is_detected(
+    built: World, tmp_path: Path
+) -> None:
+    world = copy_world(built, tmp_path)
+    store = Store(world.store)
+    manifests = manifests_of(world)
+    rng = random.Random(7)
+    keys = list(store.keys())
+    files = sorted(p for key in keys for p in store.get(key).path.rglob("*") if p.is_file())
+    assert len(files) > 20
+    for path in files:
+        original = flip(path, rng.randrange(path.stat().st_size))
+        report = audit(store, manifests, [])
+        assert report.corrupt or report.partial, path
+        path.write_bytes(original)
+    assert audit(store, manifests, []).exit_code() in (0, 6)
+    print(f"\nintegrity: {len(files)} files flipped one bit each, {len(files)} detected")
+
+
+def test_a_tampered_checkpoint_in_the_store_shows_both_digests(
+    built: World, tmp_path: Path
+) -> None:
+    """Even when the artifact's own record was rewritten to match, the lock catches it."""
+    world = copy_world(built, tmp_path)
+    store = Store(world.store)
+    lock = world.manifest("tiny-llama")["lock"]
+    art = store.get(lock["steps"][0]["key"])
+    config = art.path / "checkpoint" / "config.json"
+    recorded = next(f["sha256"] for f in lock["model"]["files"] if f["path"] == "config.json")
+    flip(config, 5)
+    got = hashlib.sha256(config.read_bytes()).hexdigest()
+    record_path = art.path / ".kiln-artifact.json"
+    record = json.loads(record_path.read_text())
+    record["files"]["checkpoint/config.json"] = got
+    record.pop("sha256", None)  # what an older kiln wrote: no digest of the record
+    record_path.chmod(0o644)
+    record_path.write_text(json.dumps(record))
+    assert store.verify(art.key) == []  # the record alone no longer tells
+    out = world.doit("verify")
+    assert out.returncode == 4
+    assert f"the lock says sha256 {recorded}, the store has {got}" in out.stdout
+
+
+def test_a_build_that_needs_a_corrupt_artifact_removes_and_rebuilds_it(
+    built: World, tmp_path: Path
+) -> None:
+    world = copy_world(built, tmp_path)
+    store = Store(world.store)
+    steps = {s["kind"]: s["key"] for s in world.manifest("tiny-llama")["lock"]["steps"]}
+    onnx = store.get(steps["onnx"])
+    model = max((p for p in onnx.path.rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
+    flip(model, model.stat().st_size // 2)
+    store.remove(steps["engine"])  # so the build needs the onnx artifact
+    out = world.doit("build", "recipe=tiny-llama", check=True)
+    text = out.stdout + out.stderr
+    assert f"artifact {steps['onnx'][:12]} is corrupt" in text
+    assert "removing it and building it again" in text
+    assert store.verify(steps["onnx"]) == [] and store.verify(steps["engine"]) == []
+    journal = [json.loads(line)["kind"] for line in (world.store / "log" / "builds.jsonl").open()]
+    assert journal[-2:] == ["onnx", "engine"]
+    assert world.manifest("tiny-llama")["lock"] == built.manifest("tiny-llama")["lock"]
+    assert world.doit("verify").returncode == 0
+
+
+@pytest.mark.parametrize("victim", ["fetch", "validate"])
+def test_repair_removes_a_damaged_artifact_for_the_next_build(
+    built: World, tmp_path: Path, victim: str
+) -> None:
+    world = copy_world(built, tmp_path)
+    store = Store(world.store)
+    key = next(
+        s["key"] for s in world.manifest("tiny-llama")["lock"]["steps"] if s["kind"] == victim
+    )
+    path = next(p for p in store.get(key).path.rglob("*") if p.is_file() and p.suffix == ".json")
+    flip(path, 3)
+    assert world.doit("verify", "repair=1").returncode == 4
+    assert not store.has(key)
+    assert world.doit("verify").returncode == 5  # missing now, until the next build
