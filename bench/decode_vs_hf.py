@@ -88,7 +88,8 @@ def main() -> None:
     theirs = tokens / min(run_hf() for _ in range(3))
     shape = f"{len(ids)} prompts x {args.new_tokens} new tokens, batch 1"
     print(f"{args.recipe}: {shape}, {args.threads} threads")
-    print(f"bundle (onnxruntime CPU): {ours:8.0f} tokens/s")
+    engine = bundle.meta["engines"]["main"]
+    print(f"bundle ({engine['backend']} {engine['provider']}): {ours:8.0f} tokens/s")
     print(f"HF generate (torch CPU):  {theirs:8.0f} tokens/s")
     print(f"ratio:                    {ours / theirs:8.2f}x   (target >= 3x)")
 

@@ -23,6 +23,23 @@ def load_causal_lm(checkpoint: Path) -> Any:
     return model.eval()
 
 
+def cache_keyword(model: Any) -> str:
+    """transformers 5.24 calls the cache `cache`; earlier 5.x releases (5.17 on the GPU
+    host) `past_key_values`. A wrong keyword is swallowed by **kwargs and the exporter
+    then drops the unused past inputs, so ask the signature."""
+    import inspect
+
+    params = inspect.signature(model.forward).parameters
+    return "cache" if "cache" in params else "past_key_values"
+
+
+def restore_quantized(model: Any, artifact: Any) -> Any:
+    """Put modelopt's calibrated quantizers (the quantize step's mto.save) on the model."""
+    import modelopt.torch.opt as mto
+
+    return mto.restore(model, str(artifact / "quantized.pt")).eval()
+
+
 def load_for_export(checkpoint: Path) -> Any:
     """As load_causal_lm, with the experts as batched matmuls: the default MoE
     expert loop does not trace (FIELD_NOTES: MoE exports only with

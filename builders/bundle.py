@@ -61,16 +61,17 @@ def build(request: Any, writer: Any) -> None:
     if pad is None:
         pad = _ids(generation.get("pad_token_id", config.get("pad_token_id"))) or eos
         pad = pad[0] if isinstance(pad, list) else pad
-    shutil.copyfile(engine_dir / engine["file"], writer.path("engine.onnx"))
+    shutil.copyfile(engine_dir / engine["file"], writer.path(engine["file"]))
     shutil.copyfile(ckpt / "tokenizer.json", writer.path("tokenizer.json"))
     meta = {
         "schema_version": BUNDLE_SCHEMA,
         "variant": opts.variant,
         "precision": opts.precision,
         "architecture": io["architecture"],
+        "quantization": io.get("quantization"),
         "engines": {
             "main": {
-                "file": "engine.onnx",
+                "file": engine["file"],
                 "backend": engine["backend"],
                 "backend_version": engine["version"],
                 "provider": engine["provider"],

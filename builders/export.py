@@ -22,6 +22,7 @@ models later on.
 
 from __future__ import annotations
 
+import json
 import warnings
 from typing import Any
 
@@ -64,6 +65,71 @@ def io_names(entries: list[dict[str, Any]]) -> tuple[list[str], list[str]]:
     return inputs, outputs
 
 
+def explicit_cache_module(
+    model: Any,
+    entries: list[dict[str, Any]],
+    seen: dict[str, Any] | None = None,
+    points: list[str] | None = None,
+) -> Any:
+    """The model as (input_ids, attention_mask, position_ids, *past) -> (logits, *present):
+    the contract above. The aoti backend traces the same module. With `points`, the
+    hidden states a drafter needs (captured by hooks into `seen`) are one more output."""
+    import torch
+
+    from builders import _cache
+    from builders._hf import cache_keyword
+
+    cache_kw = cache_keyword(model)
+
+    class WithExplicitCache(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(
+            self, input_ids: Any, attention_mask: Any, position_ids: Any, *past: Any
+        ) -> Any:
+            out = self.model(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                position_ids=position_ids,
+                use_cache=True,
+                **{cache_kw: _cache.full_cache(past, entries)},
+            )
+            present = [
+                t for layer in out.past_key_values.layers for t in (layer.keys, layer.values)
+            ]
+            hidden = [torch.cat([seen[p] for p in points], dim=-1)] if seen and points else []
+            return (out.logits, *present, *hidden)
+
+    return WithExplicitCache().eval()
+
+
+def example_inputs(entries: list[dict[str, Any]], device: str = "cpu") -> tuple[Any, ...]:
+    """Batch 2, 4 new tokens after 3 cached ones (batch 1 would specialize the batch
+    dimension to a constant, FIELD_NOTES)."""
+    import torch
+
+    from builders import _cache
+
+    batch, past_len, seq = 2, 3, 4
+    example = (
+        torch.ones(batch, seq, dtype=torch.long),
+        torch.ones(batch, past_len + seq, dtype=torch.long),
+        torch.arange(past_len, past_len + seq).expand(batch, seq).contiguous(),
+        *_cache.example(entries, batch, past_len),
+    )
+    return tuple(t.to(device) for t in example)
+
+
+def _needs_cuda(request: Any) -> bool:
+    """NVFP4's fake-quant kernels run on CUDA only (builders/quantize.py)."""
+    quantized = request.inputs.get("quantized")
+    if quantized is None:
+        return False
+    return bool(json.loads((quantized / "quantize.json").read_text())["weights"] == "nvfp4")
+
+
 def build(request: Any, writer: Any) -> None:
     import torch
 
@@ -85,35 +151,13 @@ def build(request: Any, writer: Any) -> None:
     entries = _cache.observe(model)
     points = _capture(request, opts, model)
     seen = install_hooks(model, points) if points else {}
+    if "quantized" in request.inputs:
+        from builders._hf import restore_quantized
 
-    class WithExplicitCache(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.model = model
-
-        def forward(
-            self, input_ids: Any, attention_mask: Any, position_ids: Any, *past: Any
-        ) -> Any:
-            out = self.model(
-                input_ids=input_ids,
-                attention_mask=attention_mask,
-                position_ids=position_ids,
-                cache=_cache.full_cache(past, entries),
-                use_cache=True,
-            )
-            present = [
-                t for layer in out.past_key_values.layers for t in (layer.keys, layer.values)
-            ]
-            hidden = [torch.cat([seen[p] for p in points], dim=-1)] if points else []
-            return (out.logits, *present, *hidden)
-
-    batch, past_len, seq = 2, 3, 4
-    example = (
-        torch.ones(batch, seq, dtype=torch.long),
-        torch.ones(batch, past_len + seq, dtype=torch.long),
-        torch.arange(past_len, past_len + seq).expand(batch, seq).contiguous(),
-        *_cache.example(entries, batch, past_len),
-    )
+        model = restore_quantized(model, request.inputs["quantized"])
+    device = "cuda" if _needs_cuda(request) else "cpu"
+    model.to(device)
+    example = example_inputs(entries, device)
     inputs, outputs = io_names(entries)
     outputs += ["hidden"] if points else []
     dynamic = {
@@ -135,17 +179,31 @@ def build(request: Any, writer: Any) -> None:
     # reference at many shapes, so the warnings are noise here.
     with torch.no_grad(), warnings.catch_warnings(), _tracefix.traceable(model):
         warnings.simplefilter("ignore")
-        torch.onnx.export(
-            WithExplicitCache(),
-            example,
-            str(writer.path("model.onnx")),
-            input_names=inputs,
-            output_names=outputs,
-            dynamic_axes=dynamic,
-            opset_version=opts.opset,
-            dynamo=False,
-        )
-    writer.write_json("export.json", {**describe(model, entries), "hidden": points})
+        try:
+            torch.onnx.export(
+                explicit_cache_module(model, entries, seen, points),
+                example,
+                str(writer.path("model.onnx")),
+                input_names=inputs,
+                output_names=outputs,
+                dynamic_axes=dynamic,
+                opset_version=opts.opset,
+                dynamo=False,
+            )
+        except Exception as exc:
+            if not _needs_cuda(request):
+                raise
+            # NVFP4: modelopt needs opset 23 for FP4 tensors (api_facts 2); the
+            # TorchScript exporter, the only one that exports fake-quant models, stops at 20
+            raise request.unsupported(
+                f"the TorchScript exporter cannot write this NVFP4 graph at opset "
+                f"{opts.opset}: {type(exc).__name__}: {str(exc)[:300]}"
+            ) from None
+    meta = {**describe(model, entries), "hidden": points}
+    if "quantized" in request.inputs:
+        done = json.loads((request.inputs["quantized"] / "quantize.json").read_text())
+        meta["quantization"] = {k: done[k] for k in ("weights", "kv_cache", "config", "device")}
+    writer.write_json("export.json", meta)
 
 
 def describe(model: Any, entries: list[dict[str, Any]]) -> dict[str, Any]:
@@ -170,3 +228,20 @@ def describe(model: Any, entries: list[dict[str, Any]]) -> dict[str, Any]:
         "vocab_size": config.get_text_config(decoder=True).vocab_size,
         "max_position_embeddings": config.get_text_config(decoder=True).max_position_embeddings,
     }
+
+
+def value_info(entries: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """The I/O contract as onnx.py's io.json writes it, for engines built without ONNX."""
+    inputs, _ = io_names(entries)
+    ins = [{"name": n, "dtype": "int64", "shape": ["batch", "seq"]} for n in inputs[:3]]
+    ins[1]["shape"] = ["batch", "total"]
+    ins += [
+        {"name": e["past"], "dtype": "float32", "shape": ["batch", "heads", "past", "dim"]}
+        for e in entries
+    ]
+    outs = [{"name": "logits", "dtype": "float32", "shape": ["batch", "seq", "vocab"]}]
+    outs += [
+        {"name": e["present"], "dtype": "float32", "shape": ["batch", "heads", "total", "dim"]}
+        for e in entries
+    ]
+    return {"inputs": ins, "outputs": outs}

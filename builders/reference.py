@@ -20,6 +20,9 @@ class Options(BaseModel):
     prompts: list[str] = Field(min_length=1, description="Prompts to run.")
     max_new_tokens: int = Field(ge=1, description="Greedy tokens per prompt.")
     dtype: str = Field(pattern="^float32$", description="Reference dtype; always fp32.")
+    scored_positions: int = Field(
+        0, ge=0, description="Positions of the shipped evaluation text to score; 0: none."
+    )
     task: str = Field("text-generation", description="The recipe's task (kiln.schema.TASKS).")
 
 
@@ -65,6 +68,9 @@ def build(request: Any, writer: Any) -> None:
             logits[f"p{i}"] = model(full).logits[0].numpy().astype(np.float32)
         records.append({"prompt": prompt, "prompt_ids": prompt_ids, "tokens": new})
     np.savez(writer.path("logits.npz"), **logits)
+    text = _score_text(model, tokenizer, opts.scored_positions) if opts.scored_positions else None
+    if text is not None:
+        np.savez(writer.path("text.npz"), nll=text.pop("nll"), top1=text.pop("top1"))
     writer.write_json(
         "reference.json",
         {
@@ -73,5 +79,25 @@ def build(request: Any, writer: Any) -> None:
             "attn_implementation": "eager",
             "eos": eos_ids,
             "records": records,
+            **({"text": text} if text is not None else {}),
         },
     )
+
+
+def _score_text(model: Any, tokenizer: Any, positions: int) -> dict[str, Any]:
+    """fp32 next-token NLL and top-1 over the shipped evaluation text."""
+    import numpy as np
+    import torch
+
+    from builders._text import TEXT, next_token_scores, windows
+
+    ids = tokenizer(TEXT.read_text(), add_special_tokens=True)["input_ids"]
+    chunks = windows(ids, positions)
+    nll, top1 = [], []
+    with torch.no_grad():
+        for chunk in chunks:
+            logits = model(torch.tensor([chunk])).logits[0].numpy()
+            n, t = next_token_scores(logits, chunk)
+            nll.append(n)
+            top1.append(t)
+    return {"windows": chunks, "nll": np.concatenate(nll), "top1": np.concatenate(top1)}

@@ -26,6 +26,9 @@ class Options(BaseModel):
     model_config = ConfigDict(extra="forbid")
     prompts: list[str] = Field(min_length=1, description="Prompts (must equal the reference's).")
     max_new_tokens: int = Field(ge=1, description="Greedy tokens per prompt.")
+    scored_positions: int = Field(
+        0, ge=0, description="Evaluation-text positions (must equal the reference's)."
+    )
 
 
 def _cpu_name() -> str:
@@ -45,8 +48,29 @@ def host() -> dict[str, Any]:
         "cores": os.cpu_count() or 1,
         "os": f"{platform.system()} {platform.release()}",
         "python": platform.python_version(),
-        "gpu": None,
+        "gpu": _gpu_name(),
     }
+
+
+def _gpu_name() -> str | None:
+    """The GPU this run used, from nvidia-smi (no torch needed); None without one."""
+    import shutil
+    import subprocess
+
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return None
+    try:
+        out = subprocess.run(
+            [smi, "--query-gpu=name", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.splitlines()[0].strip() if out else None
 
 
 def compare(
@@ -94,6 +118,36 @@ def compare(
     }
 
 
+def score_text(bundle: Any, ref: dict[str, Any], ref_scores: Any) -> dict[str, float]:
+    """Perplexity and top-1 agreement with the fp32 reference on the evaluation text."""
+    import numpy as np
+
+    from builders._text import next_token_scores
+
+    nll, top1 = [], []
+    for chunk in ref["text"]["windows"]:
+        n, t = next_token_scores(bundle.logits(chunk), chunk)
+        nll.append(n)
+        top1.append(t)
+    mine, theirs = np.concatenate(nll), ref_scores["nll"]
+    return {
+        "next_token_agreement": float((np.concatenate(top1) == ref_scores["top1"]).mean()),
+        "log_perplexity_ratio": float(mine.mean() - theirs.mean()),
+        "perplexity": float(np.exp(mine.mean())),
+        "reference_perplexity": float(np.exp(theirs.mean())),
+        "scored_positions": float(len(mine)),
+    }
+
+
+def _quantized_on(request: Any) -> dict[str, str]:
+    """Where modelopt calibrated the weights (a GPU, for nvfp4 and GPU runs)."""
+    meta = json.loads((request.inputs["bundle"] / "bundle.json").read_text())
+    quantization = meta.get("quantization")
+    if not quantization:
+        return {}
+    return {"quantization": quantization["config"], "quantized_on": quantization["device"]}
+
+
 def build(request: Any, writer: Any) -> None:
     import numpy as np
 
@@ -124,6 +178,8 @@ def build(request: Any, writer: Any) -> None:
     # A drafting bundle: its greedy output against its own target-only greedy output
     # (lossless means identical), and the acceptance diagnostics the gates read.
     metrics.update(diagnostics(bundle, prompt_ids, opts.max_new_tokens))
+    if opts.scored_positions:
+        metrics.update(score_text(bundle, ref, np.load(ref_dir / "text.npz")))
     metrics["decode_tokens_per_s"] = new_tokens / seconds if seconds else 0.0
     engine = bundle.meta["engines"]["main"]
     writer.write_json(
@@ -135,6 +191,7 @@ def build(request: Any, writer: Any) -> None:
                 "name": engine["backend"],
                 "version": engine["backend_version"],
                 "device": engine["provider"],
+                **_quantized_on(request),
             },
             "metrics": metrics,
             "outputs": [bundle.decode(g) for g in gen],

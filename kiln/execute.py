@@ -40,6 +40,11 @@ class Request:
         """An error the user can act on; builders raise it for bad input."""
         return KilnError.one(cause, Location(where) if where else None, fix)
 
+    def unsupported(self, reason: str) -> unsupported.Unsupported:
+        """This host cannot do the step (no TensorRT, no CUDA for NVFP4, ...); builders
+        raise it with the exact reason and run_step publishes the marker."""
+        return unsupported.Unsupported(reason)
+
     def log(self, message: str) -> None:
         print(f"   {self.kind}: {message}", file=sys.stderr, flush=True)
 

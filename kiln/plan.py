@@ -15,10 +15,29 @@ from typing import Any
 from kiln import variants
 from kiln.canonical import key_of
 from kiln.errors import KilnError, Location, Problem
-from kiln.schema import VARIANTS, Build, Checkpoint, Companion, PromptSet, Recipe
+from kiln.schema import (
+    VARIANTS,
+    Build,
+    Calibration,
+    Checkpoint,
+    Companion,
+    Precision,
+    PromptSet,
+    Recipe,
+)
 from kiln.toolchain import Toolchain
 
-KINDS = ("fetch", "reference", "export", "onnx", "engine", "drafter", "bundle", "validate")
+KINDS = (
+    "fetch",
+    "reference",
+    "quantize",
+    "export",
+    "onnx",
+    "engine",
+    "drafter",
+    "bundle",
+    "validate",
+)
 
 # The ONNX opset the exporter targets. 17 is what the legacy (TorchScript)
 # exporter handles best; it is 10-20x faster than dynamo (FIELD_NOTES).
@@ -58,6 +77,7 @@ class Plan:
 _ORIGIN = {
     "fetch": ("model", "revision"),
     "reference": ("validation",),
+    "quantize": ("precision",),
     "export": ("model",),
     "onnx": ("precision",),
     "engine": ("build",),
@@ -80,22 +100,92 @@ def _step(
         "kind": kind,
         "options": options,
         "inputs": input_keys,
-        "libraries": tools.libraries(kind),
+        "libraries": tools.libraries(kind, options.get("backend")),
         "code": tools.code[kind],
     }
     origin = _ORIGIN[kind] if role == "model" else ("companions", role)
     return Step(kind, name, options, input_keys, material, origin, role)
 
 
+# Quantized weight precisions: modelopt fake-quantizes the torch model, then the
+# legacy exporter writes its Q/DQ nodes (dynamo fails on fake-quant models, FIELD_NOTES).
+QUANTIZED = ("int8-sq", "int8-wo", "fp8", "int4-awq", "w4a8-awq", "nvfp4")
+# modelopt's minimum opsets: int8/fp8 Q/DQ 19; blocked int4 DequantizeLinear 21 (api_facts 2).
+QUANTIZED_OPSET = 19
+
+
+def quantize_step(
+    role: str,
+    at: str,
+    precision: Precision | None,
+    calibration: Calibration | None,
+    fetch: Step,
+    tools: Toolchain,
+) -> Step | None:
+    """The quantize step, or None: an fp32 checkpoint has nothing to quantize, so its
+    plan (and every key in it) stays exactly what it was before quantization existed."""
+    if precision is None or not quantize_needed(precision):
+        return None
+    cal = calibration or Calibration()
+    options = {
+        "weights": precision.weights,
+        "kv_cache": precision.kv_cache,
+        "samples": cal.samples,
+        "max_tokens": cal.max_tokens,
+    }
+    return _step(
+        "quantize",
+        f"quantize {at} {precision_label(precision)}",
+        options,
+        {"checkpoint": fetch},
+        tools,
+        role,
+    )
+
+
+def precision_label(precision: Precision) -> str:
+    kv = "" if precision.kv_cache == "auto" else f"+kv-{precision.kv_cache}"
+    return f"{precision.weights}{kv}"
+
+
+def quantize_needed(precision: Precision) -> bool:
+    return bool(precision.weights != "fp32" or precision.kv_cache != "auto")
+
+
+def onnx_form(quantize: Step | None, build: Build) -> dict[str, str]:
+    """How the onnx step writes quantization: TensorRT's own ops for tensorrt, standard
+    ONNX (float8 and blocked int4 Q/DQ) for everything else. Absent for fp32."""
+    if quantize is None:
+        return {}
+    return {"qdq": "tensorrt" if build.backend == "tensorrt" else "standard"}
+
+
+def engine_target(build: Build) -> dict[str, Any]:
+    """Options only non-default backends need; the onnxruntime CPU engine keeps its
+    options (and key) unchanged."""
+    if build.backend == "onnxruntime" and build.target == "cpu":
+        return {}
+    return {
+        "target": build.target,
+        "max_input_len": build.max_input_len or build.max_seq_len,
+    }
+
+
+def scoring(recipe: Recipe) -> dict[str, int]:
+    """Text metrics (perplexity, next-token agreement) when the recipe asks for them."""
+    n = recipe.validation.scored_positions
+    return {"scored_positions": n} if n else {}
+
+
 # What this kiln has builders for. A recipe may declare more (the schema is the
 # whole vocabulary); planning it fails with a clear error instead of pretending.
 BUILDABLE: dict[tuple[str, ...], tuple[Any, ...]] = {
-    ("precision", "weights"): ("fp32",),
-    ("precision", "kv_cache"): ("auto",),
+    ("precision", "weights"): ("fp32", *QUANTIZED),
+    ("precision", "kv_cache"): ("auto", "fp8"),
     ("precision", "compute"): ("fp32",),
     ("execution", "variant"): VARIANTS,
-    ("build", "backend"): ("onnxruntime",),
-    ("build", "target"): ("cpu",),
+    ("build", "backend"): ("onnxruntime", "aoti", "tensorrt"),
+    ("build", "target"): ("cpu", "sm89", "sm90", "sm100", "sm120"),
     ("build", "tensor_parallel"): (1,),
     ("build", "prefill_chunk_len"): (0,),
 }
@@ -115,6 +205,25 @@ def _check_buildable(recipe: Recipe) -> None:
                 )
             )
     problems += variants.unused_companions(recipe)
+    if recipe.build.backend == "aoti" and quantize_needed(recipe.precision):
+        problems.append(
+            Problem(
+                "aoti compiles the fp32 checkpoint: torch.export fails on modelopt's "
+                "fake-quantized models",
+                Location("", key_path=("build", "backend")),
+                "build quantized precisions with onnxruntime or tensorrt",
+            )
+        )
+    if recipe.execution.variant != "ordinary" and (
+        recipe.build.backend != "onnxruntime" or quantize_needed(recipe.precision)
+    ):
+        problems.append(
+            Problem(
+                "speculative variants are built for fp32 onnxruntime bundles only",
+                Location("", key_path=("execution", "variant")),
+                "use precision fp32 and backend onnxruntime with this variant",
+            )
+        )
     if problems:
         raise KilnError(problems)
 
@@ -138,35 +247,57 @@ def _engine_chain(
     tools: Toolchain,
     export_options: dict[str, Any] | None = None,
     export_inputs: dict[str, Step] | None = None,
+    precision: Precision | None = None,
+    calibration: Calibration | None = None,
 ) -> list[Step]:
-    """fetch -> export -> onnx -> engine for one checkpoint. Companions (a draft
-    model, an adapter's base) get their own chain; equal inputs give equal keys, so
-    a checkpoint used by many recipes is fetched and exported once. A variant may add
-    export options (hidden-state outputs) and inputs (an adapter, a drafter's config)."""
+    """fetch -> [quantize ->] export -> onnx -> engine for one checkpoint. Companions
+    (a draft model, an adapter's base) get their own chain; equal inputs give equal
+    keys, so a checkpoint used by many recipes is fetched and exported once. A variant
+    may add export options (hidden-state outputs) and inputs (an adapter, a drafter's
+    config); a precision may add a quantize step."""
     at = f"{checkpoint.repo}@{checkpoint.revision[:7]}"
     fetch = _fetch(role, checkpoint, tools)
+    quantize = quantize_step(role, at, precision, calibration, fetch, tools)
+    if build.backend == "aoti":  # compiles the checkpoint itself: no ONNX steps
+        return [fetch, _engine(role, at, build, {"checkpoint": fetch}, tools)]
+    label = "" if precision is None or quantize is None else f" {precision_label(precision)}"
+    label += "".join(f" +{s.role}" for s in (export_inputs or {}).values())
     export = _step(
         "export",
-        f"export {at}" + "".join(f" +{s.role}" for s in (export_inputs or {}).values()),
-        {"opset": OPSET, "exporter": "torchscript", **(export_options or {})},
-        {"checkpoint": fetch, **(export_inputs or {})},
-        tools,
-        role,
-    )
-    graph = _step("onnx", f"onnx {at}", {"optimize": True}, {"export": export}, tools, role)
-    engine = _step(
-        "engine",
-        f"engine {at} {build.backend}",
+        f"export {at}{label}",
         {
-            "backend": build.backend,
-            "max_batch_size": build.max_batch_size,
-            "max_seq_len": build.max_seq_len,
+            "opset": OPSET if quantize is None else QUANTIZED_OPSET,
+            "exporter": "torchscript",
+            **(export_options or {}),
         },
-        {"onnx": graph},
+        {
+            "checkpoint": fetch,
+            **(export_inputs or {}),
+            **({} if quantize is None else {"quantized": quantize}),
+        },
         tools,
         role,
     )
-    return [fetch, export, graph, engine]
+    graph = _step(
+        "onnx",
+        f"onnx {at}",
+        {"optimize": True, **onnx_form(quantize, build)},
+        {"export": export},
+        tools,
+        role,
+    )
+    engine = _engine(role, at, build, {"onnx": graph}, tools)
+    return [fetch, *([quantize] if quantize else []), export, graph, engine]
+
+
+def _engine(role: str, at: str, build: Build, inputs: dict[str, Step], tools: Toolchain) -> Step:
+    options = {
+        "backend": build.backend,
+        "max_batch_size": build.max_batch_size,
+        "max_seq_len": build.max_seq_len,
+        **engine_target(build),
+    }
+    return _step("engine", f"engine {at} {build.backend}", options, inputs, tools, role)
 
 
 def plan(name: str, recipe: Recipe, prompts: PromptSet, tools: Toolchain) -> Plan:
@@ -177,12 +308,22 @@ def plan(name: str, recipe: Recipe, prompts: PromptSet, tools: Toolchain) -> Pla
     }
     export_inputs = variants.export_inputs(recipe, companions)
     export_options = {**_task(recipe), **variants.export_options(recipe)}
-    chain = _engine_chain("model", recipe.model, recipe.build, tools, export_options, export_inputs)
+    chain = _engine_chain(
+        "model",
+        recipe.model,
+        recipe.build,
+        tools,
+        export_options,
+        export_inputs,
+        recipe.precision,
+        recipe.calibration,
+    )
     fetch, engine = chain[0], chain[-1]
     extra, bundle_inputs = _variant_steps(recipe, fetch, companions, tools)
     check = {
         "prompts": list(prompts.prompts),
         "max_new_tokens": recipe.validation.max_new_tokens,
+        **scoring(recipe),
     }
     at = f"{recipe.model.repo}@{recipe.model.revision[:7]}"
     reference = _step(

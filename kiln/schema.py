@@ -76,6 +76,20 @@ METRICS: dict[str, str] = {
     "validation prompts' greedy decode (a diagnostic, not a speed).",
     "tokens_per_forward": "Speculative variants: tokens committed per target verify forward "
     "(the acceptance length; 1.0 for ordinary decoding; a diagnostic, not a speed).",
+    "next_token_agreement": "Fraction of the scored positions of the shipped evaluation text "
+    "where the bundle's top-1 next token equals the fp32 reference's (sample size: "
+    "scored_positions).",
+    "log_perplexity_ratio": "ln(bundle perplexity / fp32 reference perplexity) on the shipped "
+    "evaluation text: the mean per-token NLL increase in nats (sample size: scored_positions).",
+    "perplexity": "The bundle's perplexity on the shipped evaluation text (informative).",
+    "reference_perplexity": "The fp32 reference's perplexity on the same text (informative).",
+    "scored_positions": "How many next-token positions of the evaluation text were scored.",
+}
+
+# A statistical gate needs the metric's sample size; it is measured alongside it.
+SAMPLE_SIZE: dict[str, str] = {
+    "next_token_agreement": "scored_positions",
+    "log_perplexity_ratio": "scored_positions",
 }
 
 
@@ -125,6 +139,19 @@ class Precision(Strict):
     )
     compute: Literal[COMPUTE] = Field(  # type: ignore[valid-type]
         "fp32", description="Dtype of activations and accumulation outside quantized matmuls."
+    )
+
+
+class Calibration(Strict):
+    samples: int = Field(
+        32,
+        ge=1,
+        le=4096,
+        description="Calibration texts fed to modelopt (the first N lines of the shipped "
+        "builders/texts/calibration.txt). Used only by quantized precisions.",
+    )
+    max_tokens: int = Field(
+        64, ge=8, le=4096, description="Each calibration text is cut to this many tokens."
     )
 
 
@@ -264,6 +291,14 @@ class Validation(Strict):
     max_new_tokens: int = Field(
         32, ge=1, le=4096, description="Greedy tokens generated per prompt for comparison."
     )
+    scored_positions: int = Field(
+        0,
+        ge=0,
+        le=65536,
+        description="Next-token positions of the shipped evaluation text "
+        "(builders/texts/eval.txt) scored for perplexity and top-1 agreement with the fp32 "
+        "reference; 0 turns the text metrics off. Statistical gates need at least their n.",
+    )
 
 
 class Recipe(Strict):
@@ -283,6 +318,10 @@ class Recipe(Strict):
         "'adapter' (a LoRA adapter whose base is the model).",
     )
     precision: Precision = Field(default_factory=Precision, description="Numeric precision.")
+    calibration: Calibration = Field(
+        default_factory=Calibration,
+        description="How quantized precisions are calibrated; ignored for fp32.",
+    )
     execution: Execution = Field(description="How tokens are produced at run time.")
     build: Build = Field(default_factory=Build, description="Engine build options.")
     validation: Validation = Field(description="How the bundle is compared with the reference.")
@@ -309,6 +348,10 @@ class Recipe(Strict):
 
 
 class Gate(Strict):
+    """A bound on one metric: given outright (`threshold`), or derived by the one-sided
+    z-test of TensorRT-LLM's accuracy suite from `reference`, `n`, `sigma` and `alpha`
+    (kiln/gates.py)."""
+
     metric: Literal[tuple(METRICS)] = Field(  # type: ignore[valid-type]
         description="The measured metric this gate judges."
     )
@@ -316,17 +359,77 @@ class Gate(Strict):
         description="Which way is better: 'higher' passes at or above the threshold, "
         "'lower' at or below it."
     )
-    threshold: float = Field(description="The bound the metric must meet.")
+    threshold: float | None = Field(
+        None,
+        description="The bound the metric must meet. Leave it out of a statistical gate: "
+        "there it is derived from reference, n, sigma and alpha.",
+    )
+    reference: float | None = Field(
+        None, description="Statistical gate: the reference model's value of the metric."
+    )
+    n: int | None = Field(
+        None, ge=1, description="Statistical gate: samples the metric is averaged over."
+    )
+    sigma: float | None = Field(
+        None, gt=0, description="Statistical gate: standard deviation of one sample's score."
+    )
+    alpha: float | None = Field(
+        None,
+        gt=0,
+        lt=0.5,
+        description="Statistical gate: false-failure rate of this gate (type I error); "
+        "default 0.05, or the thresholds file's family_alpha split over its gates.",
+    )
+    beta: float = Field(
+        0.2,
+        gt=0,
+        lt=0.5,
+        description="Statistical gate: miss rate (type II error) at the reported minimum "
+        "detectable effect theta.",
+    )
     why: str = Field("", max_length=500, description="Why this bound, for reviewers.")
 
-    def passes(self, value: float) -> bool:
-        return value >= self.threshold if self.direction == "higher" else value <= self.threshold
+    @property
+    def statistical(self) -> bool:
+        return self.reference is not None
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> Gate:
+        stats = {"reference": self.reference, "n": self.n, "sigma": self.sigma}
+        given = [k for k, v in stats.items() if v is not None]
+        if self.threshold is not None and (given or self.alpha is not None):
+            raise ValueError(
+                "give either threshold, or reference, n and sigma (the threshold is then "
+                "derived); not both"
+            )
+        if self.threshold is None and len(given) != 3:
+            missing = ", ".join(k for k in stats if k not in given)
+            raise ValueError(f"a gate needs a threshold, or reference, n and sigma ({missing})")
+        if self.n is not None and self.metric not in SAMPLE_SIZE:
+            raise ValueError(
+                f"{self.metric} has no sample size; statistical gates judge "
+                f"{', '.join(SAMPLE_SIZE)}"
+            )
+        return self
 
 
 class Thresholds(Strict):
     schema_version: Literal[1] = Field(description="Thresholds schema version; this is version 1.")
     description: str = Field(max_length=2000, description="What these gates are for.")
+    family_alpha: float | None = Field(
+        None,
+        gt=0,
+        lt=0.5,
+        description="False-failure rate of all statistical gates together (Bonferroni: "
+        "each of the k statistical gates runs at family_alpha / k). Excludes per-gate alpha.",
+    )
     gates: list[Gate] = Field(min_length=1, description="All gates must pass for 'pass'.")
+
+    @model_validator(mode="after")
+    def _family(self) -> Thresholds:
+        if self.family_alpha is not None and any(g.alpha is not None for g in self.gates):
+            raise ValueError("family_alpha splits the error rate over the gates; remove alpha")
+        return self
 
 
 class PromptSet(Strict):
@@ -387,9 +490,18 @@ class Lock(Strict):
 class GateResult(Strict):
     metric: str = Field(description="Metric judged.")
     direction: Literal["higher", "lower"] = Field(description="Which way is better.")
-    threshold: float = Field(description="Bound applied.")
+    threshold: float = Field(description="Bound applied (derived, for a statistical gate).")
     value: float | None = Field(description="Measured value; null when not measured.")
     passed: bool = Field(description="Whether the measured value met the bound.")
+    reference: float | None = Field(None, description="Statistical gate: reference value.")
+    n: int | None = Field(None, description="Statistical gate: samples the bound assumes.")
+    measured_n: int | None = Field(None, description="Statistical gate: samples measured.")
+    sigma: float | None = Field(None, description="Statistical gate: per-sample std.")
+    alpha: float | None = Field(None, description="Statistical gate: alpha applied.")
+    beta: float | None = Field(None, description="Statistical gate: beta.")
+    theta: float | None = Field(
+        None, description="Statistical gate: smallest drop detected with power 1 - beta."
+    )
 
 
 class Host(Strict):

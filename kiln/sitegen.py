@@ -25,6 +25,7 @@ from kiln import siteapi, siteplot, siteview
 from kiln.canonical import dumps
 from kiln.catalog import Catalog
 from kiln.errors import KilnError
+from kiln.gates import bound
 from kiln.schema import METRICS
 from kiln.sitematrix import Matrix, matrix
 
@@ -111,14 +112,17 @@ def gate_rows(e: siteview.Entry) -> list[dict[str, Any]]:
     rows = []
     for gate in e.thresholds.gates:
         data = gate.model_dump(mode="json")
-        stats = {k: v for k, v in data.items() if k not in ("metric", "direction", "threshold")}
+        skip = ("metric", "direction", "threshold")
+        stats = {k: v for k, v in data.items() if k not in skip and v is not None}
         why = str(stats.pop("why", ""))
         result = measured.get(gate.metric)
+        b = bound(gate, e.thresholds)  # a statistical gate's threshold is derived
+        derived = f" (z-test; α {b.alpha:.3g}, θ {b.theta:.3g})" if b.theta is not None else ""
         rows.append(
             {
                 "metric": gate.metric,
                 "meaning": METRICS.get(gate.metric, ""),
-                "rule": f"{'≥' if gate.direction == 'higher' else '≤'} {gate.threshold:.6g}",
+                "rule": f"{'≥' if gate.direction == 'higher' else '≤'} {b.threshold:.6g}{derived}",
                 "stats": stats,
                 "why": why,
                 "value": result.value if result else None,

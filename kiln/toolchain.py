@@ -20,12 +20,21 @@ ROOT = Path(__file__).resolve().parent.parent
 LIBRARIES: dict[str, tuple[str, ...]] = {
     "fetch": (),
     "reference": ("torch", "transformers", "tokenizers", "safetensors", "peft"),
+    "quantize": ("nvidia-modelopt", "torch", "transformers", "safetensors"),
     "export": ("torch", "transformers", "onnx", "safetensors", "peft"),
     "onnx": ("onnx", "onnxscript"),
     "engine": ("onnxruntime",),
     "drafter": ("torch", "transformers", "onnx", "onnxruntime", "safetensors"),
     "bundle": (),
     "validate": ("onnxruntime", "numpy", "tokenizers"),
+}
+
+# What an engine built by a backend other than onnxruntime also depends on. Added
+# only for that backend, so onnxruntime steps keep their keys.
+BACKEND_LIBRARIES: dict[str, tuple[str, ...]] = {
+    "onnxruntime": (),
+    "aoti": ("torch",),
+    "tensorrt": ("tensorrt",),
 }
 
 # Source files each step kind runs, relative to the repo root. A directory means
@@ -36,6 +45,15 @@ CODE: dict[str, tuple[str, ...]] = {
         "builders/reference.py",
         "builders/_hf.py",
         "builders/_adapter.py",
+        "builders/_text.py",
+        "builders/texts",
+        "builders/unsupported.py",
+        "kiln/unsupported.py",
+    ),
+    "quantize": (
+        "builders/quantize.py",
+        "builders/_hf.py",
+        "builders/texts",
         "builders/unsupported.py",
         "kiln/unsupported.py",
     ),
@@ -49,11 +67,19 @@ CODE: dict[str, tuple[str, ...]] = {
         "builders/unsupported.py",
         "kiln/unsupported.py",
     ),
-    "onnx": ("builders/onnx.py",),
-    "engine": ("builders/engine.py",),
+    "onnx": ("builders/onnx.py", "builders/_qdq.py", "kiln/unsupported.py"),
+    "engine": (
+        "builders/engine.py",
+        "builders/backends",
+        "builders/_hf.py",
+        "builders/_cache.py",
+        "builders/_tracefix.py",
+        "builders/export.py",
+        "kiln/unsupported.py",
+    ),
     "drafter": ("builders/drafter.py", "builders/_drafters.py"),
     "bundle": ("builders/bundle.py", "builders/_bundle_variants.py"),
-    "validate": ("builders/validate.py", "runtime"),
+    "validate": ("builders/validate.py", "builders/_text.py", "runtime"),
 }
 
 
@@ -71,8 +97,9 @@ class Toolchain:
     versions: dict[str, str]
     code: dict[str, str]
 
-    def libraries(self, kind: str) -> dict[str, str]:
-        return {lib: self.versions[lib] for lib in LIBRARIES[kind]}
+    def libraries(self, kind: str, backend: str | None = None) -> dict[str, str]:
+        extra = BACKEND_LIBRARIES.get(backend or "", ()) if kind == "engine" else ()
+        return {lib: self.versions[lib] for lib in (*LIBRARIES[kind], *extra)}
 
     def lock(self) -> dict[str, str]:
         """What the manifest's lock records: every library a step uses, and Python."""
@@ -83,12 +110,17 @@ def _digest(paths: tuple[str, ...], root: Path) -> str:
     h = hashlib.sha256()
     for rel in paths:
         target = root / rel
-        files = sorted(target.rglob("*.py")) if target.is_dir() else [target]
+        files = sorted(_sources(target)) if target.is_dir() else [target]
         files = [f for f in files if f.exists()]  # a base revision may predate a file
         for f in files:
             h.update(f.relative_to(root).as_posix().encode() + b"\0")
             h.update(f.read_bytes() + b"\0")
     return h.hexdigest()
+
+
+def _sources(folder: Path) -> list[Path]:
+    """Python and shipped text (calibration and evaluation texts change outputs too)."""
+    return [p for p in folder.rglob("*") if p.suffix in (".py", ".txt") and p.is_file()]
 
 
 def code_digests(root: Path) -> dict[str, str]:
@@ -98,5 +130,6 @@ def code_digests(root: Path) -> dict[str, str]:
 
 @cache
 def current(root: Path = ROOT) -> Toolchain:
-    libs = sorted({lib for group in LIBRARIES.values() for lib in group})
+    groups = (*LIBRARIES.values(), *BACKEND_LIBRARIES.values())
+    libs = sorted({lib for group in groups for lib in group})
     return Toolchain(versions={lib: version(lib) for lib in libs}, code=code_digests(root))

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import datetime
 import json
-import os
-import platform
 from pathlib import Path
 from typing import Any
+
+from kiln import hostinfo
 
 MARKER = "unsupported-here.json"
 
@@ -46,11 +46,5 @@ def marker(reason: str, step: str) -> dict[str, Any]:
         "reason": reason,
         "step": step,
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "host": {
-            "cpu": platform.processor() or platform.machine(),
-            "cores": os.cpu_count() or 1,
-            "os": f"{platform.system()} {platform.release()}",
-            "python": platform.python_version(),
-            "gpu": None,
-        },
+        "host": hostinfo.host(),  # names the GPU on a GPU host (nvidia-smi)
     }

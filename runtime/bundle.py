@@ -1,7 +1,8 @@
 """Load a bundle and generate: prefill and decode with an explicit KV cache.
 
-The runtime needs onnxruntime, numpy and tokenizers, nothing from builders/: a
-bundle runs on a machine that never built it. bundle.json says everything the
+The runtime needs numpy, tokenizers and the engine's backend (runtime/backends.py:
+onnxruntime, or torch for aoti and tensorrt), nothing from builders/: a bundle runs
+on a machine that never built it. bundle.json says everything the
 loop needs: the I/O names, the KV-cache layout, the tokenizer and the limits.
 
 Batches are left-padded. Position ids count real tokens only (cumsum of the
@@ -11,7 +12,6 @@ attention mask, minus one), so a padded row computes exactly what it would alone
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,8 +36,9 @@ class Generation:
 
 class Bundle:
     def __init__(self, path: Path, threads: int | None = None) -> None:
-        import onnxruntime as ort
         from tokenizers import Tokenizer
+
+        from runtime.backends import open_engine
 
         self.path = Path(path)
         meta_path = self.path / "bundle.json"
@@ -46,13 +47,7 @@ class Bundle:
         self.meta: dict[str, Any] = json.loads(meta_path.read_text())
         if self.meta.get("schema_version") != BUNDLE_SCHEMA:
             raise BundleError(f"bundle schema {self.meta.get('schema_version')} is not supported")
-        engine = self.meta["engines"]["main"]
-        so = ort.SessionOptions()
-        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # done at build
-        so.intra_op_num_threads = threads or min(4, os.cpu_count() or 1)
-        self.session = ort.InferenceSession(
-            str(self.path / engine["file"]), so, providers=[engine["provider"]]
-        )
+        self.session = open_engine(self.path, self.meta["engines"]["main"], threads)
         tok = self.meta["tokenizer"]
         self.tokenizer = Tokenizer.from_file(str(self.path / tok["file"]))
         self.eos = set(tok["eos"])

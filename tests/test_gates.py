@@ -32,3 +32,70 @@ def test_a_missing_or_nan_metric_fails_its_gate() -> None:
     assert verdict == "quality-fail"
     assert "max_abs_logit_diff = not measured" in reason
     assert "token_match_rate = not measured" in reason
+
+
+# ---------------------------------------------------------------- statistical gates
+
+import pytest  # noqa: E402
+from pydantic import ValidationError  # noqa: E402
+
+from kiln.gates import bound, z_test_bound  # noqa: E402
+
+
+def test_z_test_reproduces_tensorrt_llm_published_numbers() -> None:
+    # TensorRT-LLM accuracy suite: n=4096, sigma=50, alpha=0.05, beta=0.2
+    b = z_test_bound(reference=0.0, n=4096, sigma=50, alpha=0.05, beta=0.2, higher=True)
+    assert b.threshold == pytest.approx(-1.82, abs=5e-3)
+    assert b.theta == pytest.approx(2.75, abs=5e-3)
+    lower = z_test_bound(reference=0.0, n=4096, sigma=50, alpha=0.05, beta=0.2, higher=False)
+    assert lower.threshold == pytest.approx(1.82, abs=5e-3)
+
+
+def stat_gate(**kw: object) -> Gate:
+    fields = {
+        "metric": "next_token_agreement",
+        "direction": "higher",
+        "reference": 0.9,
+        "n": 512,
+        "sigma": 0.5,
+        **kw,
+    }
+    return Gate.model_validate(fields)
+
+
+def test_statistical_gate_derives_its_threshold_and_needs_its_sample_size() -> None:
+    t = Thresholds(schema_version=1, description="t", gates=[stat_gate()])
+    expected = 0.9 - 1.6448536 * (2 * 0.25 / 512) ** 0.5
+    assert bound(t.gates[0], t).threshold == pytest.approx(expected)
+    results, verdict, _ = judge(t, {"next_token_agreement": 0.87, "scored_positions": 512})
+    assert verdict == "pass"
+    r = results[0]
+    assert (r.n, r.measured_n, r.sigma, r.alpha, r.beta) == (512, 512, 0.5, 0.05, 0.2)
+    assert r.theta == pytest.approx((1.6448536 + 0.8416212) * (2 * 0.25 / 512) ** 0.5)
+    _, verdict, reason = judge(t, {"next_token_agreement": 0.80, "scored_positions": 512})
+    assert verdict == "quality-fail" and "next_token_agreement = 0.8" in reason
+    # a good value measured on fewer samples than the bound assumes is not a pass
+    _, verdict, reason = judge(t, {"next_token_agreement": 0.95, "scored_positions": 100})
+    assert verdict == "quality-fail" and "n >= 512 samples (measured 100)" in reason
+
+
+def test_family_alpha_is_split_over_the_statistical_gates_bonferroni() -> None:
+    gates = [
+        stat_gate(),
+        stat_gate(metric="log_perplexity_ratio", direction="lower", reference=0.0, sigma=1.0),
+        Gate(metric="tokenizer_match_rate", direction="higher", threshold=1.0),
+    ]
+    t = Thresholds(schema_version=1, description="t", family_alpha=0.05, gates=gates)
+    assert [bound(g, t).alpha for g in gates] == [0.025, 0.025, None]
+
+
+def test_threshold_only_gates_keep_working_and_mixing_kinds_is_an_error() -> None:
+    assert Gate(metric="max_abs_logit_diff", direction="lower", threshold=1e-3).threshold == 1e-3
+    with pytest.raises(ValidationError, match="not both"):
+        stat_gate(threshold=0.5)
+    with pytest.raises(ValidationError, match=r"reference, n and sigma \(sigma\)"):
+        Gate.model_validate(
+            {"metric": "next_token_agreement", "direction": "higher", "reference": 1, "n": 5}
+        )
+    with pytest.raises(ValidationError, match="has no sample size"):
+        stat_gate(metric="max_abs_logit_diff")

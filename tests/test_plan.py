@@ -97,3 +97,99 @@ def test_code_version_is_in_the_key(tmp_path: Path) -> None:
     a = {s.kind: s.key for s in plan("r", recipe, PROMPTS, tools).steps}
     b = {s.kind: s.key for s in plan("r", recipe, PROMPTS, edited).steps}
     assert {k for k in a if a[k] != b[k]} == {"export", "onnx", "engine", "bundle", "validate"}
+
+
+# ---------------------------------------------------------------- precisions and backends
+
+import pytest  # noqa: E402
+
+from kiln.errors import KilnError  # noqa: E402
+
+
+def steps(data: dict[str, Any], tmp_path: Path, name: str = "r") -> dict[str, Any]:
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    recipe = load_yaml_model(Recipe, path)
+    return {s.kind: s for s in plan(name, recipe, PROMPTS, current()).steps}
+
+
+def test_an_fp32_recipe_plans_exactly_what_it_did_before_quantization(tmp_path: Path) -> None:
+    got = steps(base(), tmp_path)
+    assert list(got) == ["fetch", "reference", "export", "onnx", "engine", "bundle", "validate"]
+    options = {kind: s.options for kind, s in got.items()}
+    assert options["export"] == {"opset": 17, "exporter": "torchscript"}
+    assert options["onnx"] == {"optimize": True}
+    assert options["engine"] == {"backend": "onnxruntime", "max_batch_size": 4, "max_seq_len": 256}
+    assert options["bundle"] == {
+        "variant": "ordinary",
+        "precision": {"weights": "fp32", "kv_cache": "auto", "compute": "fp32"},
+    }
+    assert set(options["reference"]) == {"prompts", "max_new_tokens", "dtype"}
+    assert set(options["validate"]) == {"prompts", "max_new_tokens"}
+    assert got["engine"].material["libraries"] == {"onnxruntime": current().versions["onnxruntime"]}
+    assert got["export"].inputs == {"checkpoint": got["fetch"].key}
+
+
+def quantized(weights: str = "fp8", **build: Any) -> dict[str, Any]:
+    data = base()
+    data["precision"]["weights"] = weights
+    data["build"].update(build)
+    return data
+
+
+def test_a_quantized_recipe_quantizes_before_export(tmp_path: Path) -> None:
+    fp32 = steps(base(), tmp_path)
+    got = steps(quantized(), tmp_path)
+    assert list(got) == [
+        "fetch",
+        "reference",
+        "quantize",
+        "export",
+        "onnx",
+        "engine",
+        "bundle",
+        "validate",
+    ]
+    q = got["quantize"]
+    assert q.options == {"weights": "fp8", "kv_cache": "auto", "samples": 32, "max_tokens": 64}
+    assert q.inputs == {"checkpoint": got["fetch"].key}
+    assert "nvidia-modelopt" in q.material["libraries"]
+    assert got["export"].inputs == {"checkpoint": got["fetch"].key, "quantized": q.key}
+    assert got["export"].options["opset"] == 19
+    assert got["onnx"].options == {"optimize": True, "qdq": "standard"}
+    # the checkpoint is the same: fetch and the fp32 reference are shared
+    assert got["fetch"].key == fp32["fetch"].key
+    assert got["reference"].key == fp32["reference"].key
+
+
+def test_calibration_samples_change_quantize_and_downstream_only(tmp_path: Path) -> None:
+    before = {k: s.key for k, s in steps(quantized(), tmp_path).items()}
+    data = quantized()
+    data["calibration"] = {"samples": 8}
+    after = {k: s.key for k, s in steps(data, tmp_path).items()}
+    changed = {k for k in before if before[k] != after[k]}
+    assert changed == {"quantize", "export", "onnx", "engine", "bundle", "validate"}
+
+
+def test_tensorrt_keeps_tensorrt_form_and_aoti_skips_onnx(tmp_path: Path) -> None:
+    trt = steps(quantized(backend="tensorrt", target="sm90"), tmp_path)
+    assert trt["onnx"].options["qdq"] == "tensorrt"
+    assert trt["engine"].options["target"] == "sm90"
+    assert "tensorrt" in trt["engine"].material["libraries"]
+    aoti = steps(quantized("fp32", backend="aoti"), tmp_path)
+    assert list(aoti) == ["fetch", "reference", "engine", "bundle", "validate"]
+    assert aoti["engine"].inputs == {"checkpoint": aoti["fetch"].key}
+    assert "torch" in aoti["engine"].material["libraries"]
+
+
+def test_quantized_aoti_is_refused_with_the_reason(tmp_path: Path) -> None:
+    with pytest.raises(KilnError, match=r"torch\.export fails on modelopt's fake-quantized"):
+        steps(quantized("int8-sq", backend="aoti"), tmp_path)
+
+
+def test_scored_positions_enter_reference_and_validate(tmp_path: Path) -> None:
+    data = quantized()
+    data["validation"]["scored_positions"] = 256
+    got = steps(data, tmp_path)
+    assert got["reference"].options["scored_positions"] == 256
+    assert got["validate"].options["scored_positions"] == 256

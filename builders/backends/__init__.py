@@ -1,0 +1,1 @@
+"""Engine backends behind one interface: `build(request, writer, options)`."""

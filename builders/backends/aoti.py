@@ -1,0 +1,81 @@
+"""aoti: torch.export of the KV-cache module, compiled ahead of time by AOTInductor
+into one .pt2 package that runtime/ loads with `torch._inductor.aoti_load_package`.
+
+It compiles the fp32 checkpoint: torch.export fails on modelopt's fake-quantized
+models ("We found a fake tensor in the exported program constant's list", measured
+with modelopt 0.47.0 and torch 2.13), so plan.py refuses quantized aoti recipes.
+The example batch is 2 (batch 1 specializes the batch dimension, FIELD_NOTES); the
+dimensions are Dim.DYNAMIC so one package serves prefill (past 0) and decode.
+Targets: cpu here; a GPU target compiles for CUDA where torch sees a device.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _dynamic_shapes(entries: list[dict[str, Any]]) -> tuple[Any, ...]:
+    from torch.export import Dim
+
+    from builders._cache import SEQ_AXIS
+
+    d = Dim.DYNAMIC
+    past = tuple({0: d, SEQ_AXIS: d} for _ in entries)
+    return ({0: d, 1: d}, {0: d, 1: d}, {0: d, 1: d}, past)
+
+
+def build(request: Any, writer: Any, opts: Any) -> None:
+    import torch
+
+    from builders import _cache, _tracefix
+    from builders._hf import load_for_export
+    from builders.engine import check_limits
+    from builders.export import describe, example_inputs, explicit_cache_module, value_info
+
+    device = "cpu" if opts.target == "cpu" else "cuda"
+    if device == "cuda" and not torch.cuda.is_available():
+        raise request.unsupported(f"aoti for {opts.target} needs a CUDA device; this host has none")
+    model = load_for_export(request.inputs["checkpoint"] / "checkpoint")
+    entries = _cache.observe(model)
+    model.to(device)
+    meta = describe(model, entries)
+    check_limits(request, opts, meta)
+    module = explicit_cache_module(model, entries)
+    example = example_inputs(entries, device)
+    request.log(f"torch.export + AOTInductor for {device}")
+    with torch.no_grad(), _tracefix.traceable(model):
+        program = torch.export.export(
+            module, example, dynamic_shapes=_dynamic_shapes(entries), strict=False
+        )
+        path = torch._inductor.aoti_compile_and_package(
+            program, package_path=str(writer.path("engine.pt2"))
+        )
+        _smoke(request, path, opts.max_batch_size, meta, device)
+    writer.write_json("io.json", {**meta, **value_info(entries)})
+    writer.write_json(
+        "engine.json",
+        {
+            "backend": "aoti",
+            "version": torch.__version__,
+            "provider": device,
+            "file": "engine.pt2",
+            "max_batch_size": opts.max_batch_size,
+            "max_seq_len": opts.max_seq_len,
+        },
+    )
+
+
+def _smoke(request: Any, path: str, batch: int, meta: dict[str, Any], device: str) -> None:
+    """A prefill at the largest batch with an empty cache, as the runtime feeds it."""
+    import torch
+
+    runner = torch._inductor.aoti_load_package(path)
+    ids = torch.zeros(batch, 4, dtype=torch.long, device=device)
+    past = [
+        torch.zeros(batch, e["shape"][1], 0, e["shape"][3], device=device)
+        for e in meta["kv_cache"]["entries"]
+    ]
+    positions = torch.arange(4, device=device).expand(batch, 4).contiguous()
+    logits = runner(ids, torch.ones_like(ids), positions, *past)[0]
+    if tuple(logits.shape) != (batch, 4, meta["vocab_size"]) or not logits.isfinite().all():
+        raise request.error(f"engine smoke run gave logits of shape {logits.shape}", "kiln bug")

@@ -1,0 +1,129 @@
+"""quantize: calibrate and fake-quantize the torch model with NVIDIA modelopt.
+
+`mtq.quantize(model, config, forward_loop)` inserts quantizers into every Linear
+(and, for an fp8 KV cache, into the attention's K/V matmuls), runs the calibration
+loop to set their scales (max calibration; SmoothQuant and AWQ-lite search their
+own scales), and leaves a fake-quantized model: fp32 tensors that take exactly the
+quantized values. `mto.save` writes modelopt's state and the calibrated weights;
+the export step restores them onto the checkpoint and exports the Q/DQ graph.
+
+Calibration reads the first `samples` lines of the shipped builders/texts/
+calibration.txt (hashed into this step's code version), each cut to `max_tokens`.
+
+Measured on CPU (FIELD_NOTES, and again here with modelopt 0.47.0): int8-sq,
+int8-wo, fp8, int4-awq and w4a8-awq calibrate on CPU; nvfp4 does not ("amax must
+be a CUDA tensor for dynamic block quantization"), so on a host without CUDA the
+step ends `unsupported-here` with modelopt's own message.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+TEXTS = Path(__file__).resolve().parent / "texts"
+
+# recipe weights -> modelopt config name (modelopt.torch.quantization.config)
+CONFIGS = {
+    "fp32": None,
+    "int8-sq": "INT8_SMOOTHQUANT_CFG",
+    "int8-wo": "INT8_WEIGHT_ONLY_CFG",
+    "fp8": "FP8_DEFAULT_CFG",
+    "int4-awq": "INT4_AWQ_CFG",
+    "w4a8-awq": "W4A8_AWQ_BETA_CFG",
+    "nvfp4": "NVFP4_DEFAULT_CFG",
+}
+NEEDS_CUDA = ("nvfp4",)
+
+
+class Options(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    weights: str = Field(pattern="^(fp32|int8-sq|int8-wo|fp8|int4-awq|w4a8-awq|nvfp4)$")
+    kv_cache: str = Field(pattern="^(auto|fp8)$", description="fp8: quantize K and V too.")
+    samples: int = Field(ge=1, description="Calibration texts.")
+    max_tokens: int = Field(ge=8, description="Tokens per calibration text.")
+
+
+def config(mtq: Any, weights: str, kv_cache: str) -> dict[str, Any]:
+    """modelopt's config for the weights, with its FP8_KV_CFG entries for an fp8 cache."""
+    name = CONFIGS[weights]
+    if name is None:  # fp32 weights, fp8 KV cache only: every other quantizer off
+        cfg: dict[str, Any] = {"quant_cfg": [{"quantizer_name": "*", "enable": False}]}
+        cfg["algorithm"] = "max"
+    else:
+        cfg = copy.deepcopy(getattr(mtq, name))
+    if kv_cache == "fp8":
+        cfg["quant_cfg"] = [*cfg["quant_cfg"], *copy.deepcopy(mtq.FP8_KV_CFG["quant_cfg"])]
+    return cfg
+
+
+def calibration_ids(tokenizer: Any, samples: int, max_tokens: int) -> list[list[int]]:
+    lines = [ln for ln in (TEXTS / "calibration.txt").read_text().splitlines() if ln.strip()]
+    chosen = [lines[i % len(lines)] for i in range(samples)]  # repeat when asked for more
+    return [tokenizer(t)["input_ids"][:max_tokens] for t in chosen]
+
+
+def build(request: Any, writer: Any) -> None:
+    import modelopt.torch.opt as mto
+    import modelopt.torch.quantization as mtq
+    import torch
+    from transformers import AutoTokenizer
+
+    from builders._hf import load_causal_lm
+
+    opts = Options.model_validate(request.options)
+    checkpoint = request.inputs["checkpoint"] / "checkpoint"
+    cuda = torch.cuda.is_available()
+    device = "cuda" if cuda else "cpu"
+    torch.manual_seed(0)
+    model = load_causal_lm(checkpoint).to(device)
+    texts = calibration_ids(
+        AutoTokenizer.from_pretrained(checkpoint), opts.samples, opts.max_tokens
+    )
+
+    def forward_loop(m: Any) -> None:
+        with torch.no_grad():
+            for ids in texts:
+                m(torch.tensor([ids], device=device))
+
+    cfg = config(mtq, opts.weights, opts.kv_cache)
+    request.log(f"{CONFIGS[opts.weights] or 'FP8_KV_CFG'} on {device}, {len(texts)} texts")
+    started = time.monotonic()
+    try:
+        mtq.quantize(model, cfg, forward_loop)
+        forward_loop(model)  # the fake-quant model must run here (NVFP4's does not on CPU)
+    except (AssertionError, RuntimeError, NotImplementedError) as exc:
+        if opts.weights in NEEDS_CUDA and not cuda:
+            raise request.unsupported(
+                f"{opts.weights} calibration needs a CUDA device; this host has none "
+                f"(modelopt {mtq.__name__.split('.')[0]}: {type(exc).__name__}: {exc})"
+            ) from None
+        raise
+    seconds = time.monotonic() - started
+    model.to("cpu")
+    mto.save(model, str(writer.path("quantized.pt")))
+    enabled = sorted(
+        name for name, mod in model.named_modules() if name.endswith("quantizer") and _on(mod)
+    )
+    writer.write_json(
+        "quantize.json",
+        {
+            "weights": opts.weights,
+            "kv_cache": opts.kv_cache,
+            "config": CONFIGS[opts.weights],
+            "device": torch.cuda.get_device_name() if cuda else "cpu",
+            "calibration_texts": len(texts),
+            "calibration_tokens": sum(len(t) for t in texts),
+            "quantizers": enabled,
+            "seconds": round(seconds, 3),
+        },
+    )
+    request.log(f"{len(enabled)} quantizers enabled, calibrated in {seconds:.1f} s")
+
+
+def _on(module: Any) -> bool:
+    return bool(getattr(module, "is_enabled", False))

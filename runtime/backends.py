@@ -1,0 +1,98 @@
+"""Engine backends for the runtime, behind one call: `open_engine(bundle, meta)`
+returns an object with `run(output_names, feeds) -> list[np.ndarray]` (the shape of
+onnxruntime's InferenceSession.run), so bundle.py's loop knows no backend.
+
+Each backend imports its library inside its constructor: an onnxruntime bundle
+never imports torch, and only the aoti and tensorrt backends do.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+
+class Engine(Protocol):
+    def run(self, output_names: list[str], feeds: dict[str, np.ndarray]) -> list[np.ndarray]: ...
+
+
+class OnnxRuntimeEngine:
+    def __init__(self, file: Path, meta: dict[str, Any], threads: int | None) -> None:
+        import onnxruntime as ort
+
+        so = ort.SessionOptions()
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # done at build
+        so.intra_op_num_threads = threads or min(4, os.cpu_count() or 1)
+        self.session = ort.InferenceSession(str(file), so, providers=[meta["provider"]])
+
+    def run(self, output_names: list[str], feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        return list(self.session.run(output_names, feeds))
+
+
+class AotiEngine:
+    """An AOTInductor .pt2 package; inputs in the bundle's I/O order."""
+
+    def __init__(self, file: Path, meta: dict[str, Any], threads: int | None) -> None:
+        import torch
+
+        if threads:
+            torch.set_num_threads(threads)
+        self.torch = torch
+        self.device = meta["provider"]
+        self.runner = torch._inductor.aoti_load_package(str(file))
+
+    def run(self, output_names: list[str], feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        t = self.torch
+        args = [t.from_numpy(np.ascontiguousarray(v)).to(self.device) for v in feeds.values()]
+        with t.no_grad():
+            outs = self.runner(*args)
+        return [o.cpu().numpy() for o in outs]
+
+
+class TensorRTEngine:
+    """A serialized TensorRT engine run with execute_async_v3 (api_facts 1, Runtime).
+    Written against the documented API; TensorRT cannot be installed here."""
+
+    def __init__(self, file: Path, meta: dict[str, Any], threads: int | None) -> None:
+        import tensorrt as trt
+        import torch
+
+        self.torch = torch
+        self.engine = trt.Runtime(trt.Logger(trt.Logger.WARNING)).deserialize_cuda_engine(
+            file.read_bytes()
+        )
+        self.context = self.engine.create_execution_context()
+
+    def run(self, output_names: list[str], feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        t = self.torch
+        inputs = {k: t.from_numpy(np.ascontiguousarray(v)).cuda() for k, v in feeds.items()}
+        for name, tensor in inputs.items():
+            self.context.set_input_shape(name, tuple(tensor.shape))
+            self.context.set_tensor_address(name, tensor.data_ptr())
+        outputs = {}
+        for name in output_names:
+            shape = tuple(self.context.get_tensor_shape(name))
+            outputs[name] = t.empty(shape, dtype=t.float32, device="cuda")
+            self.context.set_tensor_address(name, outputs[name].data_ptr())
+        stream = t.cuda.current_stream()
+        self.context.execute_async_v3(stream.cuda_stream)
+        stream.synchronize()
+        return [outputs[n].cpu().numpy() for n in output_names]
+
+
+BACKENDS: dict[str, type] = {
+    "onnxruntime": OnnxRuntimeEngine,
+    "aoti": AotiEngine,
+    "tensorrt": TensorRTEngine,
+}
+
+
+def open_engine(folder: Path, meta: dict[str, Any], threads: int | None = None) -> Engine:
+    backend = BACKENDS.get(meta["backend"])
+    if backend is None:
+        raise ValueError(f"unknown engine backend {meta['backend']!r}")
+    engine: Engine = backend(folder / meta["file"], meta, threads)
+    return engine
