@@ -243,7 +243,8 @@ def _measured(validate: Step, name: str) -> dict[str, Any]:
     artifact = _store().get(validate.key).path
     found = unsupported.marker_of(artifact)
     if found is not None:
-        backend = {"name": _catalog().recipe(name).build.backend, "device": "not run"}
+        build = _catalog().recipe(name).build
+        backend = {"name": build.backend, "device": build.target}  # the target it was built for
         return {**found, "unsupported": found["reason"], "backend": backend, "metrics": {}}
     data: dict[str, Any] = json.loads((artifact / "evidence.json").read_text())
     return data
