@@ -9,9 +9,9 @@ already pin every library that does.
 from __future__ import annotations
 
 import os
-import platform
 from typing import Any
 
+from kiln import hostinfo
 from kiln.schema import Host
 
 
@@ -20,18 +20,6 @@ def host_class(host: Host | dict[str, Any]) -> str:
     return f"{data.get('cpu') or 'unknown CPU'} + {data.get('gpu') or 'no GPU'}"
 
 
-def _cpu_model() -> str:
-    # The same source builders/validate.py reads, so the classes agree.
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def this_host() -> dict[str, Any]:
     """Where a chain runs (reported even when nothing could be measured)."""
-    return {"cpu": _cpu_model(), "gpu": None, "node": os.uname().nodename}
+    return {"cpu": hostinfo.cpu_name(), "gpu": None, "node": os.uname().nodename}
