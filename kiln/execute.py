@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from kiln import unsupported
+from kiln import toolchain, unsupported
 from kiln.errors import KilnError, Location
 from kiln.plan import Step
 from kiln.store import Store, Writer
@@ -83,9 +83,8 @@ def run_step(
             with store.publish(step.key, meta) as writer:
                 writer.write_json(unsupported.MARKER, upstream)
             return True
-        builder: Callable[[Request, Writer], None] = importlib.import_module(
-            f"builders.{step.kind}"
-        ).build
+        module = toolchain.builder_module(step.kind, step.options.get("task"))
+        builder: Callable[[Request, Writer], None] = importlib.import_module(module).build
         try:
             with store.publish(step.key, meta) as writer:
                 builder(request, writer)

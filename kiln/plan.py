@@ -15,7 +15,7 @@ from typing import Any
 from kiln.canonical import key_of
 from kiln.errors import KilnError, Location, Problem
 from kiln.schema import Build, Checkpoint, Companion, PromptSet, Recipe
-from kiln.toolchain import Toolchain
+from kiln.toolchain import Toolchain, code_name
 
 KINDS = ("fetch", "reference", "export", "onnx", "engine", "bundle", "validate")
 
@@ -79,7 +79,7 @@ def _step(
         "options": options,
         "inputs": input_keys,
         "libraries": tools.libraries(kind),
-        "code": tools.code[kind],
+        "code": tools.code[code_name(kind, options.get("task"))],
     }
     origin = _ORIGIN[kind] if role == "model" else ("companions", role)
     return Step(kind, name, options, input_keys, material, origin, role)
@@ -124,6 +124,10 @@ def _check_buildable(recipe: Recipe) -> None:
         raise KilnError(problems)
 
 
+# Tasks whose output is generated tokens (validation.max_new_tokens applies).
+GENERATES = ("text-generation", "text2text-generation", "automatic-speech-recognition")
+
+
 def _task(recipe: Recipe) -> dict[str, Any]:
     """The task, in the options of the steps it changes. text-generation, the
     default, adds nothing, so its keys stay what they were before tasks existed."""
@@ -157,7 +161,9 @@ def _engine_chain(
         tools,
         role,
     )
-    graph = _step("onnx", f"onnx {at}", {"optimize": True}, {"export": export}, tools, role)
+    graph = _step(
+        "onnx", f"onnx {at}", {"optimize": True, **(task or {})}, {"export": export}, tools, role
+    )
     engine = _step(
         "engine",
         f"engine {at} {build.backend}",
@@ -165,6 +171,7 @@ def _engine_chain(
             "backend": build.backend,
             "max_batch_size": build.max_batch_size,
             "max_seq_len": build.max_seq_len,
+            **(task or {}),
         },
         {"onnx": graph},
         tools,
@@ -178,22 +185,26 @@ def plan(name: str, recipe: Recipe, prompts: PromptSet, tools: Toolchain) -> Pla
     _check_buildable(recipe)
     chain = _engine_chain("model", recipe.model, recipe.build, tools, _task(recipe))
     fetch, engine = chain[0], chain[-1]
-    check = {
-        "prompts": list(prompts.prompts),
-        "max_new_tokens": recipe.validation.max_new_tokens,
-    }
+    check: dict[str, Any] = {"prompts": list(prompts.prompts)}
+    if recipe.task in GENERATES:  # a classifier generates nothing: no tokens to count
+        check["max_new_tokens"] = recipe.validation.max_new_tokens
+    check.update(_task(recipe))
     at = f"{recipe.model.repo}@{recipe.model.revision[:7]}"
     reference = _step(
         "reference",
         f"reference {at} fp32",
-        {**check, "dtype": "float32", **_task(recipe)},
+        {**check, "dtype": "float32"},
         {"checkpoint": fetch},
         tools,
     )
     bundle = _step(
         "bundle",
         f"bundle {name}",
-        {"variant": recipe.execution.variant, "precision": recipe.precision.model_dump()},
+        {
+            "variant": recipe.execution.variant,
+            "precision": recipe.precision.model_dump(),
+            **_task(recipe),
+        },
         {"engine": engine, "checkpoint": fetch},
         tools,
     )

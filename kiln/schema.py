@@ -68,6 +68,12 @@ METRICS: dict[str, str] = {
     "reference's transformers tokenizer does.",
     "decode_tokens_per_s": "Generated tokens per second of the bundle's greedy decode "
     "(informative; timings on shared machines are noisy).",
+    "max_abs_prob_diff": "text-classification: largest |bundle - reference| class probability "
+    "over every class of every prompt (bundle in padded batches, reference alone).",
+    "class_match_rate": "text-classification: fraction of prompts whose most probable class "
+    "is the reference's.",
+    "classify_texts_per_s": "text-classification: texts classified per second by the bundle "
+    "(informative; timings on shared machines are noisy).",
 }
 
 

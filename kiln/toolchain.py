@@ -48,8 +48,55 @@ CODE: dict[str, tuple[str, ...]] = {
     "onnx": ("builders/onnx.py",),
     "engine": ("builders/engine.py",),
     "bundle": ("builders/bundle.py",),
-    "validate": ("builders/validate.py", "runtime"),
+    # The text-generation runtime files, listed one by one (the same digest as the
+    # directory had): runtime/ also holds other tasks' runtimes, which must not
+    # change text-generation keys.
+    "validate": (
+        "builders/validate.py",
+        "runtime/__init__.py",
+        "runtime/bundle.py",
+        "runtime/sampling.py",
+    ),
 }
+
+# Tasks other than text-generation build with their own package of builders,
+# `<package>.<kind>` (kiln.execute picks it from the step's `task` option), and
+# their steps hash their own code. Kinds not listed (fetch) are shared.
+TASK_BUILDERS: dict[str, str] = {"text-classification": "builders.classify"}
+_CLASSIFY = ("builders/classify/__init__.py",)
+TASK_CODE: dict[str, dict[str, tuple[str, ...]]] = {
+    "text-classification": {
+        "export": (*_CLASSIFY, "builders/classify/export.py"),
+        "onnx": (*_CLASSIFY, "builders/classify/onnx.py", "builders/onnx.py"),
+        "engine": (*_CLASSIFY, "builders/classify/engine.py"),
+        "bundle": (*_CLASSIFY, "builders/classify/bundle.py"),
+        "reference": (
+            *_CLASSIFY,
+            "builders/classify/reference.py",
+            "builders/classify/export.py",  # its load_classifier
+        ),
+        "validate": (
+            *_CLASSIFY,
+            "builders/classify/validate.py",
+            "builders/validate.py",
+            "runtime/bundle.py",
+            "runtime/classifier.py",
+        ),
+    },
+}
+
+
+def code_name(kind: str, task: str | None) -> str:
+    """The name under which a step's code digest is kept: `task/kind` where the task
+    has its own builder for the kind, else the kind."""
+    return f"{task}/{kind}" if task in TASK_CODE and kind in TASK_CODE[task] else kind
+
+
+def builder_module(kind: str, task: str | None) -> str:
+    """The module whose build() runs a step."""
+    if task in TASK_BUILDERS and kind in TASK_CODE[task]:
+        return f"{TASK_BUILDERS[task]}.{kind}"
+    return f"builders.{kind}"
 
 
 def version(dist: str) -> str:
@@ -88,7 +135,10 @@ def _digest(paths: tuple[str, ...], root: Path) -> str:
 
 def code_digests(root: Path) -> dict[str, str]:
     """The code version of every step kind, read from the tree at `root`."""
-    return {kind: _digest(paths, root) for kind, paths in CODE.items()}
+    digests = {kind: _digest(paths, root) for kind, paths in CODE.items()}
+    for task, kinds in TASK_CODE.items():
+        digests.update({code_name(k, task): _digest(paths, root) for k, paths in kinds.items()})
+    return digests
 
 
 @cache
