@@ -62,8 +62,12 @@ CODE: dict[str, tuple[str, ...]] = {
 # Tasks other than text-generation build with their own package of builders,
 # `<package>.<kind>` (kiln.execute picks it from the step's `task` option), and
 # their steps hash their own code. Kinds not listed (fetch) are shared.
-TASK_BUILDERS: dict[str, str] = {"text-classification": "builders.classify"}
+TASK_BUILDERS: dict[str, str] = {
+    "text-classification": "builders.classify",
+    "text2text-generation": "builders.seq2seq",
+}
 _CLASSIFY = ("builders/classify/__init__.py",)
+_SEQ2SEQ = ("builders/seq2seq/__init__.py",)
 TASK_CODE: dict[str, dict[str, tuple[str, ...]]] = {
     "text-classification": {
         "export": (*_CLASSIFY, "builders/classify/export.py"),
@@ -79,8 +83,30 @@ TASK_CODE: dict[str, dict[str, tuple[str, ...]]] = {
             *_CLASSIFY,
             "builders/classify/validate.py",
             "builders/validate.py",
+            "runtime/__init__.py",  # importing runtime.classifier runs the package's init
             "runtime/bundle.py",
+            "runtime/sampling.py",
             "runtime/classifier.py",
+        ),
+    },
+    "text2text-generation": {
+        "export": (*_SEQ2SEQ, "builders/seq2seq/export.py"),
+        "onnx": (*_SEQ2SEQ, "builders/seq2seq/onnx.py", "builders/onnx.py"),
+        "engine": (*_SEQ2SEQ, "builders/seq2seq/engine.py"),
+        "bundle": (*_SEQ2SEQ, "builders/seq2seq/bundle.py", "builders/bundle.py"),
+        "reference": (
+            *_SEQ2SEQ,
+            "builders/seq2seq/reference.py",
+            "builders/seq2seq/export.py",  # its load_seq2seq
+        ),
+        "validate": (
+            *_SEQ2SEQ,
+            "builders/seq2seq/validate.py",
+            "builders/validate.py",
+            "runtime/__init__.py",  # importing runtime.seq2seq runs the package's init
+            "runtime/bundle.py",
+            "runtime/sampling.py",
+            "runtime/seq2seq.py",
         ),
     },
 }

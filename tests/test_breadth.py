@@ -27,9 +27,6 @@ UNSUPPORTED = {
     "tiny-qwen3-5-moe": "recurrent state",
     "tiny-deepseek-v32": "indexer keys",
     "tiny-glm-moe-dsa": "indexer keys",
-    "tiny-bart": "task text2text-generation",
-    "tiny-mbart": "task text2text-generation",
-    "tiny-t5": "task text2text-generation",
     "tiny-whisper": "task automatic-speech-recognition",
 }
 
