@@ -131,7 +131,17 @@ def test_manifest_checkpoint_paths_never_lead_verify_out_of_the_store(
                     "architecture": "LlamaForCausalLM",
                     "files": [{"path": path, "sha256": secret_sha, "size": 6}],
                 },
-                "steps": [{"kind": "fetch", "name": "fetch", "key": key}],
+                "steps": [
+                    {
+                        "kind": "fetch",
+                        "name": "fetch",
+                        "key": key,
+                        "options": {},
+                        "inputs": {},
+                        "libraries": {},
+                        "code": key,
+                    }
+                ],
                 "toolchain": {},
             },
             "evidence": [],
