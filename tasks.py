@@ -455,6 +455,10 @@ def generate(name: str) -> None:
         found = unsupported.marker_of(artifact)
         if found is not None:
             raise KilnError.one(f"unsupported here: {found['reason']}", None)
+        task = json.loads((artifact / "bundle.json").read_text()).get("task")
+        if task is not None:  # other tasks' bundles have their own runtimes
+            print(_run_task(task, artifact, prompt))
+            return
         bundle = load(artifact)
         out = bundle.generate(
             [bundle.encode(prompt)], int(get_var("max_new_tokens", "32")), sampler
@@ -462,6 +466,20 @@ def generate(name: str) -> None:
     except (BundleError, ValueError) as exc:
         raise KilnError.one(str(exc), None) from None
     print(prompt + bundle.decode(out.tokens[0]))
+
+
+def _run_task(task: str, artifact: Path, prompt: str) -> str:
+    """`doit run` for a bundle of another task: its label, or its greedy output."""
+    if task == "text-classification":
+        from runtime import classifier
+
+        label, prob = classifier.load(artifact).classify([prompt])[0]
+        return f"{label} ({prob:.4f})"
+    from runtime import seq2seq
+
+    model = seq2seq.load(artifact)
+    tokens = model.generate([model.encode(prompt)], int(get_var("max_new_tokens", "32")))
+    return model.decode(tokens.tokens[0])
 
 
 def ensure_bundle(name: str) -> Plan:

@@ -299,3 +299,12 @@ def test_seq2seq_decoder_cache_is_used_and_exact(seq2seq_world: World) -> None:
         step, past = bundle._decode(np.asarray([[tok]], np.int64), hidden, mask, past)
         assert np.abs(step[0, -1] - full[j]).max() < 1e-4
     assert past[0].shape[2] == len(target) + 1
+
+
+@heavy
+def test_doit_run_classifies_with_the_classifier_runtime(classifier_world: World) -> None:
+    from runtime.classifier import load
+
+    out = classifier_world.doit("run", "recipe=tiny-bert-classifier", "prompt=Hello", check=True)
+    label, prob = load(_bundle_dir(classifier_world)).classify(["Hello"])[0]
+    assert f"{label} ({prob:.4f})" in out.stdout
