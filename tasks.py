@@ -475,6 +475,10 @@ def generate(name: str) -> None:
         found = unsupported.marker_of(artifact)
         if found is not None:
             raise KilnError.one(f"unsupported here: {found['reason']}", None)
+        task = json.loads((artifact / "bundle.json").read_text()).get("task")
+        if task is not None:  # other tasks' bundles have their own runtimes
+            print(_run_task(task, artifact, prompt))
+            return
         bundle = load(artifact)
         out = bundle.generate(
             [bundle.encode(prompt)], int(get_var("max_new_tokens", "32")), sampler
@@ -498,6 +502,20 @@ def _stats_line(bundle: Any, tokens: list[int]) -> str:
         f"{d['verify_forwards']:.0f} verify forwards, "
         f"{d['tokens_per_forward']:.3f} committed tokens per target forward"
     )
+
+
+def _run_task(task: str, artifact: Path, prompt: str) -> str:
+    """`doit run` for a bundle of another task: its label, or its greedy output."""
+    if task == "text-classification":
+        from runtime import classifier
+
+        label, prob = classifier.load(artifact).classify([prompt])[0]
+        return f"{label} ({prob:.4f})"
+    from runtime import seq2seq
+
+    model = seq2seq.load(artifact)
+    tokens = model.generate([model.encode(prompt)], int(get_var("max_new_tokens", "32")))
+    return model.decode(tokens.tokens[0])
 
 
 def ensure_bundle(name: str) -> Plan:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from kiln import unsupported
+from kiln import toolchain, unsupported
 from kiln.errors import KilnError, Location
 from kiln.plan import Step
 from kiln.store import Store, Writer
@@ -121,9 +121,8 @@ def _build(
         with store.publish(step.key, meta, replace) as writer:
             writer.write_json(unsupported.MARKER, upstream)
         return
-    builder: Callable[[Request, Writer], None] = importlib.import_module(
-        f"builders.{step.kind}"
-    ).build
+    module = toolchain.builder_module(step.kind, step.options.get("task"))
+    builder: Callable[[Request, Writer], None] = importlib.import_module(module).build
     try:
         with store.publish(step.key, meta, replace) as writer:
             builder(request, writer)

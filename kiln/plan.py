@@ -25,7 +25,7 @@ from kiln.schema import (
     PromptSet,
     Recipe,
 )
-from kiln.toolchain import Toolchain
+from kiln.toolchain import Toolchain, code_name
 
 KINDS = (
     "fetch",
@@ -101,7 +101,7 @@ def _step(
         "options": options,
         "inputs": input_keys,
         "libraries": tools.libraries(kind, options.get("backend")),
-        "code": tools.code[kind],
+        "code": tools.code[code_name(kind, options.get("task"))],
     }
     origin = _ORIGIN[kind] if role == "model" else ("companions", role)
     return Step(kind, name, options, input_keys, material, origin, role)
@@ -224,6 +224,18 @@ def _check_buildable(recipe: Recipe) -> None:
                 "use precision fp32 and backend onnxruntime with this variant",
             )
         )
+    if recipe.task != "text-generation" and (
+        recipe.build.backend != "onnxruntime"
+        or quantize_needed(recipe.precision)
+        or recipe.execution.variant != "ordinary"
+    ):
+        problems.append(
+            Problem(
+                f"{recipe.task} recipes are built as fp32 onnxruntime bundles only",
+                Location("", key_path=("task",)),
+                "use precision fp32, backend onnxruntime and variant ordinary for this task",
+            )
+        )
     if problems:
         raise KilnError(problems)
 
@@ -232,6 +244,10 @@ def _fetch(role: str, checkpoint: Checkpoint | Companion, tools: Toolchain) -> S
     at = f"{checkpoint.repo}@{checkpoint.revision[:7]}"
     options = {"repo": checkpoint.repo, "revision": checkpoint.revision}
     return _step("fetch", f"fetch {at}", options, {}, tools, role)
+
+
+# Tasks whose output is generated tokens (validation.max_new_tokens applies).
+GENERATES = ("text-generation", "text2text-generation", "automatic-speech-recognition")
 
 
 def _task(recipe: Recipe) -> dict[str, Any]:
@@ -249,6 +265,7 @@ def _engine_chain(
     export_inputs: dict[str, Step] | None = None,
     precision: Precision | None = None,
     calibration: Calibration | None = None,
+    task: dict[str, Any] | None = None,
 ) -> list[Step]:
     """fetch -> [quantize ->] export -> onnx -> engine for one checkpoint. Companions
     (a draft model, an adapter's base) get their own chain; equal inputs give equal
@@ -259,7 +276,7 @@ def _engine_chain(
     fetch = _fetch(role, checkpoint, tools)
     quantize = quantize_step(role, at, precision, calibration, fetch, tools)
     if build.backend == "aoti":  # compiles the checkpoint itself: no ONNX steps
-        return [fetch, _engine(role, at, build, {"checkpoint": fetch}, tools)]
+        return [fetch, _engine(role, at, build, {"checkpoint": fetch}, tools, task)]
     label = "" if precision is None or quantize is None else f" {precision_label(precision)}"
     label += "".join(f" +{s.role}" for s in (export_inputs or {}).values())
     export = _step(
@@ -281,17 +298,25 @@ def _engine_chain(
     graph = _step(
         "onnx",
         f"onnx {at}",
-        {"optimize": True, **onnx_form(quantize, build)},
+        {"optimize": True, **onnx_form(quantize, build), **(task or {})},
         {"export": export},
         tools,
         role,
     )
-    engine = _engine(role, at, build, {"onnx": graph}, tools)
+    engine = _engine(role, at, build, {"onnx": graph}, tools, task)
     return [fetch, *([quantize] if quantize else []), export, graph, engine]
 
 
-def _engine(role: str, at: str, build: Build, inputs: dict[str, Step], tools: Toolchain) -> Step:
+def _engine(
+    role: str,
+    at: str,
+    build: Build,
+    inputs: dict[str, Step],
+    tools: Toolchain,
+    task: dict[str, Any] | None = None,
+) -> Step:
     options = {
+        **(task or {}),
         "backend": build.backend,
         "max_batch_size": build.max_batch_size,
         "max_seq_len": build.max_seq_len,
@@ -317,19 +342,19 @@ def plan(name: str, recipe: Recipe, prompts: PromptSet, tools: Toolchain) -> Pla
         export_inputs,
         recipe.precision,
         recipe.calibration,
+        _task(recipe),
     )
     fetch, engine = chain[0], chain[-1]
     extra, bundle_inputs = _variant_steps(recipe, fetch, companions, tools)
-    check = {
-        "prompts": list(prompts.prompts),
-        "max_new_tokens": recipe.validation.max_new_tokens,
-        **scoring(recipe),
-    }
+    check: dict[str, Any] = {"prompts": list(prompts.prompts)}
+    if recipe.task in GENERATES:  # a classifier generates nothing: no tokens to count
+        check["max_new_tokens"] = recipe.validation.max_new_tokens
+    check.update({**scoring(recipe), **_task(recipe)})
     at = f"{recipe.model.repo}@{recipe.model.revision[:7]}"
     reference = _step(
         "reference",
         f"reference {at} fp32",
-        {**check, "dtype": "float32", **_task(recipe)},
+        {**check, "dtype": "float32"},
         {"checkpoint": fetch, **variants.reference_inputs(recipe, companions)},
         tools,
     )
@@ -338,7 +363,7 @@ def plan(name: str, recipe: Recipe, prompts: PromptSet, tools: Toolchain) -> Pla
     bundle = _step(
         "bundle",
         f"bundle {name}",
-        {**options, **({"speculative": speculative} if speculative else {})},
+        {**options, **({"speculative": speculative} if speculative else {}), **_task(recipe)},
         {"engine": engine, "checkpoint": fetch, **bundle_inputs},
         tools,
     )

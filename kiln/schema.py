@@ -84,6 +84,12 @@ METRICS: dict[str, str] = {
     "perplexity": "The bundle's perplexity on the shipped evaluation text (informative).",
     "reference_perplexity": "The fp32 reference's perplexity on the same text (informative).",
     "scored_positions": "How many next-token positions of the evaluation text were scored.",
+    "max_abs_prob_diff": "text-classification: largest |bundle - reference| class probability "
+    "over every class of every prompt (bundle in padded batches, reference alone).",
+    "class_match_rate": "text-classification: fraction of prompts whose most probable class "
+    "is the reference's.",
+    "classify_texts_per_s": "text-classification: texts classified per second by the bundle "
+    "(informative; timings on shared machines are noisy).",
 }
 
 # A statistical gate needs the metric's sample size; it is measured alongside it.
@@ -105,9 +111,10 @@ KV_CACHE = ("auto", "fp16", "bf16", "fp8")
 COMPUTE = ("fp32", "fp16", "bf16")
 BACKENDS = ("onnxruntime", "aoti", "tensorrt")
 TARGETS = ("cpu", "sm80", "sm86", "sm89", "sm90", "sm100", "sm120")
-# text-generation is built today; the others plan (so real recipes check and plan)
-# and build to an honest unsupported-here verdict until their export, runtime path
-# and metric exist (kiln/plan.py TASK_BUILT).
+# text-generation, text-classification and text2text-generation are built today
+# (the latter two by their own builders: kiln.toolchain.TASK_BUILDERS); the others
+# plan (so real recipes check and plan) and build to an honest unsupported-here
+# verdict until their export, runtime path and metric exist.
 TASKS = (
     "text-generation",
     "text-classification",

@@ -37,6 +37,16 @@ BACKEND_LIBRARIES: dict[str, tuple[str, ...]] = {
     "tensorrt": ("tensorrt",),
 }
 
+_TEXT_RUNTIME = (
+    "runtime/__init__.py",
+    "runtime/backends.py",
+    "runtime/bundle.py",
+    "runtime/drafters.py",
+    "runtime/ngram.py",
+    "runtime/sampling.py",
+    "runtime/speculative.py",
+)
+
 # Source files each step kind runs, relative to the repo root. A directory means
 # every .py file under it.
 CODE: dict[str, tuple[str, ...]] = {
@@ -79,8 +89,72 @@ CODE: dict[str, tuple[str, ...]] = {
     ),
     "drafter": ("builders/drafter.py", "builders/_drafters.py"),
     "bundle": ("builders/bundle.py", "builders/_bundle_variants.py"),
-    "validate": ("builders/validate.py", "builders/_text.py", "runtime"),
+    # The text-generation runtime files, listed one by one (the same digest as the
+    # directory had): runtime/ also holds other tasks' runtimes, which must not
+    # change text-generation keys.
+    "validate": ("builders/validate.py", "builders/_text.py", *_TEXT_RUNTIME),
 }
+
+# Tasks other than text-generation build with their own package of builders,
+# `<package>.<kind>` (kiln.execute picks it from the step's `task` option), and
+# their steps hash their own code. Kinds not listed (fetch) are shared.
+TASK_BUILDERS: dict[str, str] = {
+    "text-classification": "builders.classify",
+    "text2text-generation": "builders.seq2seq",
+}
+_CLASSIFY = ("builders/classify/__init__.py",)
+_SEQ2SEQ = ("builders/seq2seq/__init__.py",)
+TASK_CODE: dict[str, dict[str, tuple[str, ...]]] = {
+    "text-classification": {
+        "export": (*_CLASSIFY, "builders/classify/export.py"),
+        "onnx": (*_CLASSIFY, "builders/classify/onnx.py", "builders/onnx.py"),
+        "engine": (*_CLASSIFY, "builders/classify/engine.py"),
+        "bundle": (*_CLASSIFY, "builders/classify/bundle.py"),
+        "reference": (
+            *_CLASSIFY,
+            "builders/classify/reference.py",
+            "builders/classify/export.py",  # its load_classifier
+        ),
+        "validate": (
+            *_CLASSIFY,
+            "builders/classify/validate.py",
+            "builders/validate.py",
+            *_TEXT_RUNTIME,  # importing runtime.classifier runs the package's init
+            "runtime/classifier.py",
+        ),
+    },
+    "text2text-generation": {
+        "export": (*_SEQ2SEQ, "builders/seq2seq/export.py"),
+        "onnx": (*_SEQ2SEQ, "builders/seq2seq/onnx.py", "builders/onnx.py"),
+        "engine": (*_SEQ2SEQ, "builders/seq2seq/engine.py"),
+        "bundle": (*_SEQ2SEQ, "builders/seq2seq/bundle.py", "builders/bundle.py"),
+        "reference": (
+            *_SEQ2SEQ,
+            "builders/seq2seq/reference.py",
+            "builders/seq2seq/export.py",  # its load_seq2seq
+        ),
+        "validate": (
+            *_SEQ2SEQ,
+            "builders/seq2seq/validate.py",
+            "builders/validate.py",
+            *_TEXT_RUNTIME,  # importing runtime.seq2seq runs the package's init
+            "runtime/seq2seq.py",
+        ),
+    },
+}
+
+
+def code_name(kind: str, task: str | None) -> str:
+    """The name under which a step's code digest is kept: `task/kind` where the task
+    has its own builder for the kind, else the kind."""
+    return f"{task}/{kind}" if task in TASK_CODE and kind in TASK_CODE[task] else kind
+
+
+def builder_module(kind: str, task: str | None) -> str:
+    """The module whose build() runs a step."""
+    if task in TASK_BUILDERS and kind in TASK_CODE[task]:
+        return f"{TASK_BUILDERS[task]}.{kind}"
+    return f"builders.{kind}"
 
 
 def version(dist: str) -> str:
@@ -125,7 +199,10 @@ def _sources(folder: Path) -> list[Path]:
 
 def code_digests(root: Path) -> dict[str, str]:
     """The code version of every step kind, read from the tree at `root`."""
-    return {kind: _digest(paths, root) for kind, paths in CODE.items()}
+    digests = {kind: _digest(paths, root) for kind, paths in CODE.items()}
+    for task, kinds in TASK_CODE.items():
+        digests.update({code_name(k, task): _digest(paths, root) for k, paths in kinds.items()})
+    return digests
 
 
 @cache

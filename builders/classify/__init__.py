@@ -1,0 +1,18 @@
+"""Builders for task text-classification (an encoder with a classification head).
+
+One module per step kind, like builders/: kiln.execute runs `builders.classify.<kind>`
+for a step whose options say `task: text-classification` (kiln.toolchain.TASK_BUILDERS),
+and those steps hash this package's files, so text-generation keys never depend on it.
+
+The graph's contract, which runtime/classifier.py relies on:
+
+    inputs   input_ids [batch, seq] int64
+             attention_mask [batch, seq] int64       (1 = real token, 0 = padding)
+             token_type_ids [batch, seq] int64       (only where the model has segments)
+    outputs  logits [batch, num_labels] float32
+
+Batches are right-padded: absolute position embeddings then see each real token at
+the position it has alone, and the mask hides the padding from attention.
+"""
+
+TASK = "text-classification"

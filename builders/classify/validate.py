@@ -1,0 +1,81 @@
+"""validate (text-classification): the bundle's class probabilities vs the reference.
+
+The bundle classifies all prompts in right-padded batches of its max_batch_size;
+the reference ran each alone. Metrics (kiln.schema.METRICS): max_abs_prob_diff,
+class_match_rate, max_abs_logit_diff, tokenizer_match_rate.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import time
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Options(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    prompts: list[str] = Field(min_length=1, description="Texts (must equal the reference's).")
+    task: str = Field(pattern="^text-classification$", description="The recipe's task.")
+
+
+def compare(ref: dict[str, Any], ref_logits: Any, logits: Any) -> dict[str, float]:
+    import numpy as np
+
+    from runtime.classifier import softmax
+
+    probs = softmax(logits)
+    want = np.asarray([r["probs"] for r in ref["records"]], np.float64)
+    theirs = np.stack([ref_logits[f"p{i}"] for i in range(len(ref["records"]))])
+    labels = np.asarray([r["label"] for r in ref["records"]])
+    return {
+        "max_abs_prob_diff": float(np.abs(probs - want).max()),
+        "class_match_rate": float((probs.argmax(-1) == labels).mean()),
+        "max_abs_logit_diff": float(np.abs(logits - theirs).max()),
+    }
+
+
+def build(request: Any, writer: Any) -> None:
+    import numpy as np
+
+    from builders.validate import host
+    from runtime.classifier import load
+
+    opts = Options.model_validate(request.options)
+    ref_dir = request.inputs["reference"]
+    ref = json.loads((ref_dir / "reference.json").read_text())
+    ref_logits = np.load(ref_dir / "logits.npz")
+    bundle = load(request.inputs["bundle"])
+    ids = [bundle.encode(p) for p in opts.prompts]
+    agree = sum(a == r["prompt_ids"] for a, r in zip(ids, ref["records"], strict=True))
+    size = bundle.max_batch_size
+    batches = [ids[i : i + size] for i in range(0, len(ids), size)]
+    started = time.perf_counter()
+    logits = np.concatenate(
+        [bundle.logits(b) for b in request.progress(batches, len(batches), "classify")]
+    )
+    seconds = time.perf_counter() - started
+    metrics = compare(ref, ref_logits, logits)
+    metrics["tokenizer_match_rate"] = agree / len(opts.prompts)
+    metrics["classify_texts_per_s"] = len(ids) / seconds if seconds else 0.0
+    engine = bundle.meta["engines"]["main"]
+    writer.write_json(
+        "evidence.json",
+        {
+            "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+            "host": host(),
+            "backend": {
+                "name": engine["backend"],
+                "version": engine["backend_version"],
+                "device": engine["provider"],
+            },
+            "metrics": metrics,
+            "outputs": [bundle.labels[int(row.argmax())] for row in logits],
+        },
+    )
+    request.log(
+        "class match {class_match_rate:.3f}, max |dprob| {max_abs_prob_diff:.2e}, "
+        "max |dlogit| {max_abs_logit_diff:.2e}".format(**metrics)
+    )

@@ -1,0 +1,50 @@
+"""onnx (text2text-generation): optimize and check both graphs, record their I/O."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+GRAPHS = ("encoder", "decoder")
+
+
+class Options(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    optimize: bool = Field(True, description="Run onnxscript's graph optimizer.")
+    task: str = Field(pattern="^text2text-generation$", description="The recipe's task.")
+
+
+def build(request: Any, writer: Any) -> None:
+    import onnx
+
+    from builders.onnx import _value_info
+
+    opts = Options.model_validate(request.options)
+    source = request.inputs["export"]
+    exported = json.loads((source / "export.json").read_text())
+    entries = exported["kv_cache"]["entries"]
+    expected = {
+        "encoder": ["input_ids", "attention_mask"],
+        "decoder": ["decoder_input_ids", "encoder_hidden", "encoder_attention_mask"]
+        + [e["past"] for e in entries],
+    }
+    graphs = {}
+    for name in GRAPHS:
+        model = onnx.load(str(source / f"{name}.onnx"))
+        if opts.optimize:
+            import onnxscript.optimizer
+
+            model = onnxscript.optimizer.optimize(model)
+        onnx.checker.check_model(model, full_check=True)
+        inputs, outputs = _value_info(model.graph.input), _value_info(model.graph.output)
+        if [v["name"] for v in inputs] != expected[name]:
+            raise request.error(
+                f"the exported {name} graph's inputs break the seq2seq contract",
+                "this is a kiln bug in builders/seq2seq/export.py; please report it",
+            )
+        onnx.save(model, str(writer.path(f"{name}.onnx")))
+        graphs[name] = {"file": f"{name}.onnx", "inputs": inputs, "outputs": outputs}
+    writer.write_json("io.json", {**exported, "graphs": graphs})
+    request.log("encoder and decoder optimized and checked")

@@ -1,0 +1,132 @@
+"""Load a text2text-generation bundle and generate greedily: encode once, then
+decode with a self-attention KV cache (builders/seq2seq/__init__.py: the contract).
+
+Like runtime/bundle.py it needs onnxruntime, numpy and tokenizers only. Encoder
+inputs are right-padded and masked; rows decode in lockstep from the decoder start
+token, a finished row feeds padding that is never read.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from runtime.bundle import BUNDLE_SCHEMA, BundleError, Generation
+
+TASK = "text2text-generation"
+
+
+class Seq2Seq:
+    def __init__(self, path: Path, threads: int | None = None) -> None:
+        import onnxruntime as ort
+        from tokenizers import Tokenizer
+
+        self.path = Path(path)
+        meta_path = self.path / "bundle.json"
+        if not meta_path.is_file():
+            raise BundleError(f"{self.path} is not a bundle: bundle.json is missing")
+        self.meta: dict[str, Any] = json.loads(meta_path.read_text())
+        if self.meta.get("schema_version") != BUNDLE_SCHEMA:
+            raise BundleError(f"bundle schema {self.meta.get('schema_version')} is not supported")
+        if self.meta.get("task") != TASK:
+            raise BundleError(f"{self.path} is a {self.meta.get('task')} bundle, not {TASK}")
+        so = ort.SessionOptions()
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # done at build
+        so.intra_op_num_threads = threads or min(4, os.cpu_count() or 1)
+        self.sessions = {
+            name: ort.InferenceSession(str(self.path / e["file"]), so, providers=[e["provider"]])
+            for name, e in self.meta["engines"].items()
+        }
+        tok = self.meta["tokenizer"]
+        self.tokenizer = Tokenizer.from_file(str(self.path / tok["file"]))
+        self.eos = set(tok["eos"])
+        self.pad = int(tok["pad"])
+        self.start = int(self.meta["decoder_start_token_id"])
+        self.entries = self.meta["io"]["kv_cache"]["entries"]
+        self.max_batch_size: int = self.meta["limits"]["max_batch_size"]
+        self.max_seq_len: int = self.meta["limits"]["max_seq_len"]
+
+    def encode(self, text: str) -> list[int]:
+        """The tokenizer's own special tokens, as transformers' tokenizer adds them."""
+        return list(self.tokenizer.encode(text, add_special_tokens=True).ids)
+
+    def decode(self, ids: list[int]) -> str:
+        return str(self.tokenizer.decode([i for i in ids if i not in self.eos]))
+
+    def _encoder(self, prompts: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+        if not prompts or len(prompts) > self.max_batch_size:
+            raise BundleError(
+                f"batch of {len(prompts)} prompts; this bundle serves 1 to {self.max_batch_size}"
+            )
+        if any(len(p) == 0 for p in prompts):
+            raise BundleError("empty prompt: nothing to condition on")
+        width = max(len(p) for p in prompts)
+        if width > self.max_seq_len:
+            raise BundleError(
+                f"a prompt of {width} tokens exceeds the bundle's max_seq_len of "
+                f"{self.max_seq_len}; shorten it or rebuild with a larger build.max_seq_len"
+            )
+        ids = np.full((len(prompts), width), self.pad, np.int64)
+        mask = np.zeros((len(prompts), width), np.int64)
+        for row, p in enumerate(prompts):
+            ids[row, : len(p)] = p
+            mask[row, : len(p)] = 1
+        hidden = self.sessions["encoder"].run(None, {"input_ids": ids, "attention_mask": mask})[0]
+        return hidden, mask
+
+    def _decode(
+        self, ids: np.ndarray, hidden: np.ndarray, mask: np.ndarray, past: list[np.ndarray]
+    ) -> tuple[np.ndarray, list[np.ndarray]]:
+        feeds = {"decoder_input_ids": ids, "encoder_hidden": hidden, "encoder_attention_mask": mask}
+        feeds.update({e["past"]: t for e, t in zip(self.entries, past, strict=True)})
+        logits, *present = self.sessions["decoder"].run(None, feeds)
+        return logits, present
+
+    def _empty(self, batch: int) -> list[np.ndarray]:
+        return [
+            np.zeros([{"batch": batch, "seq": 0}.get(d, d) for d in e["shape"]], np.float32)
+            for e in self.entries
+        ]
+
+    def logits(self, prompt: list[int], target: list[int]) -> np.ndarray:
+        """Teacher-forced decoder logits [1 + len(target), vocab] of one pair: the
+        decoder reads the start token then `target`, in one pass."""
+        hidden, mask = self._encoder([prompt])
+        ids = np.asarray([[self.start, *target]], np.int64)
+        logits, _ = self._decode(ids, hidden, mask, self._empty(1))
+        return logits[0]
+
+    def generate(self, prompts: list[list[int]], max_new_tokens: int) -> Generation:
+        """Greedy output per prompt, up to and including EOS (the start token excluded)."""
+        if max_new_tokens > self.max_seq_len:
+            raise BundleError(
+                f"{max_new_tokens} new tokens exceed the bundle's max_seq_len of {self.max_seq_len}"
+            )
+        started = time.perf_counter()
+        hidden, mask = self._encoder(prompts)
+        batch = len(prompts)
+        nxt = np.full((batch, 1), self.start, np.int64)
+        past = self._empty(batch)
+        out: list[list[int]] = [[] for _ in prompts]
+        done = np.zeros(batch, bool)
+        steps = 0
+        for _ in range(max_new_tokens):
+            logits, past = self._decode(nxt, hidden, mask, past)
+            steps += 1
+            best = logits[:, -1, :].argmax(-1)
+            for row in np.flatnonzero(~done):
+                out[row].append(int(best[row]))
+                done[row] = int(best[row]) in self.eos
+            if done.all():
+                break
+            nxt = np.where(done, self.pad, best)[:, None].astype(np.int64)
+        return Generation(out, steps, time.perf_counter() - started)
+
+
+def load(path: Path | str, threads: int | None = None) -> Seq2Seq:
+    return Seq2Seq(Path(path), threads)
