@@ -121,7 +121,7 @@ def _build(
         with store.publish(step.key, meta, replace) as writer:
             writer.write_json(unsupported.MARKER, upstream)
         return
-    module = toolchain.builder_module(step.kind, step.options.get("task"))
+    module = toolchain.builder_module(step.kind, step.options.get("task"), step.options)
     builder: Callable[[Request, Writer], None] = importlib.import_module(module).build
     try:
         with store.publish(step.key, meta, replace) as writer:

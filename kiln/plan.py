@@ -101,7 +101,7 @@ def _step(
         "options": options,
         "inputs": input_keys,
         "libraries": tools.libraries(kind, options.get("backend")),
-        "code": tools.code[code_name(kind, options.get("task"))],
+        "code": tools.code[code_name(kind, options.get("task"), options)],
     }
     origin = _ORIGIN[kind] if role == "model" else ("companions", role)
     return Step(kind, name, options, input_keys, material, origin, role)
@@ -169,6 +169,13 @@ def engine_target(build: Build) -> dict[str, Any]:
         "target": build.target,
         "max_input_len": build.max_input_len or build.max_seq_len,
     }
+
+
+def kept_weights(quantize: Step | None, build: Build) -> dict[str, bool]:
+    """An onnxruntime engine of a quantized graph keeps its int8/float8/int4 weights
+    (builders/qengine.py, chosen by this option through toolchain.OPTION_BUILDERS).
+    Absent for fp32 and other backends, whose engine keys stay as they were."""
+    return {"quantized": True} if quantize is not None and build.backend == "onnxruntime" else {}
 
 
 def scoring(recipe: Recipe) -> dict[str, int]:
@@ -303,7 +310,7 @@ def _engine_chain(
         tools,
         role,
     )
-    engine = _engine(role, at, build, {"onnx": graph}, tools, task)
+    engine = _engine(role, at, build, {"onnx": graph}, tools, task, kept_weights(quantize, build))
     return [fetch, *([quantize] if quantize else []), export, graph, engine]
 
 
@@ -314,6 +321,7 @@ def _engine(
     inputs: dict[str, Step],
     tools: Toolchain,
     task: dict[str, Any] | None = None,
+    extra: dict[str, Any] | None = None,
 ) -> Step:
     options = {
         **(task or {}),
@@ -321,6 +329,7 @@ def _engine(
         "max_batch_size": build.max_batch_size,
         "max_seq_len": build.max_seq_len,
         **engine_target(build),
+        **(extra or {}),
     }
     return _step("engine", f"engine {at} {build.backend}", options, inputs, tools, role)
 

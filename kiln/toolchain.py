@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import hashlib
 import platform
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -143,18 +145,39 @@ TASK_CODE: dict[str, dict[str, tuple[str, ...]]] = {
     },
 }
 
+# Builders chosen by a true step option, each with its own code entry `kind/option`:
+# an engine step of a quantized graph (option `quantized`, kiln/plan.py) builds with
+# builders/qengine.py, which keeps the quantized weights, while every other engine step
+# keeps the code digest, and so the key, it had.
+OPTION_BUILDERS: dict[tuple[str, str], str] = {("engine", "quantized"): "builders.qengine"}
+OPTION_CODE: dict[str, tuple[str, ...]] = {
+    "engine/quantized": (*CODE["engine"], "builders/qengine.py"),
+}
 
-def code_name(kind: str, task: str | None) -> str:
+
+def _option(kind: str, options: Mapping[str, Any] | None) -> str | None:
+    for k, name in OPTION_BUILDERS:
+        if k == kind and options and options.get(name) is True:
+            return name
+    return None
+
+
+def code_name(kind: str, task: str | None, options: Mapping[str, Any] | None = None) -> str:
     """The name under which a step's code digest is kept: `task/kind` where the task
-    has its own builder for the kind, else the kind."""
-    return f"{task}/{kind}" if task in TASK_CODE and kind in TASK_CODE[task] else kind
+    has its own builder for the kind, `kind/option` where an option picks the builder,
+    else the kind."""
+    if task in TASK_CODE and kind in TASK_CODE[task]:
+        return f"{task}/{kind}"
+    option = _option(kind, options)
+    return f"{kind}/{option}" if option else kind
 
 
-def builder_module(kind: str, task: str | None) -> str:
+def builder_module(kind: str, task: str | None, options: Mapping[str, Any] | None = None) -> str:
     """The module whose build() runs a step."""
     if task in TASK_BUILDERS and kind in TASK_CODE[task]:
         return f"{TASK_BUILDERS[task]}.{kind}"
-    return f"builders.{kind}"
+    option = _option(kind, options)
+    return OPTION_BUILDERS[(kind, option)] if option else f"builders.{kind}"
 
 
 def version(dist: str) -> str:
@@ -202,6 +225,7 @@ def code_digests(root: Path) -> dict[str, str]:
     digests = {kind: _digest(paths, root) for kind, paths in CODE.items()}
     for task, kinds in TASK_CODE.items():
         digests.update({code_name(k, task): _digest(paths, root) for k, paths in kinds.items()})
+    digests.update({name: _digest(paths, root) for name, paths in OPTION_CODE.items()})
     return digests
 
 

@@ -129,6 +129,34 @@ def test_standard_graphs_hold_no_tensorrt_ops_and_store_quantized_weights(prec: 
         assert opset >= (21 if name.endswith("int4-awq") else 19)
 
 
+@pytest.mark.parametrize(
+    ("name", "fp32", "dtype"),
+    [
+        ("tiny-llama-int8-sq", "tiny-llama", "INT8"),
+        ("tiny-llama-fp8", "tiny-llama", "FLOAT8E4M3FN"),
+        ("tiny-llama-int4-awq", "tiny-llama", "INT4"),
+        ("tiny-qwen3-fp8", "tiny-qwen3", "FLOAT8E4M3FN"),
+    ],
+)
+def test_quantized_engines_keep_quantized_weights_and_are_smaller_than_fp32(
+    prec: World, built: World, name: str, fp32: str, dtype: str
+) -> None:
+    """onnxruntime's offline optimization must not fold the weights' DequantizeLinear
+    back to fp32 (builders/qengine.py): the engine file the bundle ships stores them."""
+    import onnx
+
+    def engine_file(w: World, recipe: str) -> Path:
+        return artifact(w, recipe, "bundle") / "engine.onnx"
+
+    model = onnx.load(str(engine_file(prec, name)))
+    stored = [t for t in model.graph.initializer if t.data_type == onnx.TensorProto.Value(dtype)]
+    assert len(stored) >= 14, name  # every linear layer's weight (7 per layer, 2 layers)
+    assert sum(n.op_type == "DequantizeLinear" for n in model.graph.node) >= 14
+    assert not [n for n in model.graph.node if n.domain == "com.microsoft" and "NBits" in n.op_type]
+    ours, full = engine_file(prec, name).stat().st_size, engine_file(built, fp32).stat().st_size
+    assert ours < 0.8 * full, (ours, full)  # measured 0.66-0.71 for the tiny models
+
+
 def test_tensorrt_recipe_keeps_modelopts_ops_and_ends_unsupported_here(prec: World) -> None:
     import onnx
 

@@ -1,0 +1,33 @@
+"""The quantized engine's option picks its own builder and code digest, and nothing
+else: fp32 and tensorrt engine steps keep the options, code and keys they had."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from test_plan import base, quantized, steps
+
+from kiln import toolchain
+from kiln.toolchain import current
+
+
+def test_a_quantized_onnxruntime_engine_builds_with_qengine_and_its_own_code(
+    tmp_path: Path,
+) -> None:
+    got = steps(quantized("int8-wo"), tmp_path)["engine"]
+    assert got.options["quantized"] is True
+    assert toolchain.builder_module("engine", None, got.options) == "builders.qengine"
+    assert got.material["code"] == current().code["engine/quantized"]
+    assert current().code["engine/quantized"] != current().code["engine"]
+    assert "builders/qengine.py" in toolchain.OPTION_CODE["engine/quantized"]
+
+
+def test_fp32_and_tensorrt_engines_keep_their_builder_and_code(tmp_path: Path) -> None:
+    fp32 = steps(base(), tmp_path)["engine"]
+    trt = steps(quantized(backend="tensorrt", target="sm90"), tmp_path)["engine"]
+    for step in (fp32, trt):
+        assert "quantized" not in step.options
+        assert toolchain.builder_module("engine", None, step.options) == "builders.engine"
+        assert step.material["code"] == current().code["engine"]
+    # qengine.py is hashed only into the quantized engine's code entry
+    assert not any("qengine" in p for p in toolchain.CODE["engine"])
