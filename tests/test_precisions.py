@@ -149,7 +149,9 @@ def test_quantized_engines_keep_quantized_weights_and_are_smaller_than_fp32(
         return artifact(w, recipe, "bundle") / "engine.onnx"
 
     model = onnx.load(str(engine_file(prec, name)))
-    stored = [t for t in model.graph.initializer if t.data_type == onnx.TensorProto.Value(dtype)]
+    stored = [
+        t for t in model.graph.initializer if t.data_type == onnx.TensorProto.DataType.Value(dtype)
+    ]
     assert len(stored) >= 14, name  # every linear layer's weight (7 per layer, 2 layers)
     assert sum(n.op_type == "DequantizeLinear" for n in model.graph.node) >= 14
     assert not [n for n in model.graph.node if n.domain == "com.microsoft" and "NBits" in n.op_type]
