@@ -82,7 +82,7 @@ def test_read_wav_refuses_what_it_would_misread(tmp_path: Path) -> None:
         fh.setsampwidth(2)
         fh.setframerate(16000)
         fh.writeframes(b"\0\0" * 200)
-    with pytest.raises(BundleError, match="2 channel.*mono 16-bit PCM at 16000 Hz"):
+    with pytest.raises(BundleError, match=r"2 channel.*mono 16-bit PCM at 16000 Hz"):
         read_wav(stereo, 16000)
     with pytest.raises(BundleError, match="mono 16-bit PCM at 8000 Hz"):
         read_wav(audio.path("tone"), 8000)

@@ -52,8 +52,8 @@ def load_seq2seq(checkpoint: Any, task: str = TASK) -> Any:
     return model.eval()
 
 
-def cache_entries(layers: Any, past: str = "past", present: str = "present") -> list[Any]:
-    """The I/O names and observed shapes of one cache's layers, keys then values."""
+def cache_entries(layers: Any) -> list[Any]:
+    """The self-attention cache's I/O names and observed shapes, keys then values."""
     entries = []
     for i, layer in enumerate(layers):
         for kind, t in (("key", layer.keys), ("value", layer.values)):
@@ -61,23 +61,31 @@ def cache_entries(layers: Any, past: str = "past", present: str = "present") -> 
                 {
                     "layer": i,
                     "kind": kind,
-                    "past": f"{past}.{i}.{kind}",
-                    "present": f"{present}.{i}.{kind}",
+                    "past": f"past.{i}.{kind}",
+                    "present": f"present.{i}.{kind}",
                     "shape": ["batch", t.shape[1], "seq", t.shape[3]],
                 }
             )
     return entries
 
 
-def decoder_cache(past: tuple[Any, ...]) -> Any:
-    """Self-attention cache holding `past`, and an empty cross-attention cache, so
-    cross-attention keys and values are computed from encoder_hidden."""
+def decoder_cache(past: tuple[Any, ...], cross: tuple[Any, ...] = ()) -> Any:
+    """Self-attention cache holding `past` (key, value per layer). Without `cross`,
+    an empty cross-attention cache, so cross-attention keys and values are computed
+    from encoder_hidden; with it, a filled one, which attention reads instead
+    (EncoderDecoderCache marks its layers is_updated)."""
     from transformers import DynamicCache, EncoderDecoderCache
 
-    self_cache = DynamicCache()
-    for j in range(0, len(past), 2):
-        self_cache.update(past[j], past[j + 1], j // 2)
-    return EncoderDecoderCache(self_cache, DynamicCache())
+    caches = DynamicCache(), DynamicCache()
+    for cache, tensors in zip(caches, (past, cross), strict=True):
+        for j in range(0, len(tensors), 2):
+            cache.update(tensors[j], tensors[j + 1], j // 2)
+    return EncoderDecoderCache(*caches)
+
+
+def flat(layers: Any) -> list[Any]:
+    """A cache's tensors in graph order: key then value, layer by layer."""
+    return [t for layer in layers for t in (layer.keys, layer.values)]
 
 
 def _example(model: Any) -> tuple[Any, Any, list[dict[str, Any]]]:
@@ -128,8 +136,7 @@ def build(request: Any, writer: Any) -> None:
                 cache=decoder_cache(past),
                 use_cache=True,
             )
-            layers = out.past_key_values.self_attention_cache.layers
-            return (out.logits, *[t for layer in layers for t in (layer.keys, layer.values)])
+            return (out.logits, *flat(out.past_key_values.self_attention_cache.layers))
 
     past = [torch.zeros(*[{"batch": 2, "seq": 3}.get(d, d) for d in e["shape"]]) for e in entries]
     past_names = [e["past"] for e in entries]

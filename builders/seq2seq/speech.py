@@ -17,7 +17,7 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-from builders.seq2seq.export import cache_entries, decoder_axes
+from builders.seq2seq.export import cache_entries, decoder_axes, decoder_cache, flat
 
 
 def frames(model: Any) -> int:
@@ -38,16 +38,6 @@ def _cross_cache(model: Any, hidden: Any) -> list[Any]:
         out += [attn.k_proj(hidden).view(shape).transpose(1, 2)]
         out += [attn.v_proj(hidden).view(shape).transpose(1, 2)]
     return out
-
-
-def _cache(past: tuple[Any, ...], cross: tuple[Any, ...]) -> Any:
-    from transformers import DynamicCache, EncoderDecoderCache
-
-    self_cache, cross_cache = DynamicCache(), DynamicCache()
-    for j in range(0, len(past), 2):
-        self_cache.update(past[j], past[j + 1], j // 2)
-        cross_cache.update(cross[j], cross[j + 1], j // 2)
-    return EncoderDecoderCache(self_cache, cross_cache)  # is_updated: cross cache filled
 
 
 def _cross_entries(cross: list[Any]) -> list[dict[str, Any]]:
@@ -98,11 +88,10 @@ def export(model: Any, writer: Any, opset: int, log: Any) -> dict[str, Any]:
             out = self.model(
                 encoder_outputs=(unread,),
                 decoder_input_ids=decoder_input_ids,
-                cache=_cache(past, cross),
+                cache=decoder_cache(past, cross),
                 use_cache=True,
             )
-            layers_out = out.past_key_values.self_attention_cache.layers
-            return (out.logits, *[t for layer in layers_out for t in (layer.keys, layer.values)])
+            return (out.logits, *flat(out.past_key_values.self_attention_cache.layers))
 
     past = [torch.zeros(*[{"batch": 2, "seq": 3}.get(d, d) for d in e["shape"]]) for e in entries]
     names = {
