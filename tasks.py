@@ -26,7 +26,7 @@ from doit.exceptions import TaskFailed
 
 import tinyhub
 from kiln import catalog as catalog_mod
-from kiln import manifest, toolchain, unsupported, upkeep
+from kiln import hostinfo, manifest, toolchain, unsupported, upkeep
 from kiln import rules as rules_mod
 from kiln.canonical import key_of
 from kiln.errors import KilnError, Location, Problem
@@ -335,6 +335,16 @@ def task_build() -> Iterator[Task]:
                 f"the hub cache and the Hub is not reachable ({', '.join(skipped)}); "
                 "with network access: KILN_HUB_ONLINE=1 doit build recipe=NAME",
             )
+        # A GPU host's evidence stays that host's: a CPU machine building everything
+        # would append its own records (unsupported-here, or a CPU run) to them.
+        gpu_only = [p.recipe for p in plans if "gpu" in _catalog().recipe(p.recipe).tags]
+        if gpu_only and hostinfo.gpu_name() is None:
+            plans = [p for p in plans if p.recipe not in gpu_only]
+            yield _note(
+                "gpu-recipes",
+                f"not built here: {len(gpu_only)} recipes are tagged gpu and this host has "
+                f"no GPU ({', '.join(gpu_only)}); build one anyway: doit build recipe=NAME",
+            )
     mirror = _uses_tiny(plans) and os.environ.get("KILN_HUB_ONLINE") != "1"
     if mirror:
         yield _mirror_task()
@@ -461,7 +471,11 @@ def generate(name: str) -> None:
     from runtime import BundleError, Sampler, load
 
     prompt = get_var("prompt", None)
-    if not prompt:
+    if _catalog().recipe(name).task == "automatic-speech-recognition":
+        if not get_var("audio", None):  # a speech recipe reads audio (_transcribe)
+            raise KilnError.one("no audio", None, f"doit run recipe={name} audio=builders/audio")
+        prompt = ""
+    elif not prompt:
         raise KilnError.one("no prompt", None, f'doit run recipe={name} prompt="Hello"')
     p = ensure_bundle(name)
     try:
@@ -504,8 +518,23 @@ def _stats_line(bundle: Any, tokens: list[int]) -> str:
     )
 
 
+def _transcribe(artifact: Path) -> str:
+    """`doit run` for a speech bundle: `audio=FILE.wav`, or every .wav of a folder
+    (`audio=builders/audio`: the shipped clips)."""
+    from runtime import seq2seq
+
+    path = Path(get_var("audio", ""))
+    paths = sorted(path.glob("*.wav")) if path.is_dir() else [path]
+    model = seq2seq.load(artifact)
+    assert isinstance(model, seq2seq.Speech)
+    new = int(get_var("max_new_tokens", "32"))
+    return "\n".join(f"{p.name}: {model.transcribe([p], new)[0]!r}" for p in paths)
+
+
 def _run_task(task: str, artifact: Path, prompt: str) -> str:
     """`doit run` for a bundle of another task: its label, or its greedy output."""
+    if task == "automatic-speech-recognition":
+        return _transcribe(artifact)
     if task == "text-classification":
         from runtime import classifier
 

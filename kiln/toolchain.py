@@ -82,7 +82,6 @@ CODE: dict[str, tuple[str, ...]] = {
     "onnx": ("builders/onnx.py", "builders/_qdq.py", "kiln/unsupported.py"),
     "engine": (
         "builders/engine.py",
-        "builders/backends",
         "builders/_hf.py",
         "builders/_cache.py",
         "builders/_tracefix.py",
@@ -103,9 +102,14 @@ CODE: dict[str, tuple[str, ...]] = {
 TASK_BUILDERS: dict[str, str] = {
     "text-classification": "builders.classify",
     "text2text-generation": "builders.seq2seq",
+    "automatic-speech-recognition": "builders.seq2seq",
 }
 _CLASSIFY = ("builders/classify/__init__.py",)
 _SEQ2SEQ = ("builders/seq2seq/__init__.py",)
+# Speech runs the seq2seq builders' speech paths too, reads the shipped clips
+# (builders/audio/: the .wav bytes are hashed, _sources) and computes log-mel features.
+_SPEECH = ("builders/seq2seq/speech.py",)
+_AUDIO = ("builders/audio", "runtime/audio.py")
 TASK_CODE: dict[str, dict[str, tuple[str, ...]]] = {
     "text-classification": {
         "export": (*_CLASSIFY, "builders/classify/export.py"),
@@ -141,6 +145,33 @@ TASK_CODE: dict[str, dict[str, tuple[str, ...]]] = {
             "builders/validate.py",
             *_TEXT_RUNTIME,  # importing runtime.seq2seq runs the package's init
             "runtime/seq2seq.py",
+            "runtime/audio.py",  # imported by runtime.seq2seq
+        ),
+    },
+    "automatic-speech-recognition": {
+        "export": (*_SEQ2SEQ, "builders/seq2seq/export.py", *_SPEECH),
+        "onnx": (*_SEQ2SEQ, "builders/seq2seq/onnx.py", "builders/onnx.py"),
+        "engine": (*_SEQ2SEQ, "builders/seq2seq/engine.py"),
+        "bundle": (
+            *_SEQ2SEQ,
+            "builders/seq2seq/bundle.py",
+            "builders/bundle.py",
+            "runtime/audio.py",  # its FIELDS
+        ),
+        "reference": (
+            *_SEQ2SEQ,
+            "builders/seq2seq/reference.py",
+            "builders/seq2seq/export.py",  # its load_seq2seq
+            *_SPEECH,
+            *_AUDIO,
+        ),
+        "validate": (
+            *_SEQ2SEQ,
+            "builders/seq2seq/validate.py",
+            "builders/validate.py",
+            *_TEXT_RUNTIME,
+            "runtime/seq2seq.py",
+            *_AUDIO,
         ),
     },
 }
@@ -154,6 +185,13 @@ OPTION_CODE: dict[str, tuple[str, ...]] = {
     "engine/quantized": (*CODE["engine"], "builders/qengine.py"),
 }
 
+# Each engine backend's own module, hashed into its engines' keys on top of
+# CODE["engine"]: an edit to one backend re-keys only the engines it builds.
+BACKEND_CODE: dict[str, tuple[str, ...]] = {
+    backend: ("builders/backends/__init__.py", f"builders/backends/{backend}.py")
+    for backend in BACKEND_LIBRARIES
+}
+
 
 def _option(kind: str, options: Mapping[str, Any] | None) -> str | None:
     for k, name in OPTION_BUILDERS:
@@ -162,14 +200,23 @@ def _option(kind: str, options: Mapping[str, Any] | None) -> str | None:
     return None
 
 
-def code_name(kind: str, task: str | None, options: Mapping[str, Any] | None = None) -> str:
+def code_name(
+    kind: str,
+    task: str | None,
+    backend: str | None = None,
+    options: Mapping[str, Any] | None = None,
+) -> str:
     """The name under which a step's code digest is kept: `task/kind` where the task
     has its own builder for the kind, `kind/option` where an option picks the builder,
-    else the kind."""
+    `engine@backend` for another engine, else the kind."""
     if task in TASK_CODE and kind in TASK_CODE[task]:
         return f"{task}/{kind}"
     option = _option(kind, options)
-    return f"{kind}/{option}" if option else kind
+    if option:
+        return f"{kind}/{option}"
+    if kind == "engine" and backend in BACKEND_CODE:
+        return f"engine@{backend}"
+    return kind
 
 
 def builder_module(kind: str, task: str | None, options: Mapping[str, Any] | None = None) -> str:
@@ -198,6 +245,15 @@ class Toolchain:
         extra = BACKEND_LIBRARIES.get(backend or "", ()) if kind == "engine" else ()
         return {lib: self.versions[lib] for lib in (*LIBRARIES[kind], *extra)}
 
+    def material(self, kind: str, options: dict[str, Any]) -> dict[str, str | dict[str, str]]:
+        """What outside the recipe goes into a step's key: its libraries' versions and
+        its builder code's digest."""
+        backend, task = options.get("backend"), options.get("task")
+        return {
+            "libraries": self.libraries(kind, backend),
+            "code": self.code[code_name(kind, task, backend, options)],
+        }
+
     def lock(self) -> dict[str, str]:
         """What the manifest's lock records: every library a step uses, and Python."""
         return {**self.versions, "python": ".".join(platform.python_version_tuple()[:2])}
@@ -216,8 +272,10 @@ def _digest(paths: tuple[str, ...], root: Path) -> str:
 
 
 def _sources(folder: Path) -> list[Path]:
-    """Python and shipped text (calibration and evaluation texts change outputs too)."""
-    return [p for p in folder.rglob("*") if p.suffix in (".py", ".txt") and p.is_file()]
+    """Python and shipped text and audio (calibration and evaluation texts, validation
+    clips change outputs too)."""
+    suffixes = (".py", ".txt", ".wav")  # audio clips are inputs too (builders/audio/)
+    return [p for p in folder.rglob("*") if p.suffix in suffixes and p.is_file()]
 
 
 def code_digests(root: Path) -> dict[str, str]:
@@ -225,6 +283,8 @@ def code_digests(root: Path) -> dict[str, str]:
     digests = {kind: _digest(paths, root) for kind, paths in CODE.items()}
     for task, kinds in TASK_CODE.items():
         digests.update({code_name(k, task): _digest(paths, root) for k, paths in kinds.items()})
+    for backend, paths in BACKEND_CODE.items():
+        digests[code_name("engine", None, backend)] = _digest((*CODE["engine"], *paths), root)
     digests.update({name: _digest(paths, root) for name, paths in OPTION_CODE.items()})
     return digests
 

@@ -31,6 +31,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from tinyhub.specs import PREPROCESSORS
 from tinyhub.specs import breadth_specs as _breadth_specs
 from tinyhub.specs import task_specs as _task_specs
 
@@ -197,13 +198,16 @@ def checkpoint_files(repo: str) -> dict[str, bytes]:
         "model_max_length": config["max_position_embeddings"],
         "clean_up_tokenization_spaces": False,
     }
-    return {
+    files = {
         "config.json": _json(config),
         "generation_config.json": _json(generation),
         "model.safetensors": save(tensors, metadata={"format": "pt"}),
         "tokenizer.json": TOKENIZER_FILE.read_bytes(),
         "tokenizer_config.json": _json(tokenizer_config),
     }
+    if repo in PREPROCESSORS:  # audio models: the feature extractor's settings
+        files["preprocessor_config.json"] = _json(PREPROCESSORS[repo])
+    return files
 
 
 def json_bytes(obj: Any) -> bytes:
@@ -264,7 +268,15 @@ def mirror_is_current(cache_dir: Path) -> bool:
 
 
 def write_mirror(cache_dir: Path) -> dict[str, str]:
-    """Write every tiny checkpoint, then the stamp; returns {repo: revision}."""
-    made = {repo: write_repo(cache_dir, repo) for repo in sorted([*SPECS, *COMPANIONS])}
+    """Write every tiny checkpoint the installed transformers can describe, then the
+    stamp; returns {repo: revision}. An older transformers (a GPU host's image, say)
+    rejects configs of architectures it predates; those repos are left out, with a
+    line saying so, and a recipe on them then fails at fetch with the missing revision."""
+    made = {}
+    for repo in sorted([*SPECS, *COMPANIONS]):
+        try:
+            made[repo] = write_repo(cache_dir, repo)
+        except Exception as exc:  # the config class refuses it, or is unknown
+            print(f"tinyhub: {repo} left out: this transformers cannot build it ({exc})")
     _atomic_write(cache_dir / STAMP, generator_digest().encode())
     return made
