@@ -31,6 +31,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from tinyhub.specs import SENTENCE_MODULES
 from tinyhub.specs import breadth_specs as _breadth_specs
 from tinyhub.specs import task_specs as _task_specs
 
@@ -203,6 +204,7 @@ def checkpoint_files(repo: str) -> dict[str, bytes]:
         "model.safetensors": save(tensors, metadata={"format": "pt"}),
         "tokenizer.json": TOKENIZER_FILE.read_bytes(),
         "tokenizer_config.json": _json(tokenizer_config),
+        **{path: _json(obj) for path, obj in SENTENCE_MODULES.get(repo, {}).items()},
     }
 
 
