@@ -26,7 +26,7 @@ from doit.exceptions import TaskFailed
 
 import tinyhub
 from kiln import catalog as catalog_mod
-from kiln import manifest, toolchain, unsupported, upkeep
+from kiln import hostinfo, manifest, toolchain, unsupported, upkeep
 from kiln import rules as rules_mod
 from kiln.canonical import key_of
 from kiln.errors import KilnError, Location, Problem
@@ -377,6 +377,16 @@ def task_build() -> Iterator[Task]:
                 f"not built here: {len(skipped)} recipes need checkpoints that are not in "
                 f"the hub cache and the Hub is not reachable ({', '.join(skipped)}); "
                 "with network access: KILN_HUB_ONLINE=1 doit build recipe=NAME",
+            )
+        # A GPU host's evidence stays that host's: a CPU machine building everything
+        # would append its own records (unsupported-here, or a CPU run) to them.
+        gpu_only = [p.recipe for p in plans if "gpu" in _catalog().recipe(p.recipe).tags]
+        if gpu_only and hostinfo.gpu_name() is None:
+            plans = [p for p in plans if p.recipe not in gpu_only]
+            yield _note(
+                "gpu-recipes",
+                f"not built here: {len(gpu_only)} recipes are tagged gpu and this host has "
+                f"no GPU ({', '.join(gpu_only)}); build one anyway: doit build recipe=NAME",
             )
     mirror = _uses_tiny(plans) and os.environ.get("KILN_HUB_ONLINE") != "1"
     if mirror:

@@ -25,7 +25,7 @@ from kiln.schema import (
     PromptSet,
     Recipe,
 )
-from kiln.toolchain import Toolchain, code_name
+from kiln.toolchain import Toolchain
 
 KINDS = (
     "fetch",
@@ -100,8 +100,7 @@ def _step(
         "kind": kind,
         "options": options,
         "inputs": input_keys,
-        "libraries": tools.libraries(kind, options.get("backend")),
-        "code": tools.code[code_name(kind, options.get("task"))],
+        **tools.material(kind, options),
     }
     origin = _ORIGIN[kind] if role == "model" else ("companions", role)
     return Step(kind, name, options, input_keys, material, origin, role)

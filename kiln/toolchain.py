@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from functools import cache
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -80,7 +81,6 @@ CODE: dict[str, tuple[str, ...]] = {
     "onnx": ("builders/onnx.py", "builders/_qdq.py", "kiln/unsupported.py"),
     "engine": (
         "builders/engine.py",
-        "builders/backends",
         "builders/_hf.py",
         "builders/_cache.py",
         "builders/_tracefix.py",
@@ -170,10 +170,22 @@ TASK_CODE: dict[str, dict[str, tuple[str, ...]]] = {
 }
 
 
-def code_name(kind: str, task: str | None) -> str:
+# Each engine backend's own module, hashed into its engines' keys on top of
+# CODE["engine"]: an edit to one backend re-keys only the engines it builds.
+BACKEND_CODE: dict[str, tuple[str, ...]] = {
+    backend: ("builders/backends/__init__.py", f"builders/backends/{backend}.py")
+    for backend in BACKEND_LIBRARIES
+}
+
+
+def code_name(kind: str, task: str | None, backend: str | None = None) -> str:
     """The name under which a step's code digest is kept: `task/kind` where the task
-    has its own builder for the kind, else the kind."""
-    return f"{task}/{kind}" if task in TASK_CODE and kind in TASK_CODE[task] else kind
+    has its own builder for the kind, `engine@backend` for an engine, else the kind."""
+    if task in TASK_CODE and kind in TASK_CODE[task]:
+        return f"{task}/{kind}"
+    if kind == "engine" and backend in BACKEND_CODE:
+        return f"engine@{backend}"
+    return kind
 
 
 def builder_module(kind: str, task: str | None) -> str:
@@ -200,6 +212,15 @@ class Toolchain:
     def libraries(self, kind: str, backend: str | None = None) -> dict[str, str]:
         extra = BACKEND_LIBRARIES.get(backend or "", ()) if kind == "engine" else ()
         return {lib: self.versions[lib] for lib in (*LIBRARIES[kind], *extra)}
+
+    def material(self, kind: str, options: dict[str, Any]) -> dict[str, str | dict[str, str]]:
+        """What outside the recipe goes into a step's key: its libraries' versions and
+        its builder code's digest."""
+        backend, task = options.get("backend"), options.get("task")
+        return {
+            "libraries": self.libraries(kind, backend),
+            "code": self.code[code_name(kind, task, backend)],
+        }
 
     def lock(self) -> dict[str, str]:
         """What the manifest's lock records: every library a step uses, and Python."""
@@ -228,6 +249,8 @@ def code_digests(root: Path) -> dict[str, str]:
     digests = {kind: _digest(paths, root) for kind, paths in CODE.items()}
     for task, kinds in TASK_CODE.items():
         digests.update({code_name(k, task): _digest(paths, root) for k, paths in kinds.items()})
+    for backend, paths in BACKEND_CODE.items():
+        digests[code_name("engine", None, backend)] = _digest((*CODE["engine"], *paths), root)
     return digests
 
 

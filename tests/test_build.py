@@ -10,9 +10,11 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import World, heavy, make_world
+import yaml
+from conftest import ROOT, World, heavy, make_world
 
 import tinyhub
+from kiln import hostinfo
 
 pytestmark = heavy
 
@@ -199,3 +201,17 @@ def test_a_new_validation_run_appends_to_a_committed_manifest(tmp_path: Path, bu
     assert after[: len(before)] == before
     assert len(after) == len(before) + 1
     assert after[-1]["step_key"] == before[-1]["step_key"]  # same inputs, a new run
+
+
+@pytest.mark.skipif(bool(hostinfo.gpu_name()), reason="this host has a GPU")
+def test_building_everything_leaves_gpu_recipes_to_gpu_hosts(tmp_path: Path, hub: Path) -> None:
+    """A CPU machine building the catalog must not append its records to a GPU host's
+    evidence; asked by name, it builds (and says what it could not do)."""
+    world = make_world(tmp_path, hub, recipes=())
+    data = yaml.safe_load((ROOT / "recipes" / "tiny-llama.yaml").read_text())
+    world.write_recipe("gpu-llama", {**data, "tags": ["gpu", "h200"]})
+    proc = world.doit("build")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "1 recipes are tagged gpu and this host has no GPU (gpu-llama)" in proc.stdout
+    assert not (world.root / "manifests" / "gpu-llama.json").exists()
+    assert "validate gpu-llama" not in proc.stdout

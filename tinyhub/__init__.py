@@ -266,7 +266,15 @@ def mirror_is_current(cache_dir: Path) -> bool:
 
 
 def write_mirror(cache_dir: Path) -> dict[str, str]:
-    """Write every tiny checkpoint, then the stamp; returns {repo: revision}."""
-    made = {repo: write_repo(cache_dir, repo) for repo in sorted([*SPECS, *COMPANIONS])}
+    """Write every tiny checkpoint the installed transformers can describe, then the
+    stamp; returns {repo: revision}. An older transformers (a GPU host's image, say)
+    rejects configs of architectures it predates; those repos are left out, with a
+    line saying so, and a recipe on them then fails at fetch with the missing revision."""
+    made = {}
+    for repo in sorted([*SPECS, *COMPANIONS]):
+        try:
+            made[repo] = write_repo(cache_dir, repo)
+        except Exception as exc:  # the config class refuses it, or is unknown
+            print(f"tinyhub: {repo} left out: this transformers cannot build it ({exc})")
     _atomic_write(cache_dir / STAMP, generator_digest().encode())
     return made

@@ -11,6 +11,8 @@ Targets: cpu here; a GPU target compiles for CUDA where torch sees a device.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 
@@ -43,7 +45,7 @@ def build(request: Any, writer: Any, opts: Any) -> None:
     module = explicit_cache_module(model, entries)
     example = example_inputs(entries, device)
     request.log(f"torch.export + AOTInductor for {device}")
-    with torch.no_grad(), _tracefix.traceable(model):
+    with torch.no_grad(), _tracefix.traceable(model), _no_empty_constants():
         program = torch.export.export(
             module, example, dynamic_shapes=_dynamic_shapes(entries), strict=False
         )
@@ -63,6 +65,27 @@ def build(request: Any, writer: Any, opts: Any) -> None:
             "max_seq_len": opts.max_seq_len,
         },
     )
+
+
+@contextlib.contextmanager
+def _no_empty_constants() -> Iterator[None]:
+    """Start each cache layer from a zero-length slice of its first keys, not from
+    transformers' `torch.tensor([])`: export lifts those empties into zero-size
+    constants, and the CUDA package's loader crashed on them (segfault in _load_aoti,
+    measured on the H200 with torch 2.11). Slices are graph values, not constants."""
+    from transformers.cache_utils import DynamicLayer
+
+    original = DynamicLayer.lazy_initialization
+
+    def lazy(self: Any, key_states: Any, value_states: Any, *args: Any, **kwargs: Any) -> None:
+        original(self, key_states, value_states, *args, **kwargs)
+        self.keys, self.values = key_states[..., :0, :], value_states[..., :0, :]
+
+    DynamicLayer.lazy_initialization = lazy
+    try:
+        yield
+    finally:
+        DynamicLayer.lazy_initialization = original
 
 
 def _smoke(request: Any, path: str, batch: int, meta: dict[str, Any], device: str) -> None:

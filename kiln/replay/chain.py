@@ -88,7 +88,7 @@ def _toolchain_mismatch(steps: list[Step]) -> str:
     artifacts under keys that do not describe them: refuse, never lie in the cache."""
     tools = toolchain.current()
     for s in steps:
-        mine = {"libraries": tools.libraries(s.kind), "code": tools.code[s.kind]}
+        mine = tools.material(s.kind, s.options)
         theirs = {"libraries": s.material["libraries"], "code": s.material["code"]}
         if mine != theirs:
             return (
