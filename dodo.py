@@ -3,7 +3,7 @@
 doit build recipe=NAME     build one recipe (or all), incrementally
 doit check                 validate the catalog
 doit plan recipe=NAME      what a build would run, with step keys
-doit run recipe=NAME prompt="..."
+doit run recipe=NAME prompt="..."   (a speech recipe: audio=FILE.wav or a folder of them)
 doit site                  render the Models & Recipes site into _site/
 doit serve                 preview the site on http://127.0.0.1:8000/
 doit diff base=REV         what a PR changes, as Markdown
@@ -23,8 +23,8 @@ globals().update({name: f for name, f in vars(tasks).items() if name.startswith(
 
 DOIT_CONFIG = {
     # `run` is doit's own command: `doit run recipe=X prompt=...` names no task, so
-    # the default task decides. With a prompt it generates; otherwise it checks.
-    "default_tasks": ["generate"] if get_var("prompt") is not None else ["check"],
+    # the default task decides. With a prompt (or audio) it generates; otherwise it checks.
+    "default_tasks": ["generate"] if {get_var("prompt"), get_var("audio")} != {None} else ["check"],
     # sqlite3 tolerates several doit processes at once; dbm does not. Either way the
     # DB is only a hint: up-to-date is decided by the store.
     "backend": "sqlite3",

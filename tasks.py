@@ -516,7 +516,11 @@ def generate(name: str) -> None:
     from runtime import BundleError, Sampler, load
 
     prompt = get_var("prompt", None)
-    if not prompt:
+    if _catalog().recipe(name).task == "automatic-speech-recognition":
+        if not get_var("audio", None):  # a speech recipe reads audio (_transcribe)
+            raise KilnError.one("no audio", None, f"doit run recipe={name} audio=builders/audio")
+        prompt = ""
+    elif not prompt:
         raise KilnError.one("no prompt", None, f'doit run recipe={name} prompt="Hello"')
     p = ensure_bundle(name)
     try:
@@ -559,9 +563,24 @@ def _stats_line(bundle: Any, tokens: list[int]) -> str:
     )
 
 
+def _transcribe(artifact: Path) -> str:
+    """`doit run` for a speech bundle: `audio=FILE.wav`, or every .wav of a folder
+    (`audio=builders/audio`: the shipped clips)."""
+    from runtime import seq2seq
+
+    path = Path(get_var("audio", ""))
+    paths = sorted(path.glob("*.wav")) if path.is_dir() else [path]
+    model = seq2seq.load(artifact)
+    assert isinstance(model, seq2seq.Speech)
+    new = int(get_var("max_new_tokens", "32"))
+    return "\n".join(f"{p.name}: {model.transcribe([p], new)[0]!r}" for p in paths)
+
+
 def _run_task(task: str, artifact: Path, prompt: str) -> str:
     """`doit run` for a bundle of another task: its label, its embedding's size, norm and
     first components, or its greedy output."""
+    if task == "automatic-speech-recognition":
+        return _transcribe(artifact)
     if task == "text-classification":
         from runtime import classifier
 

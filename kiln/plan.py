@@ -249,6 +249,11 @@ def _fetch(role: str, checkpoint: Checkpoint | Companion, tools: Toolchain) -> S
 GENERATES = ("text-generation", "text2text-generation", "automatic-speech-recognition")
 
 
+# What speech recipes validate on instead of text prompts: the clips shipped in
+# builders/audio/ (NAME.wav; their bytes are in the steps' code digests).
+AUDIO_CLIPS = ("chirp", "noise", "tone", "vowel")
+
+
 def _task(recipe: Recipe) -> dict[str, Any]:
     """The task, in the options of the steps it changes. text-generation, the
     default, adds nothing, so its keys stay what they were before tasks existed."""
@@ -345,7 +350,11 @@ def plan(name: str, recipe: Recipe, prompts: PromptSet, tools: Toolchain) -> Pla
     )
     fetch, engine = chain[0], chain[-1]
     extra, bundle_inputs = _variant_steps(recipe, fetch, companions, tools)
-    check: dict[str, Any] = {"prompts": list(prompts.prompts)}
+    check: dict[str, Any] = (
+        {"audio": list(AUDIO_CLIPS)}
+        if recipe.task == "automatic-speech-recognition"
+        else {"prompts": list(prompts.prompts)}
+    )
     if recipe.task in GENERATES:  # a classifier generates nothing: no tokens to count
         check["max_new_tokens"] = recipe.validation.max_new_tokens
     check.update({**scoring(recipe), **_task(recipe)})

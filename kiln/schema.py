@@ -90,6 +90,9 @@ METRICS: dict[str, str] = {
     "is the reference's.",
     "classify_texts_per_s": "text-classification: texts classified per second by the bundle "
     "(informative; timings on shared machines are noisy).",
+    "max_abs_feature_diff": "automatic-speech-recognition: largest |bundle - reference| log-mel "
+    "feature of every validation clip (the runtime's numpy features against transformers' "
+    "WhisperFeatureExtractor).",
     "min_embedding_cosine": "feature-extraction: smallest cosine similarity between the "
     "bundle's and the reference's sentence embedding, over every prompt (bundle in padded "
     "batches, reference alone).",
@@ -118,9 +121,9 @@ KV_CACHE = ("auto", "fp16", "bf16", "fp8")
 COMPUTE = ("fp32", "fp16", "bf16")
 BACKENDS = ("onnxruntime", "aoti", "tensorrt")
 TARGETS = ("cpu", "sm80", "sm86", "sm89", "sm90", "sm100", "sm120")
-# text-generation, text-classification, text2text-generation and feature-extraction
-# (sentence embeddings) are built today (all but the first by their own builders:
-# kiln.toolchain.TASK_BUILDERS); the others
+# text-generation, text-classification, text2text-generation,
+# automatic-speech-recognition and feature-extraction (sentence embeddings) are built
+# today (all but the first by their own builders: kiln.toolchain.TASK_BUILDERS); the others
 # plan (so real recipes check and plan) and build to an honest unsupported-here
 # verdict until their export, runtime path and metric exist.
 TASKS = (

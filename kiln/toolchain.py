@@ -101,6 +101,7 @@ CODE: dict[str, tuple[str, ...]] = {
 TASK_BUILDERS: dict[str, str] = {
     "text-classification": "builders.classify",
     "text2text-generation": "builders.seq2seq",
+    "automatic-speech-recognition": "builders.seq2seq",
     "feature-extraction": "builders.embed",
 }
 # The encoder tasks share builders/_encoder.py (export, graph check, engine, bundle,
@@ -109,6 +110,10 @@ _ENCODER = ("builders/_encoder.py",)
 _CLASSIFY = ("builders/classify/__init__.py", *_ENCODER)
 _EMBED = ("builders/embed/__init__.py", *_ENCODER)
 _SEQ2SEQ = ("builders/seq2seq/__init__.py",)
+# Speech runs the seq2seq builders' speech paths too, reads the shipped clips
+# (builders/audio/: the .wav bytes are hashed, _sources) and computes log-mel features.
+_SPEECH = ("builders/seq2seq/speech.py",)
+_AUDIO = ("builders/audio", "runtime/audio.py")
 TASK_CODE: dict[str, dict[str, tuple[str, ...]]] = {
     "text-classification": {
         "export": (*_CLASSIFY, "builders/classify/export.py"),
@@ -165,6 +170,33 @@ TASK_CODE: dict[str, dict[str, tuple[str, ...]]] = {
             "builders/validate.py",
             *_TEXT_RUNTIME,  # importing runtime.seq2seq runs the package's init
             "runtime/seq2seq.py",
+            "runtime/audio.py",  # imported by runtime.seq2seq
+        ),
+    },
+    "automatic-speech-recognition": {
+        "export": (*_SEQ2SEQ, "builders/seq2seq/export.py", *_SPEECH),
+        "onnx": (*_SEQ2SEQ, "builders/seq2seq/onnx.py", "builders/onnx.py"),
+        "engine": (*_SEQ2SEQ, "builders/seq2seq/engine.py"),
+        "bundle": (
+            *_SEQ2SEQ,
+            "builders/seq2seq/bundle.py",
+            "builders/bundle.py",
+            "runtime/audio.py",  # its FIELDS
+        ),
+        "reference": (
+            *_SEQ2SEQ,
+            "builders/seq2seq/reference.py",
+            "builders/seq2seq/export.py",  # its load_seq2seq
+            *_SPEECH,
+            *_AUDIO,
+        ),
+        "validate": (
+            *_SEQ2SEQ,
+            "builders/seq2seq/validate.py",
+            "builders/validate.py",
+            *_TEXT_RUNTIME,
+            "runtime/seq2seq.py",
+            *_AUDIO,
         ),
     },
 }
@@ -240,8 +272,10 @@ def _digest(paths: tuple[str, ...], root: Path) -> str:
 
 
 def _sources(folder: Path) -> list[Path]:
-    """Python and shipped text (calibration and evaluation texts change outputs too)."""
-    return [p for p in folder.rglob("*") if p.suffix in (".py", ".txt") and p.is_file()]
+    """Python and shipped text and audio (calibration and evaluation texts, validation
+    clips change outputs too)."""
+    suffixes = (".py", ".txt", ".wav")  # audio clips are inputs too (builders/audio/)
+    return [p for p in folder.rglob("*") if p.suffix in suffixes and p.is_file()]
 
 
 def code_digests(root: Path) -> dict[str, str]:

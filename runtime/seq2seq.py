@@ -1,9 +1,12 @@
-"""Load a text2text-generation bundle and generate greedily: encode once, then
-decode with a self-attention KV cache (builders/seq2seq/__init__.py: the contract).
+"""Load a text2text-generation or automatic-speech-recognition bundle and generate
+greedily: encode once, then decode with a self-attention KV cache
+(builders/seq2seq/__init__.py: the contracts).
 
-Like runtime/bundle.py it needs onnxruntime, numpy and tokenizers only. Encoder
-inputs are right-padded and masked; rows decode in lockstep from the decoder start
-token, a finished row feeds padding that is never read.
+Like runtime/bundle.py it needs onnxruntime, numpy and tokenizers only. Text encoder
+inputs are right-padded and masked; speech inputs are log-mel features of one fixed
+length (runtime/audio.py), whose encoder also returns the cross-attention cache the
+decoder reads at every step. Rows decode in lockstep from the decoder start token, a
+finished row feeds padding that is never read.
 """
 
 from __future__ import annotations
@@ -16,12 +19,17 @@ from typing import Any
 
 import numpy as np
 
+from runtime import audio
 from runtime.bundle import BUNDLE_SCHEMA, BundleError, Generation
 
 TASK = "text2text-generation"
+SPEECH = "automatic-speech-recognition"
+Context = dict[str, np.ndarray]  # the decoder's feeds that stay fixed for a generation
 
 
 class Seq2Seq:
+    task = TASK
+
     def __init__(self, path: Path, threads: int | None = None) -> None:
         import onnxruntime as ort
         from tokenizers import Tokenizer
@@ -33,8 +41,8 @@ class Seq2Seq:
         self.meta: dict[str, Any] = json.loads(meta_path.read_text())
         if self.meta.get("schema_version") != BUNDLE_SCHEMA:
             raise BundleError(f"bundle schema {self.meta.get('schema_version')} is not supported")
-        if self.meta.get("task") != TASK:
-            raise BundleError(f"{self.path} is a {self.meta.get('task')} bundle, not {TASK}")
+        if self.meta.get("task") != self.task:
+            raise BundleError(f"{self.path} is a {self.meta.get('task')} bundle, not {self.task}")
         so = ort.SessionOptions()
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # done at build
         so.intra_op_num_threads = threads or min(4, os.cpu_count() or 1)
@@ -58,11 +66,14 @@ class Seq2Seq:
     def decode(self, ids: list[int]) -> str:
         return str(self.tokenizer.decode([i for i in ids if i not in self.eos]))
 
-    def _encoder(self, prompts: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
-        if not prompts or len(prompts) > self.max_batch_size:
+    def _check_batch(self, size: int) -> None:
+        if not size or size > self.max_batch_size:
             raise BundleError(
-                f"batch of {len(prompts)} prompts; this bundle serves 1 to {self.max_batch_size}"
+                f"batch of {size} inputs; this bundle serves 1 to {self.max_batch_size}"
             )
+
+    def _encoder(self, prompts: list[list[int]]) -> Context:
+        self._check_batch(len(prompts))
         if any(len(p) == 0 for p in prompts):
             raise BundleError("empty prompt: nothing to condition on")
         width = max(len(p) for p in prompts)
@@ -77,12 +88,12 @@ class Seq2Seq:
             ids[row, : len(p)] = p
             mask[row, : len(p)] = 1
         hidden = self.sessions["encoder"].run(None, {"input_ids": ids, "attention_mask": mask})[0]
-        return hidden, mask
+        return {"encoder_hidden": hidden, "encoder_attention_mask": mask}
 
     def _decode(
-        self, ids: np.ndarray, hidden: np.ndarray, mask: np.ndarray, past: list[np.ndarray]
+        self, ids: np.ndarray, context: Context, past: list[np.ndarray]
     ) -> tuple[np.ndarray, list[np.ndarray]]:
-        feeds = {"decoder_input_ids": ids, "encoder_hidden": hidden, "encoder_attention_mask": mask}
+        feeds = {"decoder_input_ids": ids, **context}
         feeds.update({e["past"]: t for e, t in zip(self.entries, past, strict=True)})
         logits, *present = self.sessions["decoder"].run(None, feeds)
         return logits, present
@@ -93,22 +104,23 @@ class Seq2Seq:
             for e in self.entries
         ]
 
-    def logits(self, prompt: list[int], target: list[int]) -> np.ndarray:
+    def logits(self, prompt: Any, target: list[int]) -> np.ndarray:
         """Teacher-forced decoder logits [1 + len(target), vocab] of one pair: the
         decoder reads the start token then `target`, in one pass."""
-        hidden, mask = self._encoder([prompt])
+        context = self._encoder([prompt])
         ids = np.asarray([[self.start, *target]], np.int64)
-        logits, _ = self._decode(ids, hidden, mask, self._empty(1))
+        logits, _ = self._decode(ids, context, self._empty(1))
         return logits[0]
 
-    def generate(self, prompts: list[list[int]], max_new_tokens: int) -> Generation:
-        """Greedy output per prompt, up to and including EOS (the start token excluded)."""
+    def generate(self, prompts: list[Any], max_new_tokens: int) -> Generation:
+        """Greedy output per input (prompt ids, or features for speech), up to and
+        including EOS (the start token excluded)."""
         if max_new_tokens > self.max_seq_len:
             raise BundleError(
                 f"{max_new_tokens} new tokens exceed the bundle's max_seq_len of {self.max_seq_len}"
             )
         started = time.perf_counter()
-        hidden, mask = self._encoder(prompts)
+        context = self._encoder(prompts)
         batch = len(prompts)
         nxt = np.full((batch, 1), self.start, np.int64)
         past = self._empty(batch)
@@ -116,7 +128,7 @@ class Seq2Seq:
         done = np.zeros(batch, bool)
         steps = 0
         for _ in range(max_new_tokens):
-            logits, past = self._decode(nxt, hidden, mask, past)
+            logits, past = self._decode(nxt, context, past)
             steps += 1
             best = logits[:, -1, :].argmax(-1)
             for row in np.flatnonzero(~done):
@@ -128,5 +140,40 @@ class Seq2Seq:
         return Generation(out, steps, time.perf_counter() - started)
 
 
+class Speech(Seq2Seq):
+    """A speech bundle: audio in, through the bundle's log-mel settings."""
+
+    task = SPEECH
+
+    def __init__(self, path: Path, threads: int | None = None) -> None:
+        super().__init__(path, threads)
+        self.audio: dict[str, Any] = self.meta["audio"]
+        self.cross = self.meta["io"]["cross_cache"]["entries"]
+
+    def features(self, waveform: np.ndarray) -> np.ndarray:
+        """[mel, frames] log-mel features of a 1-D float waveform at the bundle's rate."""
+        return audio.log_mel(waveform, self.audio)
+
+    def read(self, path: Path | str) -> np.ndarray:
+        """Features of a mono 16-bit WAV file."""
+        return self.features(audio.read_wav(path, self.audio["sampling_rate"]))
+
+    def transcribe(self, paths: list[Path | str], max_new_tokens: int) -> list[str]:
+        out = self.generate([self.read(p) for p in paths], max_new_tokens)
+        return [self.decode(t) for t in out.tokens]
+
+    def _encoder(self, features: list[np.ndarray]) -> Context:
+        self._check_batch(len(features))
+        batch = np.stack([np.asarray(f, np.float32) for f in features])
+        shape = (self.audio["feature_size"], self.audio["n_samples"] // self.audio["hop_length"])
+        if batch.shape[1:] != shape:
+            raise BundleError(f"features of shape {batch.shape[1:]}; this bundle takes {shape}")
+        out = self.sessions["encoder"].run(None, {"input_features": batch})
+        return {e["name"]: t for e, t in zip(self.cross, out[1:], strict=True)}
+
+
 def load(path: Path | str, threads: int | None = None) -> Seq2Seq:
-    return Seq2Seq(Path(path), threads)
+    """The bundle's runtime: Speech for a speech bundle, else Seq2Seq."""
+    meta = Path(path) / "bundle.json"
+    speech = meta.is_file() and json.loads(meta.read_text()).get("task") == SPEECH
+    return (Speech if speech else Seq2Seq)(Path(path), threads)

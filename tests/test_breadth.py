@@ -27,7 +27,6 @@ UNSUPPORTED = {
     "tiny-qwen3-5-moe": "recurrent state",
     "tiny-deepseek-v32": "indexer keys",
     "tiny-glm-moe-dsa": "indexer keys",
-    "tiny-whisper": "task automatic-speech-recognition",
 }
 
 # Recipes of other tasks pass on their own metrics (tests/test_tasks_other.py).

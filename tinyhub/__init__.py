@@ -31,7 +31,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from tinyhub.specs import SENTENCE_MODULES
+from tinyhub.specs import PREPROCESSORS, SENTENCE_MODULES
 from tinyhub.specs import breadth_specs as _breadth_specs
 from tinyhub.specs import task_specs as _task_specs
 
@@ -198,7 +198,7 @@ def checkpoint_files(repo: str) -> dict[str, bytes]:
         "model_max_length": config["max_position_embeddings"],
         "clean_up_tokenization_spaces": False,
     }
-    return {
+    files = {
         "config.json": _json(config),
         "generation_config.json": _json(generation),
         "model.safetensors": save(tensors, metadata={"format": "pt"}),
@@ -206,6 +206,9 @@ def checkpoint_files(repo: str) -> dict[str, bytes]:
         "tokenizer_config.json": _json(tokenizer_config),
         **{path: _json(obj) for path, obj in SENTENCE_MODULES.get(repo, {}).items()},
     }
+    if repo in PREPROCESSORS:  # audio models: the feature extractor's settings
+        files["preprocessor_config.json"] = _json(PREPROCESSORS[repo])
+    return files
 
 
 def json_bytes(obj: Any) -> bytes:

@@ -355,10 +355,34 @@ def task_specs(base: dict[str, Any]) -> dict[str, dict[str, Any]]:
             "architectures": ["WhisperForConditionalGeneration"],
             "model_type": "whisper",
             "num_mel_bins": 16,
-            "max_source_positions": 32,
+            # 100 log-mel frames (the encoder's two convolutions halve them to 50
+            # positions): 1 s of 16 kHz audio at Whisper's hop of 160 samples, so the
+            # preprocessor below is Whisper's own with a 1 s chunk instead of 30 s.
+            "max_source_positions": 50,
             "max_target_positions": 512,
         },
     }
+
+
+# Feature extractors shipped as preprocessor_config.json, as real checkpoints ship
+# theirs (openai/whisper-*: 16 kHz, n_fft 400, hop 160, 30 s chunks). num_mel_bins
+# and max_source_positions above must agree: frames = chunk * rate / hop = 2 * 50.
+PREPROCESSORS: dict[str, dict[str, Any]] = {
+    "kiln-tiny/whisper": {
+        "feature_extractor_type": "WhisperFeatureExtractor",
+        "processor_class": "WhisperProcessor",
+        "feature_size": 16,
+        "sampling_rate": 16000,
+        "hop_length": 160,
+        "n_fft": 400,
+        "chunk_length": 1,
+        "n_samples": 16000,
+        "nb_max_frames": 100,
+        "padding_side": "right",
+        "padding_value": 0.0,
+        "return_attention_mask": False,
+    },
+}
 
 
 # sentence-transformers' module files of a tiny checkpoint, by repo: mean pooling then

@@ -1,7 +1,8 @@
-"""Builders for task text2text-generation (encoder-decoders: T5, Bart, MBart).
+"""Builders for tasks text2text-generation (encoder-decoders: T5, Bart, MBart) and
+automatic-speech-recognition (Whisper: the same decoding, audio features in).
 
 One module per step kind, picked by kiln.execute from the step's `task` option
-(kiln.toolchain.TASK_BUILDERS); their code is hashed under `text2text-generation/<kind>`.
+(kiln.toolchain.TASK_BUILDERS); their code is hashed under `<task>/<kind>`.
 
 Two graphs, whose contract runtime/seq2seq.py relies on:
 
@@ -17,6 +18,22 @@ recomputed from encoder_hidden at every step (a choice: one decoder graph serves
 the first step and the rest, with no Python branch on "cross cache filled" frozen
 into the trace; it costs two small matmuls per layer and step). Encoder inputs are
 right-padded and masked; all rows decode in lockstep, so the decoder needs no mask.
+
+Speech (automatic-speech-recognition) changes only the encoder's input and moves
+the cross-attention cache out of the decoder (builders/seq2seq/speech.py):
+
+    encoder.onnx  input_features [batch, num_mel_bins, frames] float32 (Whisper's
+                  log-mel, runtime/audio.py) -> encoder_hidden [batch, frames/2, d_model],
+                  cross.<layer>.key / cross.<layer>.value [batch, heads, frames/2, dim]
+    decoder.onnx  decoder_input_ids, past.<layer>.key / .value, cross.<layer>.key / .value
+                  -> logits, present.<layer>.key / .value
+
+There the cross-attention keys and values are computed once per input, by the
+encoder graph, and fed to every decoder step unchanged: a 30 s Whisper input is
+1500 encoder positions, too many to project again at every token. Features have a
+fixed length (the preprocessor pads or cuts the audio), so no mask is needed.
 """
 
 TASK = "text2text-generation"
+SPEECH = "automatic-speech-recognition"
+TASK_PATTERN = f"^({TASK}|{SPEECH})$"

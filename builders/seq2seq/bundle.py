@@ -1,4 +1,6 @@
-"""bundle (text2text-generation): both engines, the tokenizer and bundle.json.
+"""bundle (text2text-generation, automatic-speech-recognition): both engines, the
+tokenizer and bundle.json; a speech bundle also records the feature extractor's
+settings (the checkpoint's preprocessor_config.json), which runtime/audio.py reads.
 
 runtime/seq2seq.py loads it with onnxruntime, numpy and tokenizers only.
 """
@@ -12,6 +14,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from builders.bundle import _ids
+from builders.seq2seq import SPEECH, TASK_PATTERN
 
 BUNDLE_SCHEMA = 1
 
@@ -20,7 +23,32 @@ class Options(BaseModel):
     model_config = ConfigDict(extra="forbid")
     variant: str = Field(pattern="^ordinary$", description="Execution variant.")
     precision: dict[str, str] = Field(description="Recipe precision, recorded for readers.")
-    task: str = Field(pattern="^text2text-generation$", description="The recipe's task.")
+    task: str = Field(pattern=TASK_PATTERN, description="The recipe's task.")
+
+
+def _audio(request: Any, ckpt: Any, io: dict[str, Any]) -> dict[str, Any]:
+    """A speech bundle's feature settings, checked against what the encoder takes."""
+    from runtime.audio import FIELDS
+
+    path = ckpt / "preprocessor_config.json"
+    if not path.is_file():
+        raise request.error(
+            "the checkpoint has no preprocessor_config.json", "use a checkpoint with its processor"
+        )
+    pre = json.loads(path.read_text())
+    audio = {k: pre[k] for k in FIELDS}
+    want = io["features"]
+    if (audio["feature_size"], audio["n_samples"] // audio["hop_length"]) != (
+        want["num_mel_bins"],
+        want["frames"],
+    ):
+        raise request.error(
+            f"preprocessor_config.json gives {audio['feature_size']} mel bins x "
+            f"{audio['n_samples'] // audio['hop_length']} frames; the encoder takes "
+            f"{want['num_mel_bins']} x {want['frames']}",
+            "the checkpoint's feature extractor and config disagree; fix the checkpoint",
+        )
+    return audio
 
 
 def build(request: Any, writer: Any) -> None:
@@ -38,6 +66,9 @@ def build(request: Any, writer: Any) -> None:
         )
     eos = _ids(generation.get("eos_token_id", config.get("eos_token_id")))
     pad = _ids(generation.get("pad_token_id", config.get("pad_token_id"))) or eos
+    speech_io, speech = {}, {}
+    if opts.task == SPEECH:
+        speech_io, speech = {"cross_cache": io["cross_cache"]}, {"audio": _audio(request, ckpt, io)}
     for name, file in engine["files"].items():
         shutil.copyfile(engine_dir / file, writer.path(f"{name}.onnx"))
     shutil.copyfile(ckpt / "tokenizer.json", writer.path("tokenizer.json"))
@@ -58,7 +89,8 @@ def build(request: Any, writer: Any) -> None:
                 }
                 for name in engine["files"]
             },
-            "io": {"graphs": io["graphs"], "kv_cache": io["kv_cache"]},
+            "io": {"graphs": io["graphs"], "kv_cache": io["kv_cache"], **speech_io},
+            **speech,
             "decoder_start_token_id": io["decoder_start_token_id"],
             "tokenizer": {"file": "tokenizer.json", "eos": eos, "pad": pad[0]},
             "limits": {

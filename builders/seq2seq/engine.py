@@ -1,6 +1,6 @@
-"""engine (text2text-generation): onnxruntime's offline optimization of both graphs
-(ORT_ENABLE_EXTENDED, as builders/engine.py), saved, and a smoke run at the largest
-batch: encode, then one decoder step from an empty cache."""
+"""engine (text2text-generation, automatic-speech-recognition): onnxruntime's offline
+optimization of both graphs (ORT_ENABLE_EXTENDED, as builders/engine.py), saved, and
+a smoke run at the largest batch: encode, then one decoder step from an empty cache."""
 
 from __future__ import annotations
 
@@ -10,13 +10,30 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from builders.seq2seq import SPEECH, TASK_PATTERN
+
 
 class Options(BaseModel):
     model_config = ConfigDict(extra="forbid")
     backend: str = Field(pattern="^onnxruntime$", description="Engine backend.")
     max_batch_size: int = Field(ge=1, description="Largest batch the engine serves.")
     max_seq_len: int = Field(ge=1, description="Longest input, and longest output, in tokens.")
-    task: str = Field(pattern="^text2text-generation$", description="The recipe's task.")
+    task: str = Field(pattern=TASK_PATTERN, description="The recipe's task.")
+
+
+def _context(sessions: dict[str, Any], io: dict[str, Any], batch: int) -> dict[str, Any]:
+    """The decoder's per-input feeds, from the encoder run on zeros."""
+    import numpy as np
+
+    if io["task"] == SPEECH:
+        shape = (batch, io["features"]["num_mel_bins"], io["features"]["frames"])
+        out = sessions["encoder"].run(None, {"input_features": np.zeros(shape, np.float32)})
+        return {e["name"]: t for e, t in zip(io["cross_cache"]["entries"], out[1:], strict=True)}
+    mask = np.ones((batch, 4), np.int64)
+    hidden = sessions["encoder"].run(
+        None, {"input_ids": np.zeros((batch, 4), np.int64), "attention_mask": mask}
+    )[0]
+    return {"encoder_hidden": hidden, "encoder_attention_mask": mask}
 
 
 def build(request: Any, writer: Any) -> None:
@@ -41,14 +58,9 @@ def build(request: Any, writer: Any) -> None:
         so.optimized_model_filepath = str(writer.path(graph["file"]))
         sessions[name] = ort.InferenceSession(str(source / graph["file"]), so, providers=[provider])
     batch = opts.max_batch_size
-    mask = np.ones((batch, 4), np.int64)
-    hidden = sessions["encoder"].run(
-        None, {"input_ids": np.zeros((batch, 4), np.int64), "attention_mask": mask}
-    )[0]
     feeds = {
         "decoder_input_ids": np.zeros((batch, 1), np.int64),
-        "encoder_hidden": hidden,
-        "encoder_attention_mask": mask,
+        **_context(sessions, io, batch),
     }
     for e in io["kv_cache"]["entries"]:
         feeds[e["past"]] = np.zeros([{"batch": batch, "seq": 0}.get(d, d) for d in e["shape"]])

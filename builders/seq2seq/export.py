@@ -1,5 +1,6 @@
-"""export (text2text-generation): encoder.onnx and decoder.onnx with a self-attention
-KV cache (the contract is in builders/seq2seq/__init__.py).
+"""export (text2text-generation, automatic-speech-recognition): encoder.onnx and
+decoder.onnx with a self-attention KV cache (the contracts are in
+builders/seq2seq/__init__.py; speech models export in builders/seq2seq/speech.py).
 
 Legacy TorchScript exporter (dynamo=False), batch-2 examples with a right-padded
 row and a non-empty past, so no dynamic axis is specialized away (FIELD_NOTES).
@@ -13,37 +14,78 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from builders.seq2seq import SPEECH, TASK, TASK_PATTERN
+
+DECODER_INPUTS = ["decoder_input_ids", "encoder_hidden", "encoder_attention_mask"]
+
+
+def decoder_axes(entries: list[Any]) -> dict[str, dict[int, str]]:
+    """Dynamic axes every decoder graph shares: tokens, logits and the growing cache."""
+    return {
+        "decoder_input_ids": {0: "batch", 1: "seq"},
+        "logits": {0: "batch", 1: "seq"},
+        **{e["past"]: {0: "batch", 2: "past"} for e in entries},
+        **{e["present"]: {0: "batch", 2: "total"} for e in entries},
+    }
+
 
 class Options(BaseModel):
     model_config = ConfigDict(extra="forbid")
     opset: int = Field(17, ge=17, le=23, description="ONNX opset to export.")
     exporter: str = Field("torchscript", pattern="^torchscript$", description="torch exporter.")
-    task: str = Field(pattern="^text2text-generation$", description="The recipe's task.")
+    task: str = Field(pattern=TASK_PATTERN, description="The recipe's task.")
 
 
-def load_seq2seq(checkpoint: Any) -> Any:
-    """fp32, eager attention, safetensors only (builders/_hf.py says why)."""
+def load_seq2seq(checkpoint: Any, task: str = TASK) -> Any:
+    """fp32, eager attention, safetensors only (builders/_hf.py says why). Speech
+    models (Whisper) have their own auto class."""
     import torch
-    from transformers import AutoModelForSeq2SeqLM
+    from transformers import AutoModelForSeq2SeqLM, AutoModelForSpeechSeq2Seq
     from transformers.utils import logging
 
     logging.disable_progress_bar()
     logging.set_verbosity_error()
-    model = AutoModelForSeq2SeqLM.from_pretrained(
+    auto = AutoModelForSpeechSeq2Seq if task == SPEECH else AutoModelForSeq2SeqLM
+    model = auto.from_pretrained(
         checkpoint, dtype=torch.float32, attn_implementation="eager", use_safetensors=True
     )
     return model.eval()
 
 
-def decoder_cache(past: tuple[Any, ...]) -> Any:
-    """Self-attention cache holding `past`, and an empty cross-attention cache, so
-    cross-attention keys and values are computed from encoder_hidden."""
+def cache_entries(layers: Any) -> list[Any]:
+    """The self-attention cache's I/O names and observed shapes, keys then values."""
+    entries = []
+    for i, layer in enumerate(layers):
+        for kind, t in (("key", layer.keys), ("value", layer.values)):
+            entries.append(
+                {
+                    "layer": i,
+                    "kind": kind,
+                    "past": f"past.{i}.{kind}",
+                    "present": f"present.{i}.{kind}",
+                    "shape": ["batch", t.shape[1], "seq", t.shape[3]],
+                }
+            )
+    return entries
+
+
+def decoder_cache(past: tuple[Any, ...], cross: tuple[Any, ...] = ()) -> Any:
+    """Self-attention cache holding `past` (key, value per layer). Without `cross`,
+    an empty cross-attention cache, so cross-attention keys and values are computed
+    from encoder_hidden; with it, a filled one, which attention reads instead
+    (EncoderDecoderCache marks its layers is_updated)."""
     from transformers import DynamicCache, EncoderDecoderCache
 
-    self_cache = DynamicCache()
-    for j in range(0, len(past), 2):
-        self_cache.update(past[j], past[j + 1], j // 2)
-    return EncoderDecoderCache(self_cache, DynamicCache())
+    caches = DynamicCache(), DynamicCache()
+    for cache, tensors in zip(caches, (past, cross), strict=True):
+        for j in range(0, len(tensors), 2):
+            cache.update(tensors[j], tensors[j + 1], j // 2)
+    return EncoderDecoderCache(*caches)
+
+
+def flat(layers: Any) -> list[Any]:
+    """A cache's tensors in graph order: key then value, layer by layer."""
+    return [t for layer in layers for t in (layer.keys, layer.values)]
 
 
 def _example(model: Any) -> tuple[Any, Any, list[dict[str, Any]]]:
@@ -57,26 +99,19 @@ def _example(model: Any) -> tuple[Any, Any, list[dict[str, Any]]]:
         hidden = model.get_encoder()(input_ids=ids, attention_mask=mask).last_hidden_state
         start = torch.zeros(2, 3, dtype=torch.long)
         out = model(encoder_outputs=(hidden,), attention_mask=mask, decoder_input_ids=start)
-    entries = []
-    for i, layer in enumerate(out.past_key_values.self_attention_cache.layers):
-        for kind, t in (("key", layer.keys), ("value", layer.values)):
-            entries.append(
-                {
-                    "layer": i,
-                    "kind": kind,
-                    "past": f"past.{i}.{kind}",
-                    "present": f"present.{i}.{kind}",
-                    "shape": ["batch", t.shape[1], "seq", t.shape[3]],
-                }
-            )
-    return (ids, mask), hidden, entries
+    return (ids, mask), hidden, cache_entries(out.past_key_values.self_attention_cache.layers)
 
 
 def build(request: Any, writer: Any) -> None:
     import torch
 
     opts = Options.model_validate(request.options)
-    model = load_seq2seq(request.inputs["checkpoint"] / "checkpoint")
+    model = load_seq2seq(request.inputs["checkpoint"] / "checkpoint", opts.task)
+    if opts.task == SPEECH:
+        from builders.seq2seq.speech import export
+
+        writer.write_json("export.json", export(model, writer, opts.opset, request.log))
+        return
     (ids, mask), hidden, entries = _example(model)
     encoder = model.get_encoder()
 
@@ -101,20 +136,16 @@ def build(request: Any, writer: Any) -> None:
                 cache=decoder_cache(past),
                 use_cache=True,
             )
-            layers = out.past_key_values.self_attention_cache.layers
-            return (out.logits, *[t for layer in layers for t in (layer.keys, layer.values)])
+            return (out.logits, *flat(out.past_key_values.self_attention_cache.layers))
 
     past = [torch.zeros(*[{"batch": 2, "seq": 3}.get(d, d) for d in e["shape"]]) for e in entries]
     past_names = [e["past"] for e in entries]
     present_names = [e["present"] for e in entries]
     src = {0: "batch", 1: "src"}
     dec_dynamic = {
-        "decoder_input_ids": {0: "batch", 1: "seq"},
         "encoder_hidden": src,
         "encoder_attention_mask": src,
-        "logits": {0: "batch", 1: "seq"},
-        **{n: {0: "batch", 2: "past"} for n in past_names},
-        **{n: {0: "batch", 2: "total"} for n in present_names},
+        **decoder_axes(entries),
     }
     request.log(f"exporting {type(model).__name__} encoder and decoder to ONNX opset {opts.opset}")
     # Tracer warnings are about mask and cache bookkeeping frozen into the trace; the
@@ -135,12 +166,7 @@ def build(request: Any, writer: Any) -> None:
             Decoder(),
             (torch.ones(2, 4, dtype=torch.long), hidden, mask, *past),
             str(writer.path("decoder.onnx")),
-            input_names=[
-                "decoder_input_ids",
-                "encoder_hidden",
-                "encoder_attention_mask",
-                *past_names,
-            ],
+            input_names=DECODER_INPUTS + past_names,
             output_names=["logits", *present_names],
             dynamic_axes=dec_dynamic,
             opset_version=opts.opset,
@@ -150,7 +176,11 @@ def build(request: Any, writer: Any) -> None:
     writer.write_json(
         "export.json",
         {
-            "task": "text2text-generation",
+            "task": TASK,
+            "inputs": {
+                "encoder": ["input_ids", "attention_mask"],
+                "decoder": DECODER_INPUTS + past_names,
+            },
             "architecture": type(model).__name__,
             "model_type": config.model_type,
             "decoder_start_token_id": config.decoder_start_token_id,

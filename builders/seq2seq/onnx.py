@@ -1,4 +1,5 @@
-"""onnx (text2text-generation): optimize and check both graphs, record their I/O."""
+"""onnx (text2text-generation, automatic-speech-recognition): optimize and check both
+graphs, record their I/O."""
 
 from __future__ import annotations
 
@@ -7,13 +8,15 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from builders.seq2seq import TASK_PATTERN
+
 GRAPHS = ("encoder", "decoder")
 
 
 class Options(BaseModel):
     model_config = ConfigDict(extra="forbid")
     optimize: bool = Field(True, description="Run onnxscript's graph optimizer.")
-    task: str = Field(pattern="^text2text-generation$", description="The recipe's task.")
+    task: str = Field(pattern=TASK_PATTERN, description="The recipe's task.")
 
 
 def build(request: Any, writer: Any) -> None:
@@ -24,12 +27,7 @@ def build(request: Any, writer: Any) -> None:
     opts = Options.model_validate(request.options)
     source = request.inputs["export"]
     exported = json.loads((source / "export.json").read_text())
-    entries = exported["kv_cache"]["entries"]
-    expected = {
-        "encoder": ["input_ids", "attention_mask"],
-        "decoder": ["decoder_input_ids", "encoder_hidden", "encoder_attention_mask"]
-        + [e["past"] for e in entries],
-    }
+    expected = exported["inputs"]  # the contract the export wrote down, per graph
     graphs = {}
     for name in GRAPHS:
         model = onnx.load(str(source / f"{name}.onnx"))

@@ -1,11 +1,15 @@
-"""validate (text2text-generation): the bundle's greedy seq2seq output and decoder
-logits against the reference.
+"""validate (text2text-generation, automatic-speech-recognition): the bundle's greedy
+seq2seq output and decoder logits against the reference.
 
 The same metrics as text-generation (kiln.schema.METRICS), so fp32-exact gates
 apply: greedy tokens in right-padded batches of max_batch_size against each prompt
 alone; teacher-forced decoder logits (start token plus reference continuation,
 every position) max |delta| and cosine; a divergence counts as unexplained unless
 the reference's top-2 gap there is under twice the measured max |delta logit|.
+Speech reads the shipped clips through the runtime's own numpy log-mel, and
+max_abs_feature_diff measures those features against the reference's
+WhisperFeatureExtractor features (the input agreement, as tokenizer_match_rate is
+for text).
 """
 
 from __future__ import annotations
@@ -16,16 +20,19 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from builders.seq2seq import SPEECH, TASK_PATTERN
+
 
 class Options(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    prompts: list[str] = Field(min_length=1, description="Prompts (must equal the reference's).")
+    prompts: list[str] = Field([], description="Prompts (must equal the reference's).")
+    audio: list[str] = Field([], description="Shipped clips (must equal the reference's).")
     max_new_tokens: int = Field(ge=1, description="Greedy tokens per prompt.")
-    task: str = Field(pattern="^text2text-generation$", description="The recipe's task.")
+    task: str = Field(pattern=TASK_PATTERN, description="The recipe's task.")
 
 
 def compare(
-    bundle: Any, ref: dict[str, Any], ref_logits: Any, gen: list[list[int]]
+    bundle: Any, ref: dict[str, Any], ref_logits: Any, gen: list[list[int]], inputs: list[Any]
 ) -> dict[str, float]:
     import numpy as np
 
@@ -42,7 +49,7 @@ def compare(
             first_div = agree if first_div is None else min(first_div, agree)
         matched += agree
         total += len(want)
-        mine, theirs = bundle.logits(record["prompt_ids"], want), ref_logits[f"p{i}"]
+        mine, theirs = bundle.logits(inputs[i], want), ref_logits[f"p{i}"]
         max_diff = max(max_diff, float(np.abs(mine - theirs).max()))
         cos = (mine * theirs).sum(-1) / (
             np.linalg.norm(mine, axis=-1) * np.linalg.norm(theirs, axis=-1)
@@ -62,6 +69,25 @@ def compare(
     }
 
 
+def _inputs(
+    bundle: Any, opts: Options, ref: dict[str, Any], ref_dir: Any
+) -> tuple[list[Any], dict[str, float]]:
+    """What the bundle reads per record, and how far it agrees with the reference's
+    input: prompt ids and tokenizer_match_rate, or features and max_abs_feature_diff."""
+    import numpy as np
+
+    if opts.task == SPEECH:
+        from builders import audio
+
+        feats = [bundle.read(audio.path(c)) for c in opts.audio]
+        theirs = np.load(ref_dir / "features.npz")
+        diff = max(float(np.abs(f - theirs[f"p{i}"]).max()) for i, f in enumerate(feats))
+        return feats, {"max_abs_feature_diff": diff}
+    ids = [bundle.encode(p) for p in opts.prompts]
+    agree = sum(a == r["prompt_ids"] for a, r in zip(ids, ref["records"], strict=True))
+    return ids, {"tokenizer_match_rate": agree / len(opts.prompts)}
+
+
 def build(request: Any, writer: Any) -> None:
     import numpy as np
 
@@ -73,10 +99,9 @@ def build(request: Any, writer: Any) -> None:
     ref = json.loads((ref_dir / "reference.json").read_text())
     ref_logits = np.load(ref_dir / "logits.npz")
     bundle = load(request.inputs["bundle"])
-    prompt_ids = [bundle.encode(p) for p in opts.prompts]
-    agree = sum(a == r["prompt_ids"] for a, r in zip(prompt_ids, ref["records"], strict=True))
+    inputs, agreement = _inputs(bundle, opts, ref, ref_dir)
     size = bundle.max_batch_size
-    batches = [prompt_ids[i : i + size] for i in range(0, len(prompt_ids), size)]
+    batches = [inputs[i : i + size] for i in range(0, len(inputs), size)]
     gen: list[list[int]] = []
     new_tokens, seconds = 0, 0.0
     for batch in request.progress(batches, len(batches), "greedy seq2seq"):
@@ -84,8 +109,8 @@ def build(request: Any, writer: Any) -> None:
         gen.extend(out.tokens)
         new_tokens += sum(len(t) for t in out.tokens)
         seconds += out.seconds
-    metrics = compare(bundle, ref, ref_logits, gen)
-    metrics["tokenizer_match_rate"] = agree / len(opts.prompts)
+    metrics = compare(bundle, ref, ref_logits, gen, inputs)
+    metrics.update(agreement)
     metrics["decode_tokens_per_s"] = new_tokens / seconds if seconds else 0.0
     engine = bundle.meta["engines"]["decoder"]
     writer.write_json(
