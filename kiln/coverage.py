@@ -33,6 +33,11 @@ class Architecture(Strict):
         None, description="Why there is no tiny recipe: the release lacks it, or not built."
     )
     reason: str = Field("", description="The exact reason, for status entries.")
+    in_matrix: bool = Field(
+        True,
+        description="Listed in the reference support matrix; false for an architecture "
+        "kiln builds beyond it (BertModel sentence embeddings).",
+    )
 
 
 class Architectures(Strict):

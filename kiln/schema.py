@@ -93,6 +93,13 @@ METRICS: dict[str, str] = {
     "max_abs_feature_diff": "automatic-speech-recognition: largest |bundle - reference| log-mel "
     "feature of every validation clip (the runtime's numpy features against transformers' "
     "WhisperFeatureExtractor).",
+    "min_embedding_cosine": "feature-extraction: smallest cosine similarity between the "
+    "bundle's and the reference's sentence embedding, over every prompt (bundle in padded "
+    "batches, reference alone).",
+    "max_abs_embedding_diff": "feature-extraction: largest |bundle - reference| component "
+    "of any prompt's sentence embedding.",
+    "embed_texts_per_s": "feature-extraction: texts embedded per second by the bundle "
+    "(informative; timings on shared machines are noisy).",
 }
 
 # A statistical gate needs the metric's sample size; it is measured alongside it.
@@ -114,9 +121,9 @@ KV_CACHE = ("auto", "fp16", "bf16", "fp8")
 COMPUTE = ("fp32", "fp16", "bf16")
 BACKENDS = ("onnxruntime", "aoti", "tensorrt")
 TARGETS = ("cpu", "sm80", "sm86", "sm89", "sm90", "sm100", "sm120")
-# text-generation, text-classification, text2text-generation and
-# automatic-speech-recognition are built today (all but the first by their own
-# builders: kiln.toolchain.TASK_BUILDERS); the others
+# text-generation, text-classification, text2text-generation,
+# automatic-speech-recognition and feature-extraction (sentence embeddings) are built
+# today (all but the first by their own builders: kiln.toolchain.TASK_BUILDERS); the others
 # plan (so real recipes check and plan) and build to an honest unsupported-here
 # verdict until their export, runtime path and metric exist.
 TASKS = (
@@ -320,7 +327,12 @@ class Recipe(Strict):
     )
     description: str = Field(max_length=2000, description="One or two sentences for the site.")
     task: Literal[TASKS] = Field(  # type: ignore[valid-type]
-        "text-generation", description="What the model does; decides export, runtime and metrics."
+        "text-generation",
+        description="What the model does; decides export, runtime and metrics: "
+        "text-generation (a causal LM's tokens), text-classification (class probabilities), "
+        "text2text-generation (an encoder-decoder's tokens), automatic-speech-recognition "
+        "(tokens from audio features), feature-extraction (one embedding vector per text: "
+        "an encoder's token states pooled as its sentence-transformers modules say).",
     )
     model: Checkpoint = Field(description="The checkpoint, pinned.")
     companions: dict[Literal["draft", "adapter"], Companion] = Field(

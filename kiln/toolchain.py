@@ -103,8 +103,13 @@ TASK_BUILDERS: dict[str, str] = {
     "text-classification": "builders.classify",
     "text2text-generation": "builders.seq2seq",
     "automatic-speech-recognition": "builders.seq2seq",
+    "feature-extraction": "builders.embed",
 }
-_CLASSIFY = ("builders/classify/__init__.py",)
+# The encoder tasks share builders/_encoder.py (export, graph check, engine, bundle,
+# evidence) and runtime/encoder.py (loading and padding).
+_ENCODER = ("builders/_encoder.py",)
+_CLASSIFY = ("builders/classify/__init__.py", *_ENCODER)
+_EMBED = ("builders/embed/__init__.py", *_ENCODER)
 _SEQ2SEQ = ("builders/seq2seq/__init__.py",)
 # Speech runs the seq2seq builders' speech paths too, reads the shipped clips
 # (builders/audio/: the .wav bytes are hashed, _sources) and computes log-mel features.
@@ -126,7 +131,28 @@ TASK_CODE: dict[str, dict[str, tuple[str, ...]]] = {
             "builders/classify/validate.py",
             "builders/validate.py",
             *_TEXT_RUNTIME,  # importing runtime.classifier runs the package's init
+            "runtime/encoder.py",
             "runtime/classifier.py",
+        ),
+    },
+    "feature-extraction": {
+        "export": (*_EMBED, "builders/embed/export.py", "kiln/unsupported.py"),
+        "onnx": (*_EMBED, "builders/embed/onnx.py", "builders/onnx.py"),
+        "engine": (*_EMBED, "builders/embed/engine.py"),
+        "bundle": (*_EMBED, "builders/embed/bundle.py"),
+        "reference": (
+            *_EMBED,
+            "builders/embed/reference.py",
+            "builders/embed/export.py",  # its load_encoder and pooling
+            "kiln/unsupported.py",
+        ),
+        "validate": (
+            *_EMBED,
+            "builders/embed/validate.py",
+            "builders/validate.py",  # its host()
+            *_TEXT_RUNTIME,  # importing runtime.embedder runs the package's init
+            "runtime/encoder.py",
+            "runtime/embedder.py",
         ),
     },
     "text2text-generation": {

@@ -80,3 +80,25 @@ def test_checkpoint_loads_offline_with_huggingface_hub_and_transformers(hub: Pat
     logits = model(ids).logits
     assert logits.shape == (1, ids.shape[1], 512)
     assert torch.isfinite(logits).all()
+
+
+@heavy
+def test_every_tiny_tokenizer_file_encodes_as_transformers_does(hub: Path) -> None:
+    """The bundle tokenizes with the checkpoint's tokenizer.json; the reference with
+    whatever transformers loads for the model type (Qwen2Tokenizer imposes its own
+    digit-splitting pre-tokenizer). Every tiny text checkpoint must agree on the
+    shipped prompts, or its validation measures tokenizers, not the engine."""
+    from huggingface_hub import snapshot_download
+    from tokenizers import Tokenizer
+    from transformers import AutoTokenizer
+
+    prompts = yaml.safe_load((ROOT / "prompts" / "default.yaml").read_text())["prompts"]
+    checked = []
+    for repo in sorted(tinyhub.SPECS):
+        path = snapshot_download(repo, cache_dir=hub, local_files_only=True)
+        ours = Tokenizer.from_file(f"{path}/tokenizer.json")
+        theirs = AutoTokenizer.from_pretrained(path)
+        for text in prompts:
+            assert ours.encode(text).ids == theirs(text)["input_ids"], (repo, text)
+        checked.append(repo)
+    assert "kiln-tiny/qwen2" in checked and len(checked) >= 20

@@ -31,7 +31,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from tinyhub.specs import PREPROCESSORS
+from tinyhub.specs import PREPROCESSORS, SENTENCE_MODULES
 from tinyhub.specs import breadth_specs as _breadth_specs
 from tinyhub.specs import task_specs as _task_specs
 
@@ -202,12 +202,65 @@ def checkpoint_files(repo: str) -> dict[str, bytes]:
         "config.json": _json(config),
         "generation_config.json": _json(generation),
         "model.safetensors": save(tensors, metadata={"format": "pt"}),
-        "tokenizer.json": TOKENIZER_FILE.read_bytes(),
+        "tokenizer.json": tokenizer_bytes(config["model_type"]),
         "tokenizer_config.json": _json(tokenizer_config),
+        **{path: _json(obj) for path, obj in SENTENCE_MODULES.get(repo, {}).items()},
     }
     if repo in PREPROCESSORS:  # audio models: the feature extractor's settings
         files["preprocessor_config.json"] = _json(PREPROCESSORS[repo])
     return files
+
+
+# Pre-tokenizers a model type's real tokenizer.json carries and transformers imposes
+# by model type whatever the file says (transformers 5.24 loads Qwen2Tokenizer for
+# qwen2 and Qwen3_5Tokenizer for qwen3.5, which split every digit). The tiny
+# checkpoints ship the same, so their file and transformers agree, as they do for
+# the real models (tests/test_tinyhub.py checks every tiny checkpoint).
+QWEN2_SPLIT = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
+    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+QWEN3_5_SPLIT = (  # letters may carry combining marks (\p{M})
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}"
+    r"| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+
+
+def _split_then_bytes(pattern: str) -> dict[str, Any]:
+    return {
+        "type": "Sequence",
+        "pretokenizers": [
+            {
+                "type": "Split",
+                "pattern": {"Regex": pattern},
+                "behavior": "Isolated",
+                "invert": False,
+            },
+            {
+                "type": "ByteLevel",
+                "add_prefix_space": False,
+                "trim_offsets": True,
+                "use_regex": False,
+            },
+        ],
+    }
+
+
+PRE_TOKENIZERS: dict[str, dict[str, Any]] = {
+    "qwen2": _split_then_bytes(QWEN2_SPLIT),
+    "qwen3_5_moe_text": _split_then_bytes(QWEN3_5_SPLIT),
+}
+
+
+def tokenizer_bytes(model_type: str) -> bytes:
+    """The shipped tokenizer, with the model type's own pre-tokenizer where it has one
+    (other types get the shipped file's bytes unchanged)."""
+    raw = TOKENIZER_FILE.read_bytes()
+    if model_type not in PRE_TOKENIZERS:
+        return raw
+    data = json.loads(raw)
+    data["pre_tokenizer"] = PRE_TOKENIZERS[model_type]
+    return json.dumps(data, ensure_ascii=False, indent=2).encode()
 
 
 def json_bytes(obj: Any) -> bytes:

@@ -315,6 +315,18 @@ def task_specs(base: dict[str, Any]) -> dict[str, dict[str, Any]]:
             "max_position_embeddings": 512,
             "num_labels": 2,
         },
+        # feature-extraction: a bare encoder whose states are pooled into one vector
+        # (SENTENCE_MODULES says how, as sentence-transformers checkpoints do).
+        "kiln-tiny/bert-embed": {
+            **ids,
+            "architectures": ["BertModel"],
+            "model_type": "bert",
+            "hidden_size": 64,
+            "intermediate_size": 128,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 4,
+            "max_position_embeddings": 512,
+        },
         "kiln-tiny/bart": {
             **seq2seq,
             "architectures": ["BartForConditionalGeneration"],
@@ -370,4 +382,34 @@ PREPROCESSORS: dict[str, dict[str, Any]] = {
         "padding_value": 0.0,
         "return_attention_mask": False,
     },
+}
+
+
+# sentence-transformers' module files of a tiny checkpoint, by repo: mean pooling then
+# L2 normalization, as sentence-transformers/all-MiniLM-L6-v2 declares them.
+SENTENCE_MODULES: dict[str, dict[str, Any]] = {
+    "kiln-tiny/bert-embed": {
+        "modules.json": [
+            {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+            {
+                "idx": 1,
+                "name": "1",
+                "path": "1_Pooling",
+                "type": "sentence_transformers.models.Pooling",
+            },
+            {
+                "idx": 2,
+                "name": "2",
+                "path": "2_Normalize",
+                "type": "sentence_transformers.models.Normalize",
+            },
+        ],
+        "1_Pooling/config.json": {
+            "word_embedding_dimension": 64,
+            "pooling_mode_cls_token": False,
+            "pooling_mode_mean_tokens": True,
+            "pooling_mode_max_tokens": False,
+            "pooling_mode_mean_sqrt_len_tokens": False,
+        },
+    }
 }

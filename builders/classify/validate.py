@@ -7,9 +7,7 @@ class_match_rate, max_abs_logit_diff, tokenizer_match_rate.
 
 from __future__ import annotations
 
-import datetime
 import json
-import time
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -40,7 +38,7 @@ def compare(ref: dict[str, Any], ref_logits: Any, logits: Any) -> dict[str, floa
 def build(request: Any, writer: Any) -> None:
     import numpy as np
 
-    from builders.validate import host
+    from builders import _encoder
     from runtime.classifier import load
 
     opts = Options.model_validate(request.options)
@@ -48,33 +46,11 @@ def build(request: Any, writer: Any) -> None:
     ref = json.loads((ref_dir / "reference.json").read_text())
     ref_logits = np.load(ref_dir / "logits.npz")
     bundle = load(request.inputs["bundle"])
-    ids = [bundle.encode(p) for p in opts.prompts]
-    agree = sum(a == r["prompt_ids"] for a, r in zip(ids, ref["records"], strict=True))
-    size = bundle.max_batch_size
-    batches = [ids[i : i + size] for i in range(0, len(ids), size)]
-    started = time.perf_counter()
-    logits = np.concatenate(
-        [bundle.logits(b) for b in request.progress(batches, len(batches), "classify")]
-    )
-    seconds = time.perf_counter() - started
+    logits, agree, per_s = _encoder.measure(request, bundle, opts.prompts, ref, bundle.logits)
     metrics = compare(ref, ref_logits, logits)
-    metrics["tokenizer_match_rate"] = agree / len(opts.prompts)
-    metrics["classify_texts_per_s"] = len(ids) / seconds if seconds else 0.0
-    engine = bundle.meta["engines"]["main"]
-    writer.write_json(
-        "evidence.json",
-        {
-            "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-            "host": host(),
-            "backend": {
-                "name": engine["backend"],
-                "version": engine["backend_version"],
-                "device": engine["provider"],
-            },
-            "metrics": metrics,
-            "outputs": [bundle.labels[int(row.argmax())] for row in logits],
-        },
-    )
+    metrics.update(tokenizer_match_rate=agree, classify_texts_per_s=per_s)
+    outputs = [bundle.labels[int(row.argmax())] for row in logits]
+    _encoder.write_evidence(writer, bundle, metrics, outputs)
     request.log(
         "class match {class_match_rate:.3f}, max |dprob| {max_abs_prob_diff:.2e}, "
         "max |dlogit| {max_abs_logit_diff:.2e}".format(**metrics)

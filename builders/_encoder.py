@@ -1,0 +1,262 @@
+"""What the encoder tasks share (text-classification, feature-extraction): loading the
+checkpoint, exporting one encoder forward to ONNX, checking the graph, the
+onnxruntime engine and the bundle. Each task's builders name its head's output
+(`logits`, `last_hidden_state`) and what its bundle adds (labels, pooling).
+
+The graph contract (runtime/encoder.py relies on it):
+
+    inputs   input_ids [batch, seq] int64
+             attention_mask [batch, seq] int64       (1 = real token, 0 = padding)
+             token_type_ids [batch, seq] int64       (only where the model has segments)
+    outputs  one tensor whose first axis is the batch
+
+Batches are right-padded: absolute position embeddings then see each real token at
+the position it has alone, and the mask hides the padding from attention.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import warnings
+from typing import Any
+
+BUNDLE_SCHEMA = 1
+
+
+def load(checkpoint: Any, auto_class: str) -> Any:
+    """fp32, eager attention, safetensors only (builders/_hf.py says why)."""
+    import torch
+    import transformers
+    from transformers.utils import logging
+
+    logging.disable_progress_bar()
+    logging.set_verbosity_error()
+    model = getattr(transformers, auto_class).from_pretrained(
+        checkpoint, dtype=torch.float32, attn_implementation="eager", use_safetensors=True
+    )
+    return model.eval()
+
+
+def input_names(config: Any) -> list[str]:
+    # BERT-style models add a segment embedding; feeding zeros is what transformers
+    # does when token_type_ids is not given, but the graph must still take it so a
+    # caller with two segments can pass them.
+    segments = getattr(config, "type_vocab_size", 0) or 0
+    return ["input_ids", "attention_mask"] + (["token_type_ids"] if segments > 0 else [])
+
+
+def export(
+    request: Any, writer: Any, model: Any, output: str, output_axes: dict[int, str], opset: int
+) -> list[str]:
+    """Export `model(**inputs).<output>` to model.onnx; returns the graph's input names.
+
+    Legacy TorchScript exporter (dynamo=False), like the text-generation export: the
+    example batch is 2, its second row right-padded, so the exporter neither
+    specializes the batch dimension nor drops the mask (FIELD_NOTES)."""
+    import torch
+
+    names = input_names(model.config)
+
+    class Encoder(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(self, *args: Any) -> Any:
+            return getattr(self.model(**dict(zip(names, args, strict=True))), output)
+
+    batch, seq = 2, 5
+    mask = torch.ones(batch, seq, dtype=torch.long)
+    mask[1, 3:] = 0  # a right-padded row, so the mask is a live input of the graph
+    example = [torch.full((batch, seq), 5, dtype=torch.long), mask]
+    example += [torch.zeros(batch, seq, dtype=torch.long)] * (len(names) - 2)
+    dynamic: dict[str, dict[int, str]] = {name: {0: "batch", 1: "seq"} for name in names}
+    dynamic[output] = output_axes
+    request.log(f"exporting {type(model).__name__} to ONNX opset {opset}")
+    # The tracer warns about mask-building Python branches frozen into the trace;
+    # they are the same for every shape the runtime feeds, and validate checks the
+    # graph against the reference at many lengths and paddings.
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            Encoder(),
+            tuple(example),
+            str(writer.path("model.onnx")),
+            input_names=names,
+            output_names=[output],
+            dynamic_axes=dynamic,
+            opset_version=opset,
+            dynamo=False,
+        )
+    return names
+
+
+def check_graph(request: Any, writer: Any, optimize: bool, output: str, who: str) -> None:
+    """The onnx step: optimize, check with shape inference, and record the I/O contract
+    (export.json plus the graph's inputs and outputs) in io.json."""
+    import onnx
+
+    from builders.onnx import _value_info
+
+    source = request.inputs["export"]
+    exported = json.loads((source / "export.json").read_text())
+    model = onnx.load(str(source / "model.onnx"))
+    before = len(model.graph.node)
+    if optimize:
+        import onnxscript.optimizer
+
+        model = onnxscript.optimizer.optimize(model)
+    onnx.checker.check_model(model, full_check=True)
+    inputs, outputs = _value_info(model.graph.input), _value_info(model.graph.output)
+    names = [v["name"] for v in inputs]
+    if names != exported["graph_inputs"] or [v["name"] for v in outputs] != [output]:
+        raise request.error(
+            f"the exported graph's inputs {names} break the {who} contract",
+            f"this is a kiln bug in builders/{who}/export.py; please report it",
+        )
+    onnx.save(model, str(writer.path("model.onnx")))
+    writer.write_json("io.json", {**exported, "inputs": inputs, "outputs": outputs})
+    request.log(f"{before} -> {len(model.graph.node)} nodes, checked")
+
+
+def engine(request: Any, writer: Any, opts: Any, output: str, shape: tuple[int, ...]) -> None:
+    """onnxruntime's offline optimization, saved, and a smoke run at the largest batch,
+    right-padded, whose `output` must have `shape` (batch and seq 4 filled in for -1, -2).
+
+    The same optimization level as builders/engine.py (ORT_ENABLE_EXTENDED, portable
+    across CPUs)."""
+    import numpy as np
+    import onnxruntime as ort
+
+    source = request.inputs["onnx"]
+    io = json.loads((source / "io.json").read_text())
+    limit = io["max_position_embeddings"]
+    if opts.max_seq_len > limit:
+        raise request.error(
+            f"build.max_seq_len {opts.max_seq_len} exceeds the model's "
+            f"max_position_embeddings {limit}",
+            f"set build.max_seq_len to {limit} or less",
+        )
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+    so.optimized_model_filepath = str(writer.path("engine.onnx"))
+    provider = "CPUExecutionProvider"
+    session = ort.InferenceSession(str(source / "model.onnx"), so, providers=[provider])
+    batch, seq = opts.max_batch_size, 4
+    feeds = {name: np.zeros((batch, seq), np.int64) for name in io["graph_inputs"]}
+    feeds["attention_mask"] = np.ones((batch, seq), np.int64)
+    feeds["attention_mask"][-1, 2:] = 0
+    got = session.run([output], feeds)[0]
+    want = tuple({-1: batch, -2: seq}.get(d, d) for d in shape)
+    if got.shape != want or not np.isfinite(got).all():
+        raise request.error(f"engine smoke run gave {output} of shape {got.shape}", "kiln bug")
+    shutil.copyfile(source / "io.json", writer.path("io.json"))
+    writer.write_json(
+        "engine.json",
+        {
+            "backend": "onnxruntime",
+            "version": ort.__version__,
+            "provider": provider,
+            "graph_optimization_level": "ORT_ENABLE_EXTENDED",
+            "file": "engine.onnx",
+            "max_batch_size": opts.max_batch_size,
+            "max_seq_len": opts.max_seq_len,
+        },
+    )
+
+
+def _pad_id(ckpt: Any, tokenizer: Any) -> int:
+    """The tokenizer's pad token, else the config's pad_token_id, else 0. Its value
+    never changes an output (the mask hides padding); it only has to be a valid id."""
+    tok_config = json.loads((ckpt / "tokenizer_config.json").read_text())
+    pad_token = tok_config.get("pad_token")
+    pad = tokenizer.token_to_id(pad_token) if isinstance(pad_token, str) else None
+    if pad is None:
+        pad = json.loads((ckpt / "config.json").read_text()).get("pad_token_id")
+    return int(pad or 0)
+
+
+def bundle(request: Any, writer: Any, opts: Any, fields: tuple[str, ...]) -> None:
+    """The engine, the tokenizer and bundle.json; `fields` are the io.json fields the
+    task adds (labels, pooling). runtime/encoder.py loads it with onnxruntime,
+    numpy and tokenizers only."""
+    from tokenizers import Tokenizer
+
+    engine_dir = request.inputs["engine"]
+    ckpt = request.inputs["checkpoint"] / "checkpoint"
+    engine = json.loads((engine_dir / "engine.json").read_text())
+    io = json.loads((engine_dir / "io.json").read_text())
+    if not (ckpt / "tokenizer.json").exists():
+        raise request.error(
+            "the checkpoint has no tokenizer.json", "use a fast-tokenizer checkpoint"
+        )
+    tokenizer = Tokenizer.from_file(str(ckpt / "tokenizer.json"))
+    shutil.copyfile(engine_dir / engine["file"], writer.path("engine.onnx"))
+    shutil.copyfile(ckpt / "tokenizer.json", writer.path("tokenizer.json"))
+    writer.write_json(
+        "bundle.json",
+        {
+            "schema_version": BUNDLE_SCHEMA,
+            "task": opts.task,
+            "variant": opts.variant,
+            "precision": opts.precision,
+            "architecture": io["architecture"],
+            "engines": {
+                "main": {
+                    "file": "engine.onnx",
+                    "backend": engine["backend"],
+                    "backend_version": engine["version"],
+                    "provider": engine["provider"],
+                }
+            },
+            "io": {"inputs": io["inputs"], "outputs": io["outputs"]},
+            **{k: io[k] for k in fields},
+            "tokenizer": {"file": "tokenizer.json", "pad": _pad_id(ckpt, tokenizer)},
+            "limits": {
+                "max_batch_size": engine["max_batch_size"],
+                "max_seq_len": engine["max_seq_len"],
+            },
+        },
+    )
+
+
+def measure(request: Any, bundle: Any, prompts: list[str], ref: dict[str, Any], run: Any) -> Any:
+    """Run `run(batch of token ids)` over the prompts in batches of the bundle's
+    max_batch_size; returns (the rows, concatenated; the fraction of prompts the bundle
+    tokenizes as the reference did; texts per second)."""
+    import time
+
+    import numpy as np
+
+    ids = [bundle.encode(p) for p in prompts]
+    agree = sum(a == r["prompt_ids"] for a, r in zip(ids, ref["records"], strict=True))
+    size = bundle.max_batch_size
+    batches = [ids[i : i + size] for i in range(0, len(ids), size)]
+    started = time.perf_counter()
+    rows = np.concatenate([run(b) for b in request.progress(batches, len(batches), bundle.TASK)])
+    seconds = time.perf_counter() - started
+    return rows, agree / len(prompts), (len(ids) / seconds if seconds else 0.0)
+
+
+def write_evidence(writer: Any, bundle: Any, metrics: dict[str, float], outputs: list[str]) -> None:
+    """evidence.json: when, where, on what backend, what was measured, what came out."""
+    import datetime
+
+    from builders.validate import host
+
+    engine = bundle.meta["engines"]["main"]
+    writer.write_json(
+        "evidence.json",
+        {
+            "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+            "host": host(),
+            "backend": {
+                "name": engine["backend"],
+                "version": engine["backend_version"],
+                "device": engine["provider"],
+            },
+            "metrics": metrics,
+            "outputs": outputs,
+        },
+    )

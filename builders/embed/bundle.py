@@ -1,0 +1,22 @@
+"""bundle (feature-extraction): the engine, the tokenizer and bundle.json with the
+pooling (builders/_encoder.py). runtime/embedder.py loads it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from builders import _encoder
+
+
+class Options(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    variant: str = Field(pattern="^ordinary$", description="Execution variant.")
+    precision: dict[str, str] = Field(description="Recipe precision, recorded for readers.")
+    task: str = Field(pattern="^feature-extraction$", description="The recipe's task.")
+
+
+def build(request: Any, writer: Any) -> None:
+    opts = Options.model_validate(request.options)
+    _encoder.bundle(request, writer, opts, ("pooling", "hidden_size"))

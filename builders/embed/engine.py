@@ -1,0 +1,25 @@
+"""engine (feature-extraction): onnxruntime's offline optimization, saved, smoke-run
+(builders/_encoder.py); the smoke run's states are [batch, seq, hidden]."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from builders import _encoder
+
+
+class Options(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    backend: str = Field(pattern="^onnxruntime$", description="Engine backend.")
+    max_batch_size: int = Field(ge=1, description="Largest batch the engine serves.")
+    max_seq_len: int = Field(ge=1, description="Longest input, in tokens.")
+    task: str = Field(pattern="^feature-extraction$", description="The recipe's task.")
+
+
+def build(request: Any, writer: Any) -> None:
+    opts = Options.model_validate(request.options)
+    io = json.loads((request.inputs["onnx"] / "io.json").read_text())
+    _encoder.engine(request, writer, opts, "last_hidden_state", (-1, -2, io["hidden_size"]))

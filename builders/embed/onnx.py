@@ -1,0 +1,20 @@
+"""onnx (feature-extraction): optimize, check, and record the graph's I/O contract."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from builders import _encoder
+
+
+class Options(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    optimize: bool = Field(True, description="Run onnxscript's graph optimizer.")
+    task: str = Field(pattern="^feature-extraction$", description="The recipe's task.")
+
+
+def build(request: Any, writer: Any) -> None:
+    opts = Options.model_validate(request.options)
+    _encoder.check_graph(request, writer, opts.optimize, "last_hidden_state", "embed")
