@@ -33,7 +33,16 @@ class OnnxRuntimeEngine:
 
 
 class AotiEngine:
-    """An AOTInductor .pt2 package; inputs in the bundle's I/O order."""
+    """An AOTInductor .pt2 package; inputs in the bundle's I/O order.
+
+    A one-token decode step of a small model is ~30 tiny kernels: at more than one
+    intra-op thread each pays an OpenMP fork/join, which on a loaded 2-core host costs
+    more than the kernel (bench/aoti_profile.py: 2 threads 400-1400 tokens/s, 1 thread
+    ~5100). Decode steps therefore run at one thread and the prefill at the caller's
+    count, which is restored after each call (the process may run other torch code).
+    The package is called through its loader with a flat list: AOTICompiledModel's
+    __call__ re-parses its pytree specs on every call (~20 us a token).
+    """
 
     def __init__(self, file: Path, meta: dict[str, Any], threads: int | None) -> None:
         import torch
@@ -43,12 +52,22 @@ class AotiEngine:
         self.torch = torch
         self.device = meta["provider"]
         self.runner = torch._inductor.aoti_load_package(str(file))
+        self.loader = self.runner.loader
 
     def run(self, output_names: list[str], feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         t = self.torch
-        args = [t.from_numpy(np.ascontiguousarray(v)).to(self.device) for v in feeds.values()]
-        with t.no_grad():
-            outs = self.runner(*args)
+        args = [t.from_numpy(np.ascontiguousarray(v)) for v in feeds.values()]
+        if self.device != "cpu":
+            args = [a.to(self.device) for a in args]
+        decode = self.device == "cpu" and args[0].shape[1] == 1  # input_ids [batch, 1]
+        threads = t.get_num_threads()
+        if decode:
+            t.set_num_threads(1)
+        try:
+            with t.inference_mode():
+                outs = self.loader.boxed_run(args)  # flat outputs, in the I/O order
+        finally:
+            t.set_num_threads(threads)
         return [o.cpu().numpy() for o in outs]
 
 
