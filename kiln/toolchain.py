@@ -171,6 +171,7 @@ TASK_CODE: dict[str, dict[str, tuple[str, ...]]] = {
             "builders/validate.py",
             *_TEXT_RUNTIME,  # importing runtime.seq2seq runs the package's init
             "runtime/seq2seq.py",
+            "runtime/encoder.py",  # its bundle loading, imported by runtime.seq2seq
             "runtime/audio.py",  # imported by runtime.seq2seq
         ),
     },
@@ -197,6 +198,7 @@ TASK_CODE: dict[str, dict[str, tuple[str, ...]]] = {
             "builders/validate.py",
             *_TEXT_RUNTIME,
             "runtime/seq2seq.py",
+            "runtime/encoder.py",  # its bundle loading
             *_AUDIO,
         ),
     },

@@ -17,35 +17,55 @@ import numpy as np
 from runtime.bundle import BUNDLE_SCHEMA, BundleError
 
 
+def read_meta(path: Path, task: str) -> dict[str, Any]:
+    """bundle.json of a `task` bundle at `path`, refused when it is not one."""
+    meta_path = path / "bundle.json"
+    if not meta_path.is_file():
+        raise BundleError(f"{path} is not a bundle: bundle.json is missing")
+    meta: dict[str, Any] = json.loads(meta_path.read_text())
+    if meta.get("schema_version") != BUNDLE_SCHEMA:
+        raise BundleError(f"bundle schema {meta.get('schema_version')} is not supported")
+    if meta.get("task") != task:
+        raise BundleError(f"{path} is a {meta.get('task')} bundle, not {task}")
+    return meta
+
+
+def session_options(threads: int | None) -> Any:
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # done at build
+    so.intra_op_num_threads = threads or min(4, os.cpu_count() or 1)
+    return so
+
+
+def plain_tokenizer(file: Path) -> Any:
+    """The bundle's tokenizer.json without its own padding and truncation: a file may
+    carry them (all-MiniLM-L6-v2's pads every text to 128 tokens); transformers turns
+    both off and pads per call, and so do these runtimes, so the ids are the
+    reference's."""
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(file))
+    tokenizer.no_padding()
+    tokenizer.no_truncation()
+    return tokenizer
+
+
 class EncoderBundle:
     TASK = ""  # the task a subclass serves
 
     def __init__(self, path: Path, threads: int | None = None) -> None:
         import onnxruntime as ort
-        from tokenizers import Tokenizer
 
         self.path = Path(path)
-        meta_path = self.path / "bundle.json"
-        if not meta_path.is_file():
-            raise BundleError(f"{self.path} is not a bundle: bundle.json is missing")
-        self.meta: dict[str, Any] = json.loads(meta_path.read_text())
-        if self.meta.get("schema_version") != BUNDLE_SCHEMA:
-            raise BundleError(f"bundle schema {self.meta.get('schema_version')} is not supported")
-        if self.meta.get("task") != self.TASK:
-            raise BundleError(f"{self.path} is a {self.meta.get('task')} bundle, not {self.TASK}")
+        self.meta = read_meta(self.path, self.TASK)
         engine = self.meta["engines"]["main"]
-        so = ort.SessionOptions()
-        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # done at build
-        so.intra_op_num_threads = threads or min(4, os.cpu_count() or 1)
+        so = session_options(threads)
         self.session = ort.InferenceSession(
             str(self.path / engine["file"]), so, providers=[engine["provider"]]
         )
-        self.tokenizer = Tokenizer.from_file(str(self.path / self.meta["tokenizer"]["file"]))
-        # A tokenizer.json may carry its own padding and truncation (all-MiniLM-L6-v2's
-        # pads every text to 128 tokens); transformers turns both off and pads per call,
-        # and so does this runtime (feeds), so the ids are the reference's.
-        self.tokenizer.no_padding()
-        self.tokenizer.no_truncation()
+        self.tokenizer = plain_tokenizer(self.path / self.meta["tokenizer"]["file"])
         self.pad = int(self.meta["tokenizer"]["pad"])
         self.input_names = [v["name"] for v in self.meta["io"]["inputs"]]
         self.max_batch_size: int = self.meta["limits"]["max_batch_size"]

@@ -12,7 +12,6 @@ finished row feeds padding that is never read.
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,8 @@ from typing import Any
 import numpy as np
 
 from runtime import audio
-from runtime.bundle import BUNDLE_SCHEMA, BundleError, Generation
+from runtime.bundle import BundleError, Generation
+from runtime.encoder import plain_tokenizer, read_meta, session_options
 
 TASK = "text2text-generation"
 SPEECH = "automatic-speech-recognition"
@@ -32,26 +32,16 @@ class Seq2Seq:
 
     def __init__(self, path: Path, threads: int | None = None) -> None:
         import onnxruntime as ort
-        from tokenizers import Tokenizer
 
         self.path = Path(path)
-        meta_path = self.path / "bundle.json"
-        if not meta_path.is_file():
-            raise BundleError(f"{self.path} is not a bundle: bundle.json is missing")
-        self.meta: dict[str, Any] = json.loads(meta_path.read_text())
-        if self.meta.get("schema_version") != BUNDLE_SCHEMA:
-            raise BundleError(f"bundle schema {self.meta.get('schema_version')} is not supported")
-        if self.meta.get("task") != self.task:
-            raise BundleError(f"{self.path} is a {self.meta.get('task')} bundle, not {self.task}")
-        so = ort.SessionOptions()
-        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # done at build
-        so.intra_op_num_threads = threads or min(4, os.cpu_count() or 1)
+        self.meta = read_meta(self.path, self.task)
+        so = session_options(threads)
         self.sessions = {
             name: ort.InferenceSession(str(self.path / e["file"]), so, providers=[e["provider"]])
             for name, e in self.meta["engines"].items()
         }
         tok = self.meta["tokenizer"]
-        self.tokenizer = Tokenizer.from_file(str(self.path / tok["file"]))
+        self.tokenizer = plain_tokenizer(self.path / tok["file"])
         self.eos = set(tok["eos"])
         self.pad = int(tok["pad"])
         self.start = int(self.meta["decoder_start_token_id"])
