@@ -243,7 +243,7 @@ def write_evidence(writer: Any, bundle: Any, metrics: dict[str, float], outputs:
     """evidence.json: when, where, on what backend, what was measured, what came out."""
     import datetime
 
-    from builders.validate import host
+    from kiln.hostinfo import host
 
     engine = bundle.meta["engines"]["main"]
     writer.write_json(

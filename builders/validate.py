@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import datetime
 import json
-import os
-import platform
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from kiln.hostinfo import host
 
 
 class Options(BaseModel):
@@ -29,48 +29,6 @@ class Options(BaseModel):
     scored_positions: int = Field(
         0, ge=0, description="Evaluation-text positions (must equal the reference's)."
     )
-
-
-def _cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def host() -> dict[str, Any]:
-    return {
-        "cpu": _cpu_name(),
-        "cores": os.cpu_count() or 1,
-        "os": f"{platform.system()} {platform.release()}",
-        "python": platform.python_version(),
-        "gpu": _gpu_name(),
-    }
-
-
-def _gpu_name() -> str | None:
-    """The GPU this run used, from nvidia-smi (no torch needed); None without one."""
-    import shutil
-    import subprocess
-
-    smi = shutil.which("nvidia-smi")
-    if smi is None:
-        return None
-    try:
-        out = subprocess.run(
-            [smi, "--query-gpu=name", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=20,
-            check=True,
-        ).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.splitlines()[0].strip() if out else None
 
 
 def compare(

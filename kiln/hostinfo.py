@@ -1,8 +1,9 @@
 """Where a run happened, for evidence: CPU, cores, OS, Python and the GPU if any.
 
-The GPU comes from `nvidia-smi` (no torch: the core never imports it). builders/
-validate.py records the same fields for measured runs; this module records them for
-runs that end `unsupported-here` before anything was measured.
+The GPU comes from `nvidia-smi` (no torch: the core never imports it). Every
+evidence record takes its host from here: measured runs (builders/validate.py and
+the task validators) and runs that end `unsupported-here` before anything was
+measured.
 """
 
 from __future__ import annotations

@@ -93,7 +93,7 @@ CODE: dict[str, tuple[str, ...]] = {
     # The text-generation runtime files, listed one by one (the same digest as the
     # directory had): runtime/ also holds other tasks' runtimes, which must not
     # change text-generation keys.
-    "validate": ("builders/validate.py", "builders/_text.py", *_TEXT_RUNTIME),
+    "validate": ("builders/validate.py", "kiln/hostinfo.py", "builders/_text.py", *_TEXT_RUNTIME),
 }
 
 # Tasks other than text-generation build with their own package of builders,
@@ -130,6 +130,7 @@ TASK_CODE: dict[str, dict[str, tuple[str, ...]]] = {
             *_CLASSIFY,
             "builders/classify/validate.py",
             "builders/validate.py",
+            "kiln/hostinfo.py",  # the host in its evidence
             *_TEXT_RUNTIME,  # importing runtime.classifier runs the package's init
             "runtime/encoder.py",
             "runtime/classifier.py",
@@ -149,7 +150,8 @@ TASK_CODE: dict[str, dict[str, tuple[str, ...]]] = {
         "validate": (
             *_EMBED,
             "builders/embed/validate.py",
-            "builders/validate.py",  # its host()
+            "builders/validate.py",
+            "kiln/hostinfo.py",  # the host in its evidence
             *_TEXT_RUNTIME,  # importing runtime.embedder runs the package's init
             "runtime/encoder.py",
             "runtime/embedder.py",
@@ -169,6 +171,7 @@ TASK_CODE: dict[str, dict[str, tuple[str, ...]]] = {
             *_SEQ2SEQ,
             "builders/seq2seq/validate.py",
             "builders/validate.py",
+            "kiln/hostinfo.py",  # the host in its evidence
             *_TEXT_RUNTIME,  # importing runtime.seq2seq runs the package's init
             "runtime/seq2seq.py",
             "runtime/encoder.py",  # its bundle loading, imported by runtime.seq2seq
@@ -196,6 +199,7 @@ TASK_CODE: dict[str, dict[str, tuple[str, ...]]] = {
             *_SEQ2SEQ,
             "builders/seq2seq/validate.py",
             "builders/validate.py",
+            "kiln/hostinfo.py",  # the host in its evidence
             *_TEXT_RUNTIME,
             "runtime/seq2seq.py",
             "runtime/encoder.py",  # its bundle loading

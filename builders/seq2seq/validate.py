@@ -91,7 +91,7 @@ def _inputs(
 def build(request: Any, writer: Any) -> None:
     import numpy as np
 
-    from builders.validate import host
+    from kiln.hostinfo import host
     from runtime.seq2seq import load
 
     opts = Options.model_validate(request.options)
