@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the hub mirror is local: no network retries
 sys.path.insert(0, str(ROOT))
 
-from bench.decode_vs_hf import bundle_dir  # noqa: E402
+from bench.decode_vs_hf import hf_seconds, setup  # noqa: E402
 
 
 def before_run(engine: Any) -> Any:
@@ -62,20 +62,8 @@ def main() -> None:
     args = parser.parse_args()
 
     import torch
-    from transformers import AutoModelForCausalLM
 
-    from kiln import catalog
-    from runtime import load
-
-    torch.set_num_threads(args.threads)
-    path, repo, revision = bundle_dir(args.recipe)
-    bundle = load(path, threads=args.threads)
-    bundle.eos = set()
-    cat = catalog.load()
-    ids = [bundle.encode(p) for p in cat.prompts["default"].prompts]
-    model = AutoModelForCausalLM.from_pretrained(
-        repo, revision=revision, cache_dir=cat.paths.hub, dtype=torch.float32
-    ).eval()
+    bundle, ids, model = setup(args.recipe, args.threads)
     engine = bundle.session
     variants = {"runtime": engine.run, "before": before_run(engine)}
 
@@ -88,17 +76,7 @@ def main() -> None:
 
     def hf_rate() -> float:
         torch.set_num_threads(args.threads)
-        start = time.perf_counter()
-        with torch.no_grad():
-            for p in ids:
-                model.generate(
-                    torch.tensor([p]),
-                    max_new_tokens=args.new_tokens,
-                    min_new_tokens=args.new_tokens,
-                    do_sample=False,
-                    pad_token_id=0,
-                )
-        return len(ids) * args.new_tokens / (time.perf_counter() - start)
+        return len(ids) * args.new_tokens / hf_seconds(model, ids, args.new_tokens)
 
     rates: dict[str, list[float]] = {"hf": [], **{k: [] for k in variants}}
     hf_rate(), [bundle_rate(run) for run in variants.values()]  # warm up

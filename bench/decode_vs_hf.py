@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -39,6 +40,44 @@ def bundle_dir(recipe: str) -> tuple[Path, str, str]:
     return next(store.glob(f"*/{key.group(1)}*")), model.repo, model.revision
 
 
+def setup(recipe: str, threads: int) -> tuple[Any, list[list[int]], Any]:
+    """The recipe's built bundle (EOS off), the default prompts' ids, and the same
+    checkpoint in transformers (fp32), both at `threads` CPU threads."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from kiln import catalog
+    from runtime import load
+
+    torch.set_num_threads(threads)
+    path, repo, revision = bundle_dir(recipe)
+    bundle = load(path, threads=threads)
+    bundle.eos = set()  # decode exactly the asked number of tokens
+    cat = catalog.load()
+    ids = [bundle.encode(p) for p in cat.prompts["default"].prompts]
+    model = AutoModelForCausalLM.from_pretrained(
+        repo, revision=revision, cache_dir=cat.paths.hub, dtype=torch.float32
+    ).eval()
+    return bundle, ids, model
+
+
+def hf_seconds(model: Any, ids: list[list[int]], new_tokens: int) -> float:
+    """Seconds for HF greedy `generate` of exactly `new_tokens` per prompt, batch 1."""
+    import torch
+
+    start = time.perf_counter()
+    with torch.no_grad():
+        for p in ids:
+            model.generate(
+                torch.tensor([p]),
+                max_new_tokens=new_tokens,
+                min_new_tokens=new_tokens,
+                do_sample=False,
+                pad_token_id=0,
+            )
+    return time.perf_counter() - start
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--recipe", default="tiny-llama")
@@ -46,22 +85,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
 
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    from kiln import catalog
-    from runtime import load
-
-    torch.set_num_threads(args.threads)
-    path, repo, revision = bundle_dir(args.recipe)
-    bundle = load(path, threads=args.threads)
-    bundle.eos = set()  # decode exactly --new-tokens tokens
-    cat = catalog.load()
-    prompts = cat.prompts["default"].prompts
-    ids = [bundle.encode(p) for p in prompts]
-    model = AutoModelForCausalLM.from_pretrained(
-        repo, revision=revision, cache_dir=cat.paths.hub, dtype=torch.float32
-    ).eval()
+    bundle, ids, model = setup(args.recipe, args.threads)
 
     def run_bundle() -> float:
         start = time.perf_counter()
@@ -70,17 +94,7 @@ def main() -> None:
         return time.perf_counter() - start
 
     def run_hf() -> float:
-        start = time.perf_counter()
-        with torch.no_grad():
-            for p in ids:
-                model.generate(
-                    torch.tensor([p]),
-                    max_new_tokens=args.new_tokens,
-                    min_new_tokens=args.new_tokens,
-                    do_sample=False,
-                    pad_token_id=0,
-                )
-        return time.perf_counter() - start
+        return hf_seconds(model, ids, args.new_tokens)
 
     run_bundle(), run_hf()  # warm up both
     tokens = len(ids) * args.new_tokens
