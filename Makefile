@@ -57,6 +57,6 @@ clean:
 	rm -rf .kiln _site .doit.sqlite*
 
 # The nightly job: the whole tiny catalog (every architecture), not just the CI
-# subset (kiln/ci_subset.py). About 4 minutes on 2 idle cores (bench/catalog_cost.py).
+# subset (kiln/catalog/architectures.py). About 4 minutes on 2 idle cores (bench/catalog_cost.py).
 nightly: install
-	KILN_NIGHTLY=1 $(BIN)/python -m pytest tests/test_breadth.py -k nightly
+	KILN_NIGHTLY=1 $(BIN)/python -m pytest tests/builds/test_breadth.py -k nightly

@@ -26,15 +26,18 @@ from doit.exceptions import TaskFailed
 
 import tinyhub
 from kiln import catalog as catalog_mod
-from kiln import hostinfo, manifest, toolchain, unsupported, upkeep
-from kiln import rules as rules_mod
+from kiln import hostinfo
 from kiln.canonical import key_of
+from kiln.catalog import rules as rules_mod
+from kiln.commands import upkeep
 from kiln.errors import KilnError, Location, Problem
-from kiln.execute import Graph, run_step
-from kiln.gates import judge
-from kiln.plan import Plan, Step, plan
+from kiln.evidence import manifest
+from kiln.evidence.gates import judge
+from kiln.plan import plan, toolchain
+from kiln.plan.step import Plan, Step
 from kiln.schema import CheckpointLock, Evidence, FileHash, Lock, StepLock
-from kiln.store import Store
+from kiln.store import Store, unsupported
+from kiln.store.execute import Graph, run_step
 from tinyhub import packaged
 
 Task = dict[str, Any]
@@ -438,7 +441,7 @@ def _manifest_problems(cat: catalog_mod.Catalog, path: Path) -> list[Problem]:
 
 
 def check() -> None:
-    from kiln import review
+    from kiln.commands import review
 
     cat = _catalog()
     problems = cat.all_problems()
@@ -468,7 +471,7 @@ def task_check() -> Task:
 
 
 def show_plan(names: list[str]) -> None:
-    from kiln import review
+    from kiln.commands import review
 
     store = _store()
     for name in names:
@@ -497,7 +500,7 @@ def task_plan() -> Task:
 
 def task_diff() -> Task:
     """What a PR changes, as Markdown: `doit diff base=REV`."""
-    from kiln import review
+    from kiln.commands import review
 
     def run() -> None:
         base = get_var("base", None)
@@ -518,7 +521,9 @@ def generate(name: str) -> None:
     prompt = get_var("prompt", None)
     if _catalog().recipe(name).task == "automatic-speech-recognition":
         if not get_var("audio", None):  # a speech recipe reads audio (_transcribe)
-            raise KilnError.one("no audio", None, f"doit run recipe={name} audio=builders/audio")
+            raise KilnError.one(
+                "no audio", None, f"doit run recipe={name} audio=builders/data/audio"
+            )
         prompt = ""
     elif not prompt:
         raise KilnError.one("no prompt", None, f'doit run recipe={name} prompt="Hello"')
@@ -565,7 +570,7 @@ def _stats_line(bundle: Any, tokens: list[int]) -> str:
 
 def _transcribe(artifact: Path) -> str:
     """`doit run` for a speech bundle: `audio=FILE.wav`, or every .wav of a folder
-    (`audio=builders/audio`: the shipped clips)."""
+    (`audio=builders/data/audio`: the shipped clips)."""
     from runtime import seq2seq
 
     path = Path(get_var("audio", ""))
@@ -582,12 +587,12 @@ def _run_task(task: str, artifact: Path, prompt: str) -> str:
     if task == "automatic-speech-recognition":
         return _transcribe(artifact)
     if task == "text-classification":
-        from runtime import classifier
+        from runtime import classify as classifier
 
         label, prob = classifier.load(artifact).classify([prompt])[0]
         return f"{label} ({prob:.4f})"
     if task == "feature-extraction":
-        from runtime import embedder
+        from runtime import embed as embedder
 
         vector = embedder.load(artifact).embed([prompt])[0]
         head = ", ".join(f"{v:.6f}" for v in vector[:8])
@@ -633,7 +638,7 @@ def task_generate() -> Task:
 
 def task_site() -> Task:
     """Render the Models & Recipes site from recipes and manifests into _site/."""
-    from kiln import sitegen
+    from kiln import site as sitegen
 
     cat = _catalog()
     paths = cat.paths
@@ -655,7 +660,7 @@ def task_site() -> Task:
 
 def task_serve() -> Task:
     """Preview the site on 127.0.0.1: `doit serve` (port=8000), after `doit site`."""
-    from kiln import preview
+    from kiln.site import serve as preview
 
     def serve() -> None:
         port = get_var("port", "8000")
@@ -668,7 +673,7 @@ def task_serve() -> Task:
 
 def task_schema() -> Task:
     """Regenerate the editor JSON Schemas in schema/ from the pydantic models."""
-    from kiln import editor_schema
+    from kiln.commands import schema as editor_schema
 
     def write() -> None:
         folder = _catalog().paths.root / "schema"

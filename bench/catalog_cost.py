@@ -19,7 +19,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from kiln import catalog, ci_subset  # noqa: E402
+from kiln import catalog  # noqa: E402
+from kiln.catalog import architectures  # noqa: E402
 
 
 def build(name: str) -> tuple[float, str]:
@@ -45,7 +46,7 @@ def build(name: str) -> tuple[float, str]:
 def main() -> None:
     cat = catalog.load()
     names = sys.argv[1:] or sorted(n for n in cat.recipes if n.startswith("tiny-"))
-    subset = set(ci_subset.subset(cat))
+    subset = set(architectures.ci_subset(cat))
     cost: dict[str, float] = {}
     print(f"{'recipe':<26} {'seconds':>8}  subset  verdict")
     for name in names:

@@ -34,7 +34,7 @@ def load(repo: str) -> tuple[Any, list[list[int]]]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     import tinyhub
-    from builders._hf import cache_keyword
+    from builders.common.hf import cache_keyword
 
     hub = Path(tempfile.mkdtemp()) / "hub"
     revision = tinyhub.write_mirror(hub)[repo]

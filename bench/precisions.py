@@ -30,7 +30,8 @@ DONE = re.compile(r"^\s+(\w+): done in ([0-9.]+) s", re.MULTILINE)
 
 
 def bundle_bytes(store: Path, name: str) -> int:
-    from kiln import catalog, plan, toolchain
+    from kiln import catalog, plan
+    from kiln.plan import toolchain
     from kiln.store import Store
 
     cat = catalog.load()

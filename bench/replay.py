@@ -8,7 +8,7 @@ committed manifests, each with `doit replay`:
 
 * local, cold: empty store (every step builds) and warm (only validate re-measures);
 * Ray, cold and warm, on a local cluster of a head and one worker node (1 CPU
-  each, as in tests/test_replay_ray.py); cluster start-up is timed apart.
+  each, as in tests/e2e/test_replay_ray.py); cluster start-up is timed apart.
 
 It also prints the peak resident memory of everything this script started
 (sampled every 0.2 s). Timings on shared machines are noisy: printed, never

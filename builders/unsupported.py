@@ -1,6 +1,6 @@
-"""Builders raise kiln.unsupported.Unsupported; this is the name they import."""
+"""Builders raise kiln.store.unsupported.Unsupported; this is the name they import."""
 
-from kiln.unsupported import Unsupported
+from kiln.store.unsupported import Unsupported
 
 __all__ = ["Unsupported", "task_not_built"]
 

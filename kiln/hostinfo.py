@@ -1,7 +1,7 @@
 """Where a run happened, for evidence: CPU, cores, OS, Python and the GPU if any.
 
 The GPU comes from `nvidia-smi` (no torch: the core never imports it). Every
-evidence record takes its host from here: measured runs (builders/validate.py and
+evidence record takes its host from here: measured runs (builders/causal_lm/validate.py and
 the task validators) and runs that end `unsupported-here` before anything was
 measured.
 """

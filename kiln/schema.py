@@ -123,7 +123,7 @@ BACKENDS = ("onnxruntime", "aoti", "tensorrt")
 TARGETS = ("cpu", "sm80", "sm86", "sm89", "sm90", "sm100", "sm120")
 # text-generation, text-classification, text2text-generation,
 # automatic-speech-recognition and feature-extraction (sentence embeddings) are built
-# today (all but the first by their own builders: kiln.toolchain.TASK_BUILDERS); the others
+# today (all but the first by their own builders: kiln.plan.toolchain.TASK_BUILDERS); the others
 # plan (so real recipes check and plan) and build to an honest unsupported-here
 # verdict until their export, runtime path and metric exist.
 TASKS = (
@@ -166,7 +166,7 @@ class Calibration(Strict):
         ge=1,
         le=4096,
         description="Calibration texts fed to modelopt (the first N lines of the shipped "
-        "builders/texts/calibration.txt). Used only by quantized precisions.",
+        "builders/data/texts/calibration.txt). Used only by quantized precisions.",
     )
     max_tokens: int = Field(
         64, ge=8, le=4096, description="Each calibration text is cut to this many tokens."
@@ -314,7 +314,7 @@ class Validation(Strict):
         ge=0,
         le=65536,
         description="Next-token positions of the shipped evaluation text "
-        "(builders/texts/eval.txt) scored for perplexity and top-1 agreement with the fp32 "
+        "(builders/data/texts/eval.txt) scored for perplexity and top-1 agreement with the fp32 "
         "reference; 0 turns the text metrics off. Statistical gates need at least their n.",
     )
 
@@ -351,7 +351,7 @@ class Recipe(Strict):
     trust_remote_code: bool = Field(
         False,
         description="Run code shipped in the checkpoint repo. Needs a pinned revision and an "
-        "allow-list entry in kiln/rules.yaml.",
+        "allow-list entry in catalog/rules.yaml.",
     )
     allow_pickle_weights: bool = Field(
         False,
@@ -373,7 +373,7 @@ class Recipe(Strict):
 class Gate(Strict):
     """A bound on one metric: given outright (`threshold`), or derived by the one-sided
     z-test of TensorRT-LLM's accuracy suite from `reference`, `n`, `sigma` and `alpha`
-    (kiln/gates.py)."""
+    (kiln/evidence/gates.py)."""
 
     metric: Literal[tuple(METRICS)] = Field(  # type: ignore[valid-type]
         description="The measured metric this gate judges."

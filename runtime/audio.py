@@ -7,7 +7,7 @@ audio_utils.py `spectrogram`, `mel_filter_bank`, transformers 5.24): pad or cut
 the waveform to `n_samples`, centred frames with reflect padding, a periodic Hann
 window of `n_fft`, the power spectrum in float64, a Slaney-normalized Slaney-scale
 mel bank from 0 to 8 kHz, log10 floored at 1e-10, the last frame dropped, clamped to
-8 below the maximum and scaled by (x + 4) / 4. tests/test_whisper.py checks it is
+8 below the maximum and scaled by (x + 4) / 4. tests/builds/test_speech.py checks it is
 bit-identical to that path. Where torch is installed the extractor's __call__ takes
 its torch STFT instead (feature_extraction_whisper.py, `__call__`), which differs by
 up to ~2e-5 near the clamp; that is what the reference feeds the model, and
@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from runtime.bundle import BundleError
+from runtime.causal_lm import BundleError
 
 # The preprocessor fields the features depend on (a checkpoint's preprocessor_config.json).
 FIELDS = ("feature_size", "sampling_rate", "hop_length", "n_fft", "n_samples")
@@ -84,7 +84,7 @@ def log_mel(waveform: np.ndarray, settings: dict[str, Any]) -> np.ndarray:
     count = 1 + (len(padded) - n_fft) // hop
     window = np.hanning(n_fft + 1)[:-1]  # periodic
     # Frame by frame, complex64 spectrum, float64 power: transformers' numpy path
-    # step for step, so the features are bit-identical to it (tests/test_whisper.py).
+    # step for step, so the features are bit-identical to it (tests/builds/test_speech.py).
     spectrum = np.empty((count, 1 + n_fft // 2), np.complex64)
     for i in range(count):
         spectrum[i] = np.fft.rfft(padded[i * hop : i * hop + n_fft] * window)

@@ -1,7 +1,7 @@
 """Load an encoder bundle (text-classification, feature-extraction) and run it.
 
-Like runtime/bundle.py it needs onnxruntime, numpy and tokenizers only. A batch is
-right-padded (builders/_encoder.py says why) and the padding masked out, so a row's
+Like runtime/causal_lm.py it needs onnxruntime, numpy and tokenizers only. A batch is
+right-padded (builders/common/encoder.py says why) and the padding masked out, so a row's
 output is what it gets alone.
 """
 
@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from runtime.bundle import BUNDLE_SCHEMA, BundleError
+from runtime.causal_lm import BUNDLE_SCHEMA, BundleError
 
 
 def read_meta(path: Path, task: str) -> dict[str, Any]:

@@ -2,7 +2,7 @@
 greedily: encode once, then decode with a self-attention KV cache
 (builders/seq2seq/__init__.py: the contracts).
 
-Like runtime/bundle.py it needs onnxruntime, numpy and tokenizers only. Text encoder
+Like runtime/causal_lm.py it needs onnxruntime, numpy and tokenizers only. Text encoder
 inputs are right-padded and masked; speech inputs are log-mel features of one fixed
 length (runtime/audio.py), whose encoder also returns the cross-attention cache the
 decoder reads at every step. Rows decode in lockstep from the decoder start token, a
@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from runtime import audio
-from runtime.bundle import BundleError, Generation
+from runtime.causal_lm import BundleError, Generation
 from runtime.encoder import plain_tokenizer, read_meta, session_options
 
 TASK = "text2text-generation"

@@ -26,7 +26,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from runtime.bundle import Bundle, BundleError, Generation
+from runtime.causal_lm import Bundle, BundleError, Generation
 from runtime.sampling import Sampler
 
 SPECULATIVE = ("draft", "ngram", "mtp", "eagle3", "dflash", "dspark")

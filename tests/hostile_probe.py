@@ -2,7 +2,7 @@
 and print one JSON line per file: the error, the seconds the load took, and the
 child's peak RSS (from wait4, so it is that child's own figure).
 
-Run as a script by tests/test_hostile.py, so nothing pytest or torch loaded inflates
+Run as a script by tests/hardening/test_hostile.py, so nothing pytest or torch loaded inflates
 the numbers. The parent imports the loader once; children only load."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import time
 import traceback
 from pathlib import Path
 
+from kiln.catalog.yaml import load_yaml_model
 from kiln.errors import KilnError
-from kiln.load import load_yaml_model
 from kiln.schema import Recipe
 
 HANG = 10.0  # seconds; a child still running then is killed and reported as hung

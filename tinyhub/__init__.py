@@ -215,7 +215,7 @@ def checkpoint_files(repo: str) -> dict[str, bytes]:
 # by model type whatever the file says (transformers 5.24 loads Qwen2Tokenizer for
 # qwen2 and Qwen3_5Tokenizer for qwen3.5, which split every digit). The tiny
 # checkpoints ship the same, so their file and transformers agree, as they do for
-# the real models (tests/test_tinyhub.py checks every tiny checkpoint).
+# the real models (tests/builds/test_tinyhub.py checks every tiny checkpoint).
 QWEN2_SPLIT = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
     r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"

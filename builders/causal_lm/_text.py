@@ -1,6 +1,6 @@
 """The shipped evaluation text, cut into windows of next-token positions.
 
-builders/texts/eval.txt is tokenized whole (with the reference's tokenizer) and cut
+builders/data/texts/eval.txt is tokenized whole (with the reference's tokenizer) and cut
 into windows of WINDOW tokens; a window of w tokens scores w - 1 next-token
 positions. The first `positions` positions are scored, so the sample size a gate
 assumes is exactly what the recipe asks for. Shared by reference and validate.
@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-TEXT = Path(__file__).resolve().parent / "texts" / "eval.txt"
+TEXT = Path(__file__).resolve().parent.parent / "data" / "texts" / "eval.txt"
 WINDOW = 128  # well inside every bundle's max_seq_len
 
 
@@ -26,7 +26,7 @@ def windows(ids: list[int], positions: int) -> list[list[int]]:
     if left > 0:
         raise ValueError(
             f"validation.scored_positions {positions} exceeds the "
-            f"{positions - left} positions of builders/texts/eval.txt"
+            f"{positions - left} positions of builders/data/texts/eval.txt"
         )
     return out
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from builders._bundle_variants import extend
+from builders.causal_lm._bundle_variants import extend
 
 BUNDLE_SCHEMA = 1
 

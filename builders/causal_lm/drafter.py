@@ -1,5 +1,5 @@
 """drafter: export a drafter (EAGLE-3, DFlash, DSpark, or a checkpoint's MTP module)
-to onnxruntime engines, checked against our PyTorch modules (builders/_drafters.py).
+to onnxruntime engines, checked against our PyTorch modules (builders/causal_lm/_drafters.py).
 
 Inputs: 'checkpoint' (the drafter's weights; for MTP the model's own checkpoint) and
 'target' (the target checkpoint: its embed_tokens / lm_head, which EAGLE-3, DFlash
@@ -102,7 +102,7 @@ def _engine(
     if not worst < TOLERANCE:
         raise request.error(
             f"{engine.name} differs from the torch module by {worst:.2e}",
-            "this is a kiln bug in builders/_drafters.py; please report it",
+            "this is a kiln bug in builders/causal_lm/_drafters.py; please report it",
         )
     request.log(f"{engine.name}: max |onnxruntime - torch| {worst:.1e}")
     raw.unlink()
@@ -165,7 +165,7 @@ def eagle3(
     import numpy as np
     import torch
 
-    from builders._drafters import Eagle3, Fc
+    from builders.causal_lm._drafters import Eagle3, Fc
 
     module = Eagle3(cfg, _head(target, tcfg)[0]).eval()
     own = {k: v for k, v in state.items() if k.split(".")[0] in ("midlayer", "norm", "lm_head")}
@@ -204,7 +204,7 @@ def block(
 ) -> dict[str, Any]:
     import torch
 
-    from builders._drafters import Block, Markov
+    from builders.causal_lm._drafters import Block, Markov
 
     dspark = opts.variant == "dspark"
     if dspark:  # frozen copies of the target's embedding and head ship with the drafter
@@ -296,7 +296,7 @@ def mtp(
     import torch
     from transformers import AutoConfig
 
-    from builders._drafters import Mtp
+    from builders.causal_lm._drafters import Mtp
 
     config = AutoConfig.from_pretrained(checkpoint)
     n = int(getattr(config, "num_nextn_predict_layers", 0) or 0)

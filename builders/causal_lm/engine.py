@@ -1,6 +1,6 @@
 """engine: build the runnable engine with the recipe's backend.
 
-One interface, three backends (builders/backends/): each is a module with
+One interface, three backends (builders/causal_lm/backends/): each is a module with
 `build(request, writer, options)` that writes the engine file, `io.json` (the
 KV-cache I/O contract) and `engine.json` (backend, version, device, file, limits),
 which the bundle step and runtime/ read. Nothing else in kiln knows which backend
@@ -42,5 +42,5 @@ def check_limits(request: Any, opts: Options, io: dict[str, Any]) -> None:
 
 def build(request: Any, writer: Any) -> None:
     opts = Options.model_validate(request.options)
-    backend = importlib.import_module(f"builders.backends.{opts.backend}")
+    backend = importlib.import_module(f"builders.causal_lm.backends.{opts.backend}")
     backend.build(request, writer, opts)

@@ -10,7 +10,7 @@ The graph's contract, which the runtime relies on:
              present.<layer>.key / present.<layer>.value [batch, heads, past + seq, dim]
 
 heads and dim are observed per layer and per tensor from one forward pass
-(builders/_cache.py) and recorded in export.json's kv_cache.entries; MLA models
+(builders/causal_lm/_cache.py) and recorded in export.json's kv_cache.entries; MLA models
 cache keys and values of different widths.
 
 A prefill passes past tensors with past = 0. The example batch is 2 and the example
@@ -38,7 +38,7 @@ class Options(BaseModel):
         "none",
         pattern="^(none|mtp|eagle3|dflash|dspark)$",
         description="Also output the hidden states this drafter reads, as output 'hidden' "
-        "(builders/_capture.py); 'none' keeps the ordinary graph.",
+        "(builders/causal_lm/_capture.py); 'none' keeps the ordinary graph.",
     )
 
 
@@ -46,7 +46,7 @@ def _capture(request: Any, opts: Options, model: Any) -> list[str]:
     """The capture points of opts.hidden, from the drafter's config (input 'drafter')."""
     import json
 
-    from builders._capture import capture_points
+    from builders.causal_lm._capture import capture_points
 
     if opts.hidden == "none":
         return []
@@ -76,8 +76,8 @@ def explicit_cache_module(
     hidden states a drafter needs (captured by hooks into `seen`) are one more output."""
     import torch
 
-    from builders import _cache
-    from builders._hf import cache_keyword
+    from builders.causal_lm import _cache
+    from builders.common.hf import cache_keyword
 
     cache_kw = cache_keyword(model)
 
@@ -110,7 +110,7 @@ def example_inputs(entries: list[dict[str, Any]], device: str = "cpu") -> tuple[
     dimension to a constant, FIELD_NOTES)."""
     import torch
 
-    from builders import _cache
+    from builders.causal_lm import _cache
 
     batch, past_len, seq = 2, 3, 4
     example = (
@@ -123,7 +123,7 @@ def example_inputs(entries: list[dict[str, Any]], device: str = "cpu") -> tuple[
 
 
 def _needs_cuda(request: Any) -> bool:
-    """NVFP4's fake-quant kernels run on CUDA only (builders/quantize.py)."""
+    """NVFP4's fake-quant kernels run on CUDA only (builders/causal_lm/quantize.py)."""
     quantized = request.inputs.get("quantized")
     if quantized is None:
         return False
@@ -133,9 +133,9 @@ def _needs_cuda(request: Any) -> bool:
 def build(request: Any, writer: Any) -> None:
     import torch
 
-    from builders import _cache, _tracefix
-    from builders._capture import install_hooks
-    from builders._hf import load_for_export
+    from builders.causal_lm import _cache, _tracefix
+    from builders.causal_lm._capture import install_hooks
+    from builders.common.hf import load_for_export
 
     opts = Options.model_validate(request.options)
     if opts.task != "text-generation":
@@ -145,14 +145,14 @@ def build(request: Any, writer: Any) -> None:
     checkpoint = request.inputs["checkpoint"] / "checkpoint"
     model = load_for_export(checkpoint)
     if "adapter" in request.inputs:  # a LoRA companion is merged here, at export
-        from builders._adapter import with_adapter
+        from builders.causal_lm._adapter import with_adapter
 
         model = with_adapter(request, model, merge=True)
     entries = _cache.observe(model)
     points = _capture(request, opts, model)
     seen = install_hooks(model, points) if points else {}
     if "quantized" in request.inputs:
-        from builders._hf import restore_quantized
+        from builders.common.hf import restore_quantized
 
         model = restore_quantized(model, request.inputs["quantized"])
     device = "cuda" if _needs_cuda(request) else "cpu"

@@ -7,7 +7,7 @@ io.json.
 
 Quantized graphs (modelopt's Q/DQ) come in two forms (`qdq`): `standard`, where the
 TensorRT-only ops are rewritten to standard ONNX and weights are stored quantized
-(builders/_qdq.py), for onnxruntime; and `tensorrt`, modelopt's own ops kept as they
+(builders/causal_lm/_qdq.py), for onnxruntime; and `tensorrt`, modelopt's own ops kept as they
 are, for TensorRT's ONNX parser, which registers them by name (api_facts 1).
 """
 
@@ -69,11 +69,11 @@ def build(request: Any, writer: Any) -> None:
     if names != expected_in:
         raise request.error(
             f"the exported graph's inputs {names} break the KV-cache contract",
-            "this is a kiln bug in builders/export.py; please report it",
+            "this is a kiln bug in builders/causal_lm/export.py; please report it",
         )
     onnx.save(model, str(writer.path("model.onnx")))
     if opts.qdq:
-        from builders._qdq import trt_ops
+        from builders.causal_lm._qdq import trt_ops
 
         exported["qdq"] = {"form": opts.qdq, "trt_ops": trt_ops(model)}
     writer.write_json("io.json", {**exported, "inputs": inputs, "outputs": outputs})
@@ -83,7 +83,7 @@ def build(request: Any, writer: Any) -> None:
 def _standard(request: Any, model: Any) -> Any:
     import onnxscript.optimizer
 
-    from builders._qdq import NoStandardForm, fold_weight_quantization, to_standard
+    from builders.causal_lm._qdq import NoStandardForm, fold_weight_quantization, to_standard
 
     try:
         model, rewritten = to_standard(model)

@@ -1,6 +1,6 @@
 """engine (quantized graphs, onnxruntime): the engine keeps the graph's quantized weights.
 
-builders/backends/onnxruntime.py sets `session.disable_quant_qdq` for quantized graphs
+builders/causal_lm/backends/onnxruntime.py sets `session.disable_quant_qdq` for quantized graphs
 (so no Q/DQ fusion changes the fake-quant arithmetic that validate compares), but in
 onnxruntime that same switch makes ConstantFolding fold DequantizeLinear too:
 graph_transformer_utils.cc builds `ConstantFolding(cpu_ep, !disable_quant_qdq, ...)`,
@@ -13,8 +13,8 @@ DequantizeLinear, and each transformer that would fuse or rewrite Q/DQ is disabl
 name instead (`disabled_optimizers`). The saved graph keeps `DQ(int8|float8|int4
 weight) -> MatMul`: the same arithmetic, with quantized initializers on disk.
 
-A separate builder (chosen by the engine step's `quantized` option, kiln/toolchain.py
-OPTION_BUILDERS) rather than an edit of builders/backends/: that folder is hashed into
+A separate builder (chosen by the engine step's `quantized` option, kiln/plan/toolchain.py
+OPTION_BUILDERS) rather than an edit of builders/causal_lm/backends/: that folder is hashed into
 every engine key, and fp32 engines must keep theirs.
 """
 
@@ -26,8 +26,8 @@ from typing import Any
 
 from pydantic import Field
 
-from builders.engine import Options as EngineOptions
-from builders.engine import check_limits
+from builders.causal_lm.engine import Options as EngineOptions
+from builders.causal_lm.engine import check_limits
 
 # onnxruntime 1.32 graph transformers (graph_transformer_utils.cc) that fuse, move or
 # rewrite Q/DQ when `session.disable_quant_qdq` is off. Disabled so the graph computes
@@ -104,7 +104,9 @@ def _smoke(request: Any, session: Any, io: dict[str, Any], batch: int, np: Any) 
         "attention_mask": np.ones((batch, 4), np.int64),
         "position_ids": np.tile(np.arange(4, dtype=np.int64), (batch, 1)),
     }
-    for entry in io["kv_cache"]["entries"]:  # shapes observed at export (builders/_cache.py)
+    for entry in io["kv_cache"][
+        "entries"
+    ]:  # shapes observed at export (builders/causal_lm/_cache.py)
         shape = [{"batch": batch, "seq": 0}.get(d, d) for d in entry["shape"]]
         feeds[entry["past"]] = np.zeros(shape, np.float32)
     logits = session.run(["logits"], feeds)[0]

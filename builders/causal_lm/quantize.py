@@ -7,7 +7,7 @@ own scales), and leaves a fake-quantized model: fp32 tensors that take exactly t
 quantized values. `mto.save` writes modelopt's state and the calibrated weights;
 the export step restores them onto the checkpoint and exports the Q/DQ graph.
 
-Calibration reads the first `samples` lines of the shipped builders/texts/
+Calibration reads the first `samples` lines of the shipped builders/data/texts/
 calibration.txt (hashed into this step's code version), each cut to `max_tokens`.
 
 Measured on CPU (FIELD_NOTES, and again here with modelopt 0.47.0): int8-sq,
@@ -25,7 +25,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-TEXTS = Path(__file__).resolve().parent / "texts"
+TEXTS = Path(__file__).resolve().parent.parent / "data" / "texts"
 
 # recipe weights -> modelopt config name (modelopt.torch.quantization.config)
 CONFIGS = {
@@ -73,7 +73,7 @@ def build(request: Any, writer: Any) -> None:
     import torch
     from transformers import AutoTokenizer
 
-    from builders._hf import load_causal_lm
+    from builders.common.hf import load_causal_lm
 
     opts = Options.model_validate(request.options)
     checkpoint = request.inputs["checkpoint"] / "checkpoint"

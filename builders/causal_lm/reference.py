@@ -31,7 +31,7 @@ def build(request: Any, writer: Any) -> None:
     import torch
     from transformers import AutoTokenizer, GenerationConfig
 
-    from builders._hf import load_causal_lm
+    from builders.common.hf import load_causal_lm
 
     opts = Options.model_validate(request.options)
     if opts.task != "text-generation":
@@ -43,7 +43,7 @@ def build(request: Any, writer: Any) -> None:
     tokenizer = AutoTokenizer.from_pretrained(checkpoint)
     model = load_causal_lm(checkpoint)
     if "adapter" in request.inputs:  # peft's own PeftModel, unmerged, is the reference
-        from builders._adapter import with_adapter
+        from builders.causal_lm._adapter import with_adapter
 
         model = with_adapter(request, model, merge=False)
     eos = model.generation_config.eos_token_id
@@ -89,7 +89,7 @@ def _score_text(model: Any, tokenizer: Any, positions: int) -> dict[str, Any]:
     import numpy as np
     import torch
 
-    from builders._text import TEXT, next_token_scores, windows
+    from builders.causal_lm._text import TEXT, next_token_scores, windows
 
     ids = tokenizer(TEXT.read_text(), add_special_tokens=True)["input_ids"]
     chunks = windows(ids, positions)

@@ -1,10 +1,10 @@
 """Builders for task text-classification (an encoder with a classification head).
 
-One module per step kind, like builders/: kiln.execute runs `builders.classify.<kind>`
-for a step whose options say `task: text-classification` (kiln.toolchain.TASK_BUILDERS),
+One module per step kind, like builders/: kiln.store.execute runs `builders.classify.<kind>`
+for a step whose options say `task: text-classification` (kiln.plan.toolchain.TASK_BUILDERS),
 and those steps hash this package's files, so text-generation keys never depend on it.
 
-The graph's contract, which runtime/classifier.py relies on:
+The graph's contract, which runtime/classify.py relies on:
 
     inputs   input_ids [batch, seq] int64
              attention_mask [batch, seq] int64       (1 = real token, 0 = padding)

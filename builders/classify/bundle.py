@@ -1,5 +1,5 @@
 """bundle (text-classification): the engine, the tokenizer and bundle.json with the
-labels (builders/_encoder.py). runtime/classifier.py loads it."""
+labels (builders/common/encoder.py). runtime/classify.py loads it."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from builders import _encoder
+from builders.common import encoder as _encoder
 
 
 class Options(BaseModel):

@@ -1,5 +1,5 @@
 """engine (text-classification): onnxruntime's offline optimization, saved, smoke-run
-(builders/_encoder.py); the smoke run's logits are [batch, num_labels]."""
+(builders/common/encoder.py); the smoke run's logits are [batch, num_labels]."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from builders import _encoder
+from builders.common import encoder as _encoder
 
 
 class Options(BaseModel):

@@ -1,5 +1,5 @@
 """export (text-classification): the encoder and its head as one ONNX graph
-(builders/_encoder.py: the exporter and its example batch)."""
+(builders/common/encoder.py: the exporter and its example batch)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from builders import _encoder
+from builders.common import encoder as _encoder
 
 
 class Options(BaseModel):

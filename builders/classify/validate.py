@@ -22,7 +22,7 @@ class Options(BaseModel):
 def compare(ref: dict[str, Any], ref_logits: Any, logits: Any) -> dict[str, float]:
     import numpy as np
 
-    from runtime.classifier import softmax
+    from runtime.classify import softmax
 
     probs = softmax(logits)
     want = np.asarray([r["probs"] for r in ref["records"]], np.float64)
@@ -38,8 +38,8 @@ def compare(ref: dict[str, Any], ref_logits: Any, logits: Any) -> dict[str, floa
 def build(request: Any, writer: Any) -> None:
     import numpy as np
 
-    from builders import _encoder
-    from runtime.classifier import load
+    from builders.common import encoder as _encoder
+    from runtime.classify import load
 
     opts = Options.model_validate(request.options)
     ref_dir = request.inputs["reference"]

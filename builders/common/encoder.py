@@ -25,7 +25,7 @@ BUNDLE_SCHEMA = 1
 
 
 def load(checkpoint: Any, auto_class: str) -> Any:
-    """fp32, eager attention, safetensors only (builders/_hf.py says why)."""
+    """fp32, eager attention, safetensors only (builders/common/hf.py says why)."""
     import torch
     import transformers
     from transformers.utils import logging
@@ -97,7 +97,7 @@ def check_graph(request: Any, writer: Any, optimize: bool, output: str, who: str
     (export.json plus the graph's inputs and outputs) in io.json."""
     import onnx
 
-    from builders.onnx import _value_info
+    from builders.causal_lm.onnx import _value_info
 
     source = request.inputs["export"]
     exported = json.loads((source / "export.json").read_text())
@@ -124,7 +124,7 @@ def engine(request: Any, writer: Any, opts: Any, output: str, shape: tuple[int, 
     """onnxruntime's offline optimization, saved, and a smoke run at the largest batch,
     right-padded, whose `output` must have `shape` (batch and seq 4 filled in for -1, -2).
 
-    The same optimization level as builders/engine.py (ORT_ENABLE_EXTENDED, portable
+    The same optimization level as builders/causal_lm/engine.py (ORT_ENABLE_EXTENDED, portable
     across CPUs)."""
     import numpy as np
     import onnxruntime as ort

@@ -3,10 +3,10 @@
 Four short mono 16-bit PCM WAV files at 16 kHz, synthesized by the numpy formulas
 below (no recording, no licence question), and committed next to this file so a
 reader can play them and `doit run` can transcribe them. Their bytes are hashed
-into the steps' code (kiln.toolchain TASK_CODE), so changing a clip rebuilds the
-reference and validation. tests/test_whisper.py regenerates them and compares.
+into the steps' code (kiln.plan.toolchain TASK_CODE), so changing a clip rebuilds the
+reference and validation. tests/builds/test_speech.py regenerates them and compares.
 
-`python -m builders.audio` rewrites the files. Lengths differ (0.5 s to 1.25 s), so
+`python -m builders.data.audio` rewrites the files. Lengths differ (0.5 s to 1.25 s), so
 padding to the feature extractor's chunk and cutting a longer clip are both used.
 """
 
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-HERE = Path(__file__).parent
+HERE = Path(__file__).parent / "audio"
 RATE = 16000
 
 
@@ -92,3 +92,8 @@ def write(folder: Path = HERE) -> list[Path]:
 
 def path(name: str) -> Path:
     return HERE / f"{name}.wav"
+
+
+if __name__ == "__main__":  # `python -m builders.data.audio`: rewrite the committed clips
+    for written in write():
+        print(written)

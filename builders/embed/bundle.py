@@ -1,5 +1,5 @@
 """bundle (feature-extraction): the engine, the tokenizer and bundle.json with the
-pooling (builders/_encoder.py). runtime/embedder.py loads it."""
+pooling (builders/common/encoder.py). runtime/embed.py loads it."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from builders import _encoder
+from builders.common import encoder as _encoder
 
 
 class Options(BaseModel):

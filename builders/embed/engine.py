@@ -1,5 +1,5 @@
 """engine (feature-extraction): onnxruntime's offline optimization, saved, smoke-run
-(builders/_encoder.py); the smoke run's states are [batch, seq, hidden]."""
+(builders/common/encoder.py); the smoke run's states are [batch, seq, hidden]."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from builders import _encoder
+from builders.common import encoder as _encoder
 
 
 class Options(BaseModel):

@@ -1,5 +1,5 @@
 """export (feature-extraction): the encoder's last hidden state as one ONNX graph
-(builders/_encoder.py), and the pooling the checkpoint declares."""
+(builders/common/encoder.py), and the pooling the checkpoint declares."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from builders import _encoder
-from kiln.unsupported import Unsupported
+from builders.common import encoder as _encoder
+from kiln.store.unsupported import Unsupported
 
-# sentence-transformers' Pooling config keys, by the mode runtime/embedder.py names.
+# sentence-transformers' Pooling config keys, by the mode runtime/embed.py names.
 _MODES = {
     "pooling_mode_mean_tokens": "mean",
     "pooling_mode_cls_token": "cls",
@@ -47,7 +47,7 @@ def pooling(checkpoint: Path) -> dict[str, Any]:
     on = [key for key, value in config.items() if key.startswith("pooling_mode_") and value]
     if len(on) != 1 or on[0] not in _MODES:
         raise Unsupported(
-            f"pooling {on} is not one of {', '.join(_MODES)} alone; runtime/embedder.py "
+            f"pooling {on} is not one of {', '.join(_MODES)} alone; runtime/embed.py "
             "implements those"
         )
     extra = set(kinds) - {"Transformer", "Pooling", "Normalize"}

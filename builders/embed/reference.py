@@ -3,7 +3,7 @@
 Each prompt alone (batch 1, no padding), with transformers' own tokenizer, the
 states of AutoModel's forward pooled in torch the way sentence-transformers' Pooling
 and Normalize modules do (the checkpoint's modules.json, read by export.pooling):
-independent of runtime/embedder.py's numpy pooling, which validate checks it against.
+independent of runtime/embed.py's numpy pooling, which validate checks it against.
 """
 
 from __future__ import annotations

@@ -34,8 +34,8 @@ def compare(want: Any, got: Any) -> dict[str, float]:
 def build(request: Any, writer: Any) -> None:
     import numpy as np
 
-    from builders import _encoder
-    from runtime.embedder import load
+    from builders.common import encoder as _encoder
+    from runtime.embed import load
 
     opts = Options.model_validate(request.options)
     ref_dir = request.inputs["reference"]

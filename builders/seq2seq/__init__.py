@@ -1,8 +1,8 @@
 """Builders for tasks text2text-generation (encoder-decoders: T5, Bart, MBart) and
 automatic-speech-recognition (Whisper: the same decoding, audio features in).
 
-One module per step kind, picked by kiln.execute from the step's `task` option
-(kiln.toolchain.TASK_BUILDERS); their code is hashed under `<task>/<kind>`.
+One module per step kind, picked by kiln.store.execute from the step's `task` option
+(kiln.plan.toolchain.TASK_BUILDERS); their code is hashed under `<task>/<kind>`.
 
 Two graphs, whose contract runtime/seq2seq.py relies on:
 

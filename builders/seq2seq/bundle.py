@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from builders.bundle import _ids
+from builders.causal_lm.bundle import _ids
 from builders.seq2seq import SPEECH, TASK_PATTERN
 
 BUNDLE_SCHEMA = 1

@@ -1,5 +1,5 @@
 """engine (text2text-generation, automatic-speech-recognition): onnxruntime's offline
-optimization of both graphs (ORT_ENABLE_EXTENDED, as builders/engine.py), saved, and
+optimization of both graphs (ORT_ENABLE_EXTENDED, as builders/causal_lm/engine.py), saved, and
 a smoke run at the largest batch: encode, then one decoder step from an empty cache."""
 
 from __future__ import annotations

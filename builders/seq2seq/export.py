@@ -37,7 +37,7 @@ class Options(BaseModel):
 
 
 def load_seq2seq(checkpoint: Any, task: str = TASK) -> Any:
-    """fp32, eager attention, safetensors only (builders/_hf.py says why). Speech
+    """fp32, eager attention, safetensors only (builders/common/hf.py says why). Speech
     models (Whisper) have their own auto class."""
     import torch
     from transformers import AutoModelForSeq2SeqLM, AutoModelForSpeechSeq2Seq

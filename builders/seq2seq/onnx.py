@@ -22,7 +22,7 @@ class Options(BaseModel):
 def build(request: Any, writer: Any) -> None:
     import onnx
 
-    from builders.onnx import _value_info
+    from builders.causal_lm.onnx import _value_info
 
     opts = Options.model_validate(request.options)
     source = request.inputs["export"]

@@ -2,7 +2,7 @@
 eager greedy `generate`.
 
 Each input alone: a prompt through transformers' own tokenizer, or a shipped audio
-clip (builders/audio/) through the checkpoint's own feature extractor
+clip (builders/data/audio/) through the checkpoint's own feature extractor
 (WhisperFeatureExtractor). Generation semantics are the runtime's: start at
 config.decoder_start_token_id (T5: 0; FIELD_NOTES), stop at EOS, and no processor
 that the runtime does not apply: forced BOS/EOS, n-gram blocking, repetition penalty
@@ -28,7 +28,7 @@ class Options(BaseModel):
     model_config = ConfigDict(extra="forbid")
     prompts: list[str] = Field([], description="Prompts to run (text2text-generation).")
     audio: list[str] = Field(
-        [], description="Shipped clips to transcribe (builders/audio/NAME.wav; speech)."
+        [], description="Shipped clips to transcribe (builders/data/audio/NAME.wav; speech)."
     )
     max_new_tokens: int = Field(ge=1, description="Greedy tokens per prompt.")
     dtype: str = Field(pattern="^float32$", description="Reference dtype; always fp32.")

@@ -148,7 +148,7 @@ def features(checkpoint: Any, clips: list[str]) -> list[Any]:
     feature extractor (the checkpoint's preprocessor_config.json)."""
     from transformers import AutoFeatureExtractor
 
-    from builders import audio
+    from builders.data import audio
     from runtime.audio import read_wav
 
     extractor = AutoFeatureExtractor.from_pretrained(checkpoint)

@@ -77,7 +77,7 @@ def _inputs(
     import numpy as np
 
     if opts.task == SPEECH:
-        from builders import audio
+        from builders.data import audio
 
         feats = [bundle.read(audio.path(c)) for c in opts.audio]
         theirs = np.load(ref_dir / "features.npz")

@@ -11,66 +11,20 @@ Recipes are data: nothing is templated.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from kiln import rules as rules_mod
-from kiln.diagnose import Source, find, validate
+from kiln.catalog import rules as rules_mod
+from kiln.catalog.diagnose import Source, find, validate
+from kiln.catalog.yaml import load_yaml_model, read_source
 from kiln.errors import KilnError, Location, Problem, did_you_mean
-from kiln.load import load_yaml_model, read_source
+from kiln.paths import Paths
 from kiln.schema import PromptSet, Recipe, Thresholds
 
 M = TypeVar("M", Recipe, Thresholds, PromptSet)
-ROOT = Path(__file__).resolve().parent.parent
 MAX_EXTENDS = 8
-
-
-@dataclass(frozen=True)
-class Paths:
-    """Where the catalog's data and the build outputs live."""
-
-    root: Path
-
-    @property
-    def recipes(self) -> Path:
-        return self.root / "recipes"
-
-    @property
-    def thresholds(self) -> Path:
-        return self.root / "thresholds"
-
-    @property
-    def prompts(self) -> Path:
-        return self.root / "prompts"
-
-    @property
-    def manifests(self) -> Path:
-        return self.root / "manifests"
-
-    @property
-    def site(self) -> Path:
-        return Path(os.environ.get("KILN_SITE", self.root / "_site"))
-
-    @property
-    def store(self) -> Path:
-        return Path(os.environ.get("KILN_STORE", self.root / ".kiln" / "store"))
-
-    @property
-    def hub(self) -> Path:
-        """The Hugging Face cache that fetch resolves from (the local mirror by default)."""
-        return Path(os.environ.get("KILN_HUB_CACHE", self.root / ".kiln" / "hub"))
-
-    def manifest(self, recipe: str) -> Path:
-        return self.manifests / f"{recipe}.json"
-
-    def rel(self, path: Path) -> str:
-        try:
-            return path.relative_to(self.root).as_posix()
-        except ValueError:
-            return str(path)
 
 
 @dataclass
@@ -171,7 +125,7 @@ def _resolve(name: str, raw: dict[str, tuple[Source, Any]]) -> tuple[Recipe, lis
 
 def load(paths: Paths | None = None) -> Catalog:
     """Load and cross-check the whole catalog."""
-    catalog = Catalog(paths or Paths(Path(os.environ.get("KILN_ROOT", ROOT))))
+    catalog = Catalog(paths or Paths.from_env())
     catalog.thresholds = _load_dir(catalog, catalog.paths.thresholds, Thresholds)
     catalog.prompts = _load_dir(catalog, catalog.paths.prompts, PromptSet)
     raw: dict[str, tuple[Source, Any]] = {}
@@ -181,8 +135,7 @@ def load(paths: Paths | None = None) -> Catalog:
             raw[path.stem] = read_source(path, file)
         except KilnError as exc:
             catalog.add(file, exc.problems)
-    own_rules = catalog.paths.root / "kiln" / "rules.yaml"  # a base checkout has its own
-    rules = rules_mod.load(own_rules if own_rules.is_file() else rules_mod.RULES_FILE)
+    rules = rules_mod.load(catalog.paths.rules if catalog.paths.rules.is_file() else None)
     for name in raw:
         file = raw[name][0].file
         try:

@@ -20,7 +20,7 @@ from typing import Any, ClassVar, TypeVar
 import yaml
 from pydantic import BaseModel
 
-from kiln.diagnose import Source, find, snippet, validate
+from kiln.catalog.diagnose import Source, find, snippet, validate
 from kiln.errors import MAX_PROBLEMS, KilnError, Location, Problem, capped
 
 try:  # the C loader is ~10x faster; PyYAML wheels ship it

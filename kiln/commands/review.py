@@ -18,11 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from kiln import catalog as catalog_mod
-from kiln import manifest
 from kiln.errors import KilnError, Problem
-from kiln.plan import Plan, Step, plan
+from kiln.evidence import manifest
+from kiln.plan import plan
+from kiln.plan.step import Plan, Step
+from kiln.plan.toolchain import Toolchain, code_digests, current
 from kiln.schema import Lock, StepLock
-from kiln.toolchain import Toolchain, code_digests, current
 
 
 def _short(value: Any) -> str:

@@ -4,13 +4,13 @@ audit the store against it, or collect what nothing references."""
 
 from __future__ import annotations
 
-from kiln import gc, manifest, toolchain
-from kiln import verify as audit
 from kiln.catalog import Catalog
 from kiln.errors import KilnError
-from kiln.plan import plan
+from kiln.evidence import manifest
+from kiln.plan import plan, toolchain
 from kiln.schema import Manifest
-from kiln.store import Store
+from kiln.store import Store, gc
+from kiln.store import verify as audit
 
 
 def manifests(cat: Catalog) -> tuple[dict[str, Manifest], list[str]]:
@@ -38,7 +38,7 @@ def planned_keys(cat: Catalog) -> set[str]:
 
 
 def verify(cat: Catalog, store: Store, repair: bool) -> int:
-    """Print what verify found; return its exit code (kiln.verify.EXIT)."""
+    """Print what verify found; return its exit code (kiln.store.verify.EXIT)."""
     parsed, broken = manifests(cat)
     report = audit.audit(store, parsed, planned_keys(cat))
     report.corrupt += broken

@@ -14,7 +14,7 @@ difference of two means has standard error sqrt(2 sigma^2 / n), so
 where z = Phi^-1 (statistics.NormalDist: no scipy in the core). A bundle as good as
 the reference fails with probability alpha; one worse by theta fails with
 probability 1 - beta. The suite's published example: n=4096, sigma=50, alpha=0.05,
-beta=0.2 gives an offset of -1.82 and theta = 2.75 (tests/test_gates.py).
+beta=0.2 gives an offset of -1.82 and theta = 2.75 (tests/unit/test_gates.py).
 
 Many gates at once: each statistical gate that runs adds its own alpha of false
 failures. A thresholds file may set `family_alpha`; each of its k statistical gates

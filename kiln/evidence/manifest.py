@@ -11,8 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from kiln.canonical import pretty
+from kiln.catalog.yaml import load_json_model
 from kiln.errors import KilnError
-from kiln.load import load_json_model
 from kiln.schema import Evidence, Lock, Manifest
 from kiln.store import atomic_write
 

@@ -9,12 +9,12 @@ are one step, and run once.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
-from kiln import variants
-from kiln.canonical import key_of
 from kiln.errors import KilnError, Location, Problem
+from kiln.plan import variants
+from kiln.plan.step import Plan, Step
+from kiln.plan.toolchain import Toolchain
 from kiln.schema import (
     VARIANTS,
     Build,
@@ -25,7 +25,6 @@ from kiln.schema import (
     PromptSet,
     Recipe,
 )
-from kiln.toolchain import Toolchain
 
 KINDS = (
     "fetch",
@@ -42,36 +41,6 @@ KINDS = (
 # The ONNX opset the exporter targets. 17 is what the legacy (TorchScript)
 # exporter handles best; it is 10-20x faster than dynamo (FIELD_NOTES).
 OPSET = 17
-
-
-@dataclass(frozen=True)
-class Step:
-    kind: str
-    name: str  # for people: "export kiln-tiny/llama@86b0c01"
-    options: dict[str, Any]
-    inputs: dict[str, str]  # role -> key of the step that produces it
-    material: dict[str, Any] = field(repr=False)  # exactly what the key hashes
-    origin: tuple[str, ...] = ()  # the recipe key it comes from, for error locations
-    role: str = "model"  # whose checkpoint: "model", or a companion role ("draft", ...)
-    key: str = field(init=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "key", key_of(self.material))
-
-
-@dataclass(frozen=True)
-class Plan:
-    recipe: str
-    steps: tuple[Step, ...]  # in dependency order
-
-    def step(self, kind: str, role: str = "model") -> Step:
-        for s in self.steps:
-            if s.kind == kind and s.role == role:
-                return s
-        raise KeyError(kind)
-
-    def by_key(self) -> dict[str, Step]:
-        return {s.key: s for s in self.steps}
 
 
 _ORIGIN = {
@@ -172,7 +141,7 @@ def engine_target(build: Build) -> dict[str, Any]:
 
 def kept_weights(quantize: Step | None, build: Build) -> dict[str, bool]:
     """An onnxruntime engine of a quantized graph keeps its int8/float8/int4 weights
-    (builders/qengine.py, chosen by this option through toolchain.OPTION_BUILDERS).
+    (builders/causal_lm/qengine.py, chosen by this option through toolchain.OPTION_BUILDERS).
     Absent for fp32 and other backends, whose engine keys stay as they were."""
     return {"quantized": True} if quantize is not None and build.backend == "onnxruntime" else {}
 
@@ -257,7 +226,7 @@ GENERATES = ("text-generation", "text2text-generation", "automatic-speech-recogn
 
 
 # What speech recipes validate on instead of text prompts: the clips shipped in
-# builders/audio/ (NAME.wav; their bytes are in the steps' code digests).
+# builders/data/audio/ (NAME.wav; their bytes are in the steps' code digests).
 AUDIO_CLIPS = ("chirp", "noise", "tone", "vowel")
 
 

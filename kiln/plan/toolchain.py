@@ -16,7 +16,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+from kiln.paths import ROOT
 
 # Libraries whose version can change a step's output, by step kind.
 LIBRARIES: dict[str, tuple[str, ...]] = {
@@ -42,7 +42,7 @@ BACKEND_LIBRARIES: dict[str, tuple[str, ...]] = {
 _TEXT_RUNTIME = (
     "runtime/__init__.py",
     "runtime/backends.py",
-    "runtime/bundle.py",
+    "runtime/causal_lm.py",
     "runtime/drafters.py",
     "runtime/ngram.py",
     "runtime/sampling.py",
@@ -54,50 +54,59 @@ _TEXT_RUNTIME = (
 CODE: dict[str, tuple[str, ...]] = {
     "fetch": ("builders/fetch.py",),
     "reference": (
-        "builders/reference.py",
-        "builders/_hf.py",
-        "builders/_adapter.py",
-        "builders/_text.py",
-        "builders/texts",
+        "builders/causal_lm/reference.py",
+        "builders/common/hf.py",
+        "builders/causal_lm/_adapter.py",
+        "builders/causal_lm/_text.py",
+        "builders/data/texts",
         "builders/unsupported.py",
-        "kiln/unsupported.py",
+        "kiln/store/unsupported.py",
     ),
     "quantize": (
-        "builders/quantize.py",
-        "builders/_hf.py",
-        "builders/texts",
+        "builders/causal_lm/quantize.py",
+        "builders/common/hf.py",
+        "builders/data/texts",
         "builders/unsupported.py",
-        "kiln/unsupported.py",
+        "kiln/store/unsupported.py",
     ),
     "export": (
-        "builders/export.py",
-        "builders/_hf.py",
-        "builders/_adapter.py",
-        "builders/_cache.py",
-        "builders/_capture.py",
-        "builders/_tracefix.py",
+        "builders/causal_lm/export.py",
+        "builders/common/hf.py",
+        "builders/causal_lm/_adapter.py",
+        "builders/causal_lm/_cache.py",
+        "builders/causal_lm/_capture.py",
+        "builders/causal_lm/_tracefix.py",
         "builders/unsupported.py",
-        "kiln/unsupported.py",
+        "kiln/store/unsupported.py",
     ),
-    "onnx": ("builders/onnx.py", "builders/_qdq.py", "kiln/unsupported.py"),
+    "onnx": (
+        "builders/causal_lm/onnx.py",
+        "builders/causal_lm/_qdq.py",
+        "kiln/store/unsupported.py",
+    ),
     "engine": (
-        "builders/engine.py",
-        "builders/_hf.py",
-        "builders/_cache.py",
-        "builders/_tracefix.py",
-        "builders/export.py",
-        "kiln/unsupported.py",
+        "builders/causal_lm/engine.py",
+        "builders/common/hf.py",
+        "builders/causal_lm/_cache.py",
+        "builders/causal_lm/_tracefix.py",
+        "builders/causal_lm/export.py",
+        "kiln/store/unsupported.py",
     ),
-    "drafter": ("builders/drafter.py", "builders/_drafters.py"),
-    "bundle": ("builders/bundle.py", "builders/_bundle_variants.py"),
+    "drafter": ("builders/causal_lm/drafter.py", "builders/causal_lm/_drafters.py"),
+    "bundle": ("builders/causal_lm/bundle.py", "builders/causal_lm/_bundle_variants.py"),
     # The text-generation runtime files, listed one by one (the same digest as the
     # directory had): runtime/ also holds other tasks' runtimes, which must not
     # change text-generation keys.
-    "validate": ("builders/validate.py", "kiln/hostinfo.py", "builders/_text.py", *_TEXT_RUNTIME),
+    "validate": (
+        "builders/causal_lm/validate.py",
+        "kiln/hostinfo.py",
+        "builders/causal_lm/_text.py",
+        *_TEXT_RUNTIME,
+    ),
 }
 
 # Tasks other than text-generation build with their own package of builders,
-# `<package>.<kind>` (kiln.execute picks it from the step's `task` option), and
+# `<package>.<kind>` (kiln.store.execute picks it from the step's `task` option), and
 # their steps hash their own code. Kinds not listed (fetch) are shared.
 TASK_BUILDERS: dict[str, str] = {
     "text-classification": "builders.classify",
@@ -105,20 +114,20 @@ TASK_BUILDERS: dict[str, str] = {
     "automatic-speech-recognition": "builders.seq2seq",
     "feature-extraction": "builders.embed",
 }
-# The encoder tasks share builders/_encoder.py (export, graph check, engine, bundle,
+# The encoder tasks share builders/common/encoder.py (export, graph check, engine, bundle,
 # evidence) and runtime/encoder.py (loading and padding).
-_ENCODER = ("builders/_encoder.py",)
+_ENCODER = ("builders/common/encoder.py",)
 _CLASSIFY = ("builders/classify/__init__.py", *_ENCODER)
 _EMBED = ("builders/embed/__init__.py", *_ENCODER)
 _SEQ2SEQ = ("builders/seq2seq/__init__.py",)
 # Speech runs the seq2seq builders' speech paths too, reads the shipped clips
-# (builders/audio/: the .wav bytes are hashed, _sources) and computes log-mel features.
+# (builders/data/audio/: the .wav bytes are hashed, _sources) and computes log-mel features.
 _SPEECH = ("builders/seq2seq/speech.py",)
-_AUDIO = ("builders/audio", "runtime/audio.py")
+_AUDIO = ("builders/data/audio", "runtime/audio.py")
 TASK_CODE: dict[str, dict[str, tuple[str, ...]]] = {
     "text-classification": {
         "export": (*_CLASSIFY, "builders/classify/export.py"),
-        "onnx": (*_CLASSIFY, "builders/classify/onnx.py", "builders/onnx.py"),
+        "onnx": (*_CLASSIFY, "builders/classify/onnx.py", "builders/causal_lm/onnx.py"),
         "engine": (*_CLASSIFY, "builders/classify/engine.py"),
         "bundle": (*_CLASSIFY, "builders/classify/bundle.py"),
         "reference": (
@@ -129,39 +138,39 @@ TASK_CODE: dict[str, dict[str, tuple[str, ...]]] = {
         "validate": (
             *_CLASSIFY,
             "builders/classify/validate.py",
-            "builders/validate.py",
+            "builders/causal_lm/validate.py",
             "kiln/hostinfo.py",  # the host in its evidence
-            *_TEXT_RUNTIME,  # importing runtime.classifier runs the package's init
+            *_TEXT_RUNTIME,  # importing runtime.classify runs the package's init
             "runtime/encoder.py",
-            "runtime/classifier.py",
+            "runtime/classify.py",
         ),
     },
     "feature-extraction": {
-        "export": (*_EMBED, "builders/embed/export.py", "kiln/unsupported.py"),
-        "onnx": (*_EMBED, "builders/embed/onnx.py", "builders/onnx.py"),
+        "export": (*_EMBED, "builders/embed/export.py", "kiln/store/unsupported.py"),
+        "onnx": (*_EMBED, "builders/embed/onnx.py", "builders/causal_lm/onnx.py"),
         "engine": (*_EMBED, "builders/embed/engine.py"),
         "bundle": (*_EMBED, "builders/embed/bundle.py"),
         "reference": (
             *_EMBED,
             "builders/embed/reference.py",
             "builders/embed/export.py",  # its load_encoder and pooling
-            "kiln/unsupported.py",
+            "kiln/store/unsupported.py",
         ),
         "validate": (
             *_EMBED,
             "builders/embed/validate.py",
-            "builders/validate.py",
+            "builders/causal_lm/validate.py",
             "kiln/hostinfo.py",  # the host in its evidence
-            *_TEXT_RUNTIME,  # importing runtime.embedder runs the package's init
+            *_TEXT_RUNTIME,  # importing runtime.embed runs the package's init
             "runtime/encoder.py",
-            "runtime/embedder.py",
+            "runtime/embed.py",
         ),
     },
     "text2text-generation": {
         "export": (*_SEQ2SEQ, "builders/seq2seq/export.py"),
-        "onnx": (*_SEQ2SEQ, "builders/seq2seq/onnx.py", "builders/onnx.py"),
+        "onnx": (*_SEQ2SEQ, "builders/seq2seq/onnx.py", "builders/causal_lm/onnx.py"),
         "engine": (*_SEQ2SEQ, "builders/seq2seq/engine.py"),
-        "bundle": (*_SEQ2SEQ, "builders/seq2seq/bundle.py", "builders/bundle.py"),
+        "bundle": (*_SEQ2SEQ, "builders/seq2seq/bundle.py", "builders/causal_lm/bundle.py"),
         "reference": (
             *_SEQ2SEQ,
             "builders/seq2seq/reference.py",
@@ -170,7 +179,7 @@ TASK_CODE: dict[str, dict[str, tuple[str, ...]]] = {
         "validate": (
             *_SEQ2SEQ,
             "builders/seq2seq/validate.py",
-            "builders/validate.py",
+            "builders/causal_lm/validate.py",
             "kiln/hostinfo.py",  # the host in its evidence
             *_TEXT_RUNTIME,  # importing runtime.seq2seq runs the package's init
             "runtime/seq2seq.py",
@@ -180,12 +189,12 @@ TASK_CODE: dict[str, dict[str, tuple[str, ...]]] = {
     },
     "automatic-speech-recognition": {
         "export": (*_SEQ2SEQ, "builders/seq2seq/export.py", *_SPEECH),
-        "onnx": (*_SEQ2SEQ, "builders/seq2seq/onnx.py", "builders/onnx.py"),
+        "onnx": (*_SEQ2SEQ, "builders/seq2seq/onnx.py", "builders/causal_lm/onnx.py"),
         "engine": (*_SEQ2SEQ, "builders/seq2seq/engine.py"),
         "bundle": (
             *_SEQ2SEQ,
             "builders/seq2seq/bundle.py",
-            "builders/bundle.py",
+            "builders/causal_lm/bundle.py",
             "runtime/audio.py",  # its FIELDS
         ),
         "reference": (
@@ -198,7 +207,7 @@ TASK_CODE: dict[str, dict[str, tuple[str, ...]]] = {
         "validate": (
             *_SEQ2SEQ,
             "builders/seq2seq/validate.py",
-            "builders/validate.py",
+            "builders/causal_lm/validate.py",
             "kiln/hostinfo.py",  # the host in its evidence
             *_TEXT_RUNTIME,
             "runtime/seq2seq.py",
@@ -209,18 +218,23 @@ TASK_CODE: dict[str, dict[str, tuple[str, ...]]] = {
 }
 
 # Builders chosen by a true step option, each with its own code entry `kind/option`:
-# an engine step of a quantized graph (option `quantized`, kiln/plan.py) builds with
-# builders/qengine.py, which keeps the quantized weights, while every other engine step
+# an engine step of a quantized graph (option `quantized`, kiln/plan/__init__.py) builds with
+# builders/causal_lm/qengine.py, which keeps the quantized weights, while every other engine step
 # keeps the code digest, and so the key, it had.
-OPTION_BUILDERS: dict[tuple[str, str], str] = {("engine", "quantized"): "builders.qengine"}
+OPTION_BUILDERS: dict[tuple[str, str], str] = {
+    ("engine", "quantized"): "builders.causal_lm.qengine"
+}
 OPTION_CODE: dict[str, tuple[str, ...]] = {
-    "engine/quantized": (*CODE["engine"], "builders/qengine.py"),
+    "engine/quantized": (*CODE["engine"], "builders/causal_lm/qengine.py"),
 }
 
 # Each engine backend's own module, hashed into its engines' keys on top of
 # CODE["engine"]: an edit to one backend re-keys only the engines it builds.
 BACKEND_CODE: dict[str, tuple[str, ...]] = {
-    backend: ("builders/backends/__init__.py", f"builders/backends/{backend}.py")
+    backend: (
+        "builders/causal_lm/backends/__init__.py",
+        f"builders/causal_lm/backends/{backend}.py",
+    )
     for backend in BACKEND_LIBRARIES
 }
 
@@ -256,7 +270,9 @@ def builder_module(kind: str, task: str | None, options: Mapping[str, Any] | Non
     if task in TASK_BUILDERS and kind in TASK_CODE[task]:
         return f"{TASK_BUILDERS[task]}.{kind}"
     option = _option(kind, options)
-    return OPTION_BUILDERS[(kind, option)] if option else f"builders.{kind}"
+    if option:
+        return OPTION_BUILDERS[(kind, option)]
+    return "builders.fetch" if kind == "fetch" else f"builders.causal_lm.{kind}"
 
 
 def version(dist: str) -> str:
@@ -306,7 +322,7 @@ def _digest(paths: tuple[str, ...], root: Path) -> str:
 def _sources(folder: Path) -> list[Path]:
     """Python and shipped text and audio (calibration and evaluation texts, validation
     clips change outputs too)."""
-    suffixes = (".py", ".txt", ".wav")  # audio clips are inputs too (builders/audio/)
+    suffixes = (".py", ".txt", ".wav")  # audio clips are inputs too (builders/data/audio/)
     return [p for p in folder.rglob("*") if p.suffix in suffixes and p.is_file()]
 
 

@@ -1,6 +1,6 @@
 """What each execution variant adds to a plan: companions, export options, drafters.
 
-Pure data about variants, used by kiln/plan.py; no I/O and no heavy imports.
+Pure data about variants, used by kiln/plan/__init__.py; no I/O and no heavy imports.
 
   variant   companion         target export            extra steps       runtime
   ordinary  -                 plain                    (mtp engines*)    one token / forward
@@ -24,7 +24,7 @@ from kiln.errors import Location, Problem
 from kiln.schema import Recipe
 
 if TYPE_CHECKING:
-    from kiln.plan import Step
+    from kiln.plan.step import Step
 
 DRAFTERS = ("mtp", "eagle3", "dflash", "dspark")
 

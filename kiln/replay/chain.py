@@ -24,8 +24,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from kiln import toolchain
-from kiln.plan import Step
+from kiln.plan import toolchain
+from kiln.plan.step import Step
 from kiln.replay.hostclass import this_host
 from kiln.store import Store
 

@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kiln import manifest
 from kiln.catalog import Catalog
 from kiln.errors import KilnError
-from kiln.plan import Plan, Step
+from kiln.evidence import manifest
+from kiln.plan.step import Plan, Step
 from kiln.replay import report
 from kiln.replay.chain import RunSpec, run_chain
 from kiln.replay.compare import Outcome, Settings, classify, exit_code, previous

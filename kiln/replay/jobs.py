@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from kiln.plan import Step
+from kiln.plan.step import Step
 from kiln.schema import Recipe
 
 

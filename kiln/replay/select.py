@@ -12,9 +12,9 @@ import subprocess
 from collections.abc import Iterable
 from pathlib import Path
 
-from kiln import toolchain
 from kiln.catalog import Catalog
 from kiln.errors import KilnError, did_you_mean
+from kiln.plan import toolchain
 
 
 def shard_of(name: str, count: int) -> int:

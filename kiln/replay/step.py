@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from kiln.errors import KilnError
-from kiln.execute import remeasure, run_step
-from kiln.plan import Step
+from kiln.plan.step import Step
 from kiln.replay.chain import BUILD_EXIT, INFRA_EXIT
 from kiln.store import Store, atomic_write
+from kiln.store.execute import remeasure, run_step
 
 PR_SET_PDEATHSIG = 1  # prctl(2): signal this process when its parent dies
 

@@ -2,7 +2,7 @@
 
 jinja2 with autoescape on and StrictUndefined: data is always escaped, and a
 template that names a missing value fails the build instead of printing nothing.
-The site shows only what manifests prove (kiln/siteview.py says how).
+The site shows only what manifests prove (kiln/site/view.py says how).
 
 The site is rendered into a temp dir next to the output and swapped in, so pages of
 deleted recipes disappear and a reader (`doit serve`) never sees half a site.
@@ -21,15 +21,17 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from kiln import siteapi, siteplot, siteview
 from kiln.canonical import dumps
 from kiln.catalog import Catalog
 from kiln.errors import KilnError
-from kiln.gates import bound
+from kiln.evidence.gates import bound
+from kiln.paths import ROOT
 from kiln.schema import METRICS
-from kiln.sitematrix import Matrix, matrix
+from kiln.site import api as siteapi
+from kiln.site import plot as siteplot
+from kiln.site import view as siteview
+from kiln.site.matrix import Matrix, matrix
 
-ROOT = Path(__file__).resolve().parent.parent
 SITE = ROOT / "site"
 TEMPLATES = SITE / "templates"
 STATIC = SITE / "static"
@@ -43,8 +45,8 @@ PageSpec = tuple[str, str, dict[str, Any]]
 
 def sources() -> list[Path]:
     """Every file rendering reads besides the catalog's data: doit's file_dep for `site`."""
-    code = [Path(__file__).with_name(f"{m}.py") for m in ("sitegen", "siteview", "sitematrix")]
-    code += [Path(__file__).with_name(f"{m}.py") for m in ("siteapi", "siteplot", "schema")]
+    here = Path(__file__).parent  # this package renders: every module of it counts
+    code = [*here.glob("*.py"), here.parent / "schema.py"]
     files = [*TEMPLATES.rglob("*"), *STATIC.rglob("*")]
     files += [SCHEMAS / f"{n}.schema.json" for n in API_SCHEMA_FILES]
     return sorted(p for p in [*code, *files] if p.is_file())

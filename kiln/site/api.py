@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from kiln.sitematrix import Matrix
-from kiln.siteview import Entry
+from kiln.site.matrix import Matrix
+from kiln.site.view import Entry
 
 API_VERSION = 1
 

@@ -1,48 +1,19 @@
 """The coverage table: every architecture of the reference support matrix x verdict.
 
-Data: catalog/architectures.yaml (each architecture with its tiny recipe and real
-recipes, or the exact reason it has none) plus the manifests, which alone decide a
-verdict: a recipe with no manifest is "not built", never a pass. The README table
+Data: catalog/architectures.yaml (kiln.catalog.architectures) plus the manifests,
+which alone decide a verdict: a recipe with no manifest is "not built", never a pass. The README table
 and the site's coverage page are rendered from `rows()`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Literal
 
-import yaml
-from pydantic import Field
-
-from kiln import manifest
-from kiln.catalog import Catalog
+from kiln.catalog import Catalog, architectures
 from kiln.errors import KilnError
-from kiln.schema import Strict
+from kiln.evidence import manifest
 
 NOT_BUILT = "not built here"
-FILE = Path("catalog") / "architectures.yaml"
-
-
-class Architecture(Strict):
-    name: str = Field(description="Architecture class name, as the support matrix spells it.")
-    family: str = Field("", description="What is special about it (dense, moe, mla, ...).")
-    tiny: str | None = Field(None, description="The tiny recipe that builds it here.")
-    real: list[str] = Field(default_factory=list, description="Real-checkpoint recipes.")
-    status: Literal["not-in-release", "not-built"] | None = Field(
-        None, description="Why there is no tiny recipe: the release lacks it, or not built."
-    )
-    reason: str = Field("", description="The exact reason, for status entries.")
-    in_matrix: bool = Field(
-        True,
-        description="Listed in the reference support matrix; false for an architecture "
-        "kiln builds beyond it (BertModel sentence embeddings).",
-    )
-
-
-class Architectures(Strict):
-    schema_version: Literal[1] = Field(description="Schema version; this is version 1.")
-    architectures: list[Architecture] = Field(description="One entry per architecture.")
 
 
 @dataclass(frozen=True)
@@ -63,11 +34,6 @@ class Row:
     reason: str
 
 
-def load(root: Path) -> Architectures:
-    data = yaml.safe_load((root / FILE).read_text())
-    return Architectures.model_validate(data)
-
-
 def _cell(cat: Catalog, recipe: str) -> Cell:
     path = cat.paths.manifest(recipe)
     try:
@@ -81,7 +47,7 @@ def _cell(cat: Catalog, recipe: str) -> Cell:
 
 
 def rows(cat: Catalog) -> list[Row]:
-    table = load(cat.paths.root)
+    table = architectures.load(cat.paths.root)
     out = []
     for a in table.architectures:
         out.append(
@@ -149,5 +115,5 @@ if __name__ == "__main__":
     from kiln import catalog
 
     if sys.argv[1:] != ["--readme"]:
-        sys.exit("usage: python -m kiln.coverage --readme")
+        sys.exit("usage: python -m kiln.site.coverage --readme")
     print("README.md updated" if write_readme(catalog.load()) else "README.md up to date")

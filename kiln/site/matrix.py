@@ -19,7 +19,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
-from kiln.siteview import Entry
+from kiln.site.view import Entry
 
 UNTESTED = "untested"
 # Deciding order: the first verdict present among a cell's recipes decides it.

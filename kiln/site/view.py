@@ -19,9 +19,9 @@ from enum import Enum
 from functools import cached_property
 from typing import Any
 
-from kiln import manifest
 from kiln.catalog import Catalog
 from kiln.errors import KilnError
+from kiln.evidence import manifest
 from kiln.schema import Evidence, Manifest, Recipe, Thresholds
 
 NOT_BUILT = "not built"

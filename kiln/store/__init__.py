@@ -33,7 +33,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kiln import keylock
 from kiln.canonical import key_of, pretty
 from kiln.errors import KilnError, Location
 from kiln.fsio import (
@@ -47,6 +46,7 @@ from kiln.fsio import (
     sha256_file,
     write_new,
 )
+from kiln.store import keylock
 
 __all__ = ["RECORD", "Artifact", "Store", "Writer", "atomic_write", "sha256_file"]
 

@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from kiln import toolchain, unsupported
 from kiln.errors import KilnError, Location
-from kiln.plan import Step
-from kiln.store import Store, Writer
+from kiln.plan import toolchain
+from kiln.plan.step import Step
+from kiln.store import Store, Writer, unsupported
 
 T = TypeVar("T")
 

@@ -19,10 +19,9 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from kiln import keylock
 from kiln.errors import KilnError
 from kiln.fsio import remove_tree
-from kiln.store import RECORD, Store, check_key
+from kiln.store import RECORD, Store, check_key, keylock
 
 TEMP_FILE_AGE = 60.0  # seconds
 UNKNOWN_AGE = 3600.0  # a temp entry whose name carries no key: wait an hour

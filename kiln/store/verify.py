@@ -18,11 +18,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kiln import gc
 from kiln.errors import KilnError
 from kiln.fsio import inside, sha256_file
 from kiln.schema import Manifest
-from kiln.store import RECORD, Store
+from kiln.store import RECORD, Store, gc
 
 EXIT = {"corrupt": 4, "partial": 4, "missing": 5, "extra": 6}
 

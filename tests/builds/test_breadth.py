@@ -14,12 +14,14 @@ import pytest
 import yaml
 from conftest import ROOT, World, heavy, make_world
 
-from kiln import catalog, ci_subset, coverage
+from kiln import catalog
+from kiln.catalog import architectures
+from kiln.site import coverage
 
 REFERENCE = ROOT / "catalog" / "reference"
 
 # What the breadth catalog cannot build here, and the words its reason must contain
-# (builders/_cache.py and builders/unsupported.py say why, exactly).
+# (builders/causal_lm/_cache.py and builders/unsupported.py say why, exactly).
 UNSUPPORTED = {
     "tiny-nemotron-h": "recurrent state",
     "tiny-qwen3-next": "recurrent state",
@@ -29,13 +31,13 @@ UNSUPPORTED = {
     "tiny-glm-moe-dsa": "indexer keys",
 }
 
-# Recipes of other tasks pass on their own metrics (tests/test_tasks_other.py).
+# Recipes of other tasks pass on their own metrics (tests/builds/test_encoder_tasks.py).
 CLASSIFIERS = {"tiny-bert-classifier"}
 EMBEDDERS = {"tiny-bert-embed"}
 
 # Measured defects, kept visible rather than hidden: none today. (tiny-qwen2 was one
 # until its checkpoint shipped Qwen2's digit-splitting pre-tokenizer, which
-# transformers imposes by model type; tests/test_tinyhub.py now checks every tiny
+# transformers imposes by model type; tests/builds/test_tinyhub.py now checks every tiny
 # tokenizer file against transformers.)
 KNOWN_QUALITY_FAIL: dict[str, str] = {}
 
@@ -53,26 +55,26 @@ def _matrix_architectures() -> set[str]:
 
 
 def test_every_matrix_architecture_is_listed_once() -> None:
-    listed = [a.name for a in coverage.load(ROOT).architectures]
+    listed = [a.name for a in architectures.load(ROOT).architectures]
     assert len(listed) == len(set(listed))
-    matrix = {a.name for a in coverage.load(ROOT).architectures if a.in_matrix}
+    matrix = {a.name for a in architectures.load(ROOT).architectures if a.in_matrix}
     assert matrix == _matrix_architectures()
     assert set(listed) - matrix == {"BertModel"}  # built beyond the matrix
 
 
 def test_every_architecture_has_a_tiny_recipe_or_an_exact_reason() -> None:
     recipes = {p.stem for p in (ROOT / "recipes").glob("*.yaml")}
-    for a in coverage.load(ROOT).architectures:
+    for a in architectures.load(ROOT).architectures:
         if a.tiny:
             assert a.tiny in recipes, a
             assert a.family, f"{a.name}: a tiny recipe needs a family for the CI subset"
         else:
             assert a.status and len(a.reason) > 20, a
         assert set(a.real) <= recipes, a
-    named = {n for a in coverage.load(ROOT).architectures for n in (a.tiny, *a.real) if n}
+    named = {n for a in architectures.load(ROOT).architectures for n in (a.tiny, *a.real) if n}
     # Execution-variant recipes (drafting, LoRA) and recipes that extend another
     # (precisions, backends of one checkpoint) cover variants, not architectures:
-    # tests/test_variants.py and tests/test_precisions.py hold them to their rules.
+    # tests/builds/test_variant_builds.py and tests/builds/test_precisions.py hold them to their rules.
     variants = {n for n in recipes if _variant(n) != "ordinary" or _extends(n)}
     assert {n for n in recipes - variants if n.startswith(("tiny-", "real-"))} == named
 
@@ -92,12 +94,12 @@ def _variant(name: str) -> str:
 
 def test_the_ci_subset_covers_every_family_and_each_verdict_path() -> None:
     cat = catalog.load(catalog.Paths(ROOT))
-    table = coverage.load(ROOT).architectures
-    chosen = set(ci_subset.subset(cat))
+    table = architectures.load(ROOT).architectures
+    chosen = set(architectures.ci_subset(cat))
     families = {a.family for a in table if a.tiny}
     assert {a.family for a in table if a.tiny in chosen} == families
     assert chosen & set(UNSUPPORTED) and chosen - set(UNSUPPORTED)
-    assert set(ci_subset.ALWAYS) <= chosen
+    assert set(architectures.ALWAYS) <= chosen
     assert len(chosen) < len([a for a in table if a.tiny])  # a subset, not everything
 
 
@@ -127,7 +129,7 @@ def test_real_recipes_check_and_plan_without_the_hub(tmp_path: Path) -> None:
 def test_readme_coverage_table_matches_the_manifests() -> None:
     readme = (ROOT / "README.md").read_text()
     table = coverage.markdown(coverage.rows(catalog.load(catalog.Paths(ROOT))))
-    assert table in readme, "README coverage table is stale: python -m kiln.coverage --readme"
+    assert table in readme, "README coverage table is stale: python -m kiln.site.coverage --readme"
 
 
 def _verdicts(world: World, names: list[str]) -> dict[str, dict[str, object]]:
@@ -170,7 +172,9 @@ def _build(tmp_path: Path, hub: Path, names: list[str]) -> World:
 @heavy
 def test_the_ci_subset_builds_and_each_recipe_earns_its_verdict(tmp_path: Path, hub: Path) -> None:
     names = [
-        n for n in ci_subset.subset(catalog.load(catalog.Paths(ROOT))) if n not in ci_subset.ALWAYS
+        n
+        for n in architectures.ci_subset(catalog.load(catalog.Paths(ROOT)))
+        if n not in architectures.ALWAYS
     ]
     world = _build(tmp_path, hub, names)
     _check_built(world, names)

@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 from conftest import ROOT, World, heavy, make_world
 
-from kiln import catalog, toolchain
-from kiln.plan import plan
+from kiln import catalog
+from kiln.plan import plan, toolchain
 from tinyhub import packaged
 
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
@@ -103,7 +103,7 @@ def test_a_packaged_file_that_differs_from_the_revision_is_refused(tmp_path: Pat
 
 def test_pooling_is_read_from_the_checkpoints_modules(tmp_path: Path) -> None:
     from builders.embed.export import pooling
-    from kiln.unsupported import Unsupported
+    from kiln.store.unsupported import Unsupported
 
     assert pooling(tmp_path) == {"mode": "mean", "normalize": False, "source": "default"}
     modules = [
@@ -135,7 +135,7 @@ def test_numpy_pooling_equals_the_references_torch_pooling(pool: dict[str, Any])
     import torch
 
     from builders.embed.reference import pooled
-    from runtime.embedder import pool as np_pool
+    from runtime.embed import pool as np_pool
 
     rng = np.random.default_rng(0)
     hidden = rng.standard_normal((3, 7, 16)).astype(np.float32)
@@ -185,7 +185,7 @@ def test_minilm_bundle_embeds_as_sentence_transformers_does(minilm_world: World)
     import numpy as np
     from sentence_transformers import SentenceTransformer
 
-    from runtime.embedder import load
+    from runtime.embed import load
 
     bundle = load(_bundle_dir(minilm_world))
     assert bundle.pooling == {"mode": "mean", "normalize": True, "source": "modules.json"}
@@ -225,7 +225,7 @@ def tiny_world(tmp_path_factory: pytest.TempPathFactory, hub: Path) -> World:
 def test_tiny_embedder_passes_and_pads_without_changing_a_row(tiny_world: World) -> None:
     import numpy as np
 
-    from runtime.embedder import load
+    from runtime.embed import load
 
     evidence = tiny_world.manifest(TINY)["evidence"][-1]
     assert evidence["verdict"] == "pass", evidence
@@ -239,7 +239,7 @@ def test_tiny_embedder_passes_and_pads_without_changing_a_row(tiny_world: World)
     # Guard on the guard: the padding fed as real tokens moves the short row a lot.
     feeds = bundle.feeds(ids)
     hidden = bundle.run(feeds, "last_hidden_state")
-    from runtime.embedder import pool
+    from runtime.embed import pool
 
     unmasked = pool(hidden, np.ones_like(feeds["attention_mask"]), bundle.pooling)
     assert np.abs(unmasked - batch).max() > 1e-3

@@ -3,7 +3,7 @@ reference metric, chosen by the recipe's `task`, and never changes the keys of
 text-generation recipes.
 
 text-classification: the tiny BertForSequenceClassification builds to a pass, and
-its bundle's class probabilities (runtime/classifier.py, onnxruntime, right-padded
+its bundle's class probabilities (runtime/classify.py, onnxruntime, right-padded
 batches) equal transformers' fp32 eager probabilities for each text alone.
 
 text2text-generation: tiny T5 (decoder start 0) and Bart build to a pass, and the
@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 from conftest import ROOT, World, heavy, make_world
 
-from kiln import catalog, toolchain
-from kiln.plan import plan
+from kiln import catalog
+from kiln.plan import plan, toolchain
 
 TEXTS = [
     "Hello",
@@ -59,7 +59,7 @@ def test_the_task_picks_builders_and_code_and_text_generation_keys_ignore_it() -
 def test_every_task_builder_file_exists_and_is_hashed() -> None:
     for kinds in toolchain.TASK_CODE.values():
         for paths in kinds.values():
-            # a folder (builders/audio: the speech clips) hashes what it holds
+            # a folder (builders/data/audio: the speech clips) hashes what it holds
             assert all((ROOT / p).is_file() or (ROOT / p).is_dir() for p in paths), paths
     # The runtime directory's other-task files are not in text-generation's validate key.
     assert "runtime" not in toolchain.CODE["validate"]
@@ -127,7 +127,7 @@ def test_classifier_runtime_matches_transformers_in_a_padded_batch(
 ) -> None:
     import numpy as np
 
-    from runtime.classifier import load
+    from runtime.classify import load
 
     bundle = load(_bundle_dir(classifier_world))
     want, want_ids = _transformers_probs(hub, TEXTS)
@@ -154,7 +154,7 @@ def test_a_padded_row_without_its_mask_differs(classifier_world: World) -> None:
     the padded-batch agreement above measures the mask, not luck."""
     import numpy as np
 
-    from runtime.classifier import load, softmax
+    from runtime.classify import load, softmax
 
     bundle = load(_bundle_dir(classifier_world))
     short, long = bundle.encode("Hello"), bundle.encode(TEXTS[2])
@@ -171,7 +171,7 @@ def test_a_padded_row_without_its_mask_differs(classifier_world: World) -> None:
 @heavy
 def test_classifier_runtime_refuses_what_it_cannot_serve(classifier_world: World) -> None:
     from runtime import BundleError
-    from runtime.classifier import load
+    from runtime.classify import load
 
     bundle = load(_bundle_dir(classifier_world))
     with pytest.raises(BundleError, match="serves 1 to 4"):
@@ -193,7 +193,7 @@ def test_seq2seq_plans_use_their_own_builders() -> None:
         assert step.material["code"] == tools.code[f"text2text-generation/{step.kind}"]
     assert t5.step("validate").options["max_new_tokens"] == 32
     assert toolchain.builder_module("bundle", "text2text-generation") == "builders.seq2seq.bundle"
-    # Whisper shares the package (tests/test_whisper.py), with its own code digests.
+    # Whisper shares the package (tests/builds/test_speech.py), with its own code digests.
     assert toolchain.builder_module("export", "automatic-speech-recognition") == (
         "builders.seq2seq.export"
     )
@@ -308,7 +308,7 @@ def test_seq2seq_decoder_cache_is_used_and_exact(seq2seq_world: World) -> None:
 
 @heavy
 def test_doit_run_classifies_with_the_classifier_runtime(classifier_world: World) -> None:
-    from runtime.classifier import load
+    from runtime.classify import load
 
     out = classifier_world.doit("run", "recipe=tiny-bert-classifier", "prompt=Hello", check=True)
     label, prob = load(_bundle_dir(classifier_world)).classify(["Hello"])[0]

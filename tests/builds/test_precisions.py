@@ -20,9 +20,10 @@ import pytest
 from conftest import World, heavy, make_world
 
 from kiln import catalog as catalog_mod
-from kiln.plan import Plan, plan
+from kiln.plan import plan
+from kiln.plan.step import Plan
+from kiln.plan.toolchain import current
 from kiln.store import Store
-from kiln.toolchain import current
 
 pytestmark = heavy
 
@@ -78,7 +79,7 @@ def fake_quant_logits(w: World, name: str, ids: list[int]) -> tuple[Any, Any]:
     """modelopt's fake-quant torch model (the quantize artifact) and the fp32 model."""
     import torch
 
-    from builders._hf import load_causal_lm, restore_quantized
+    from builders.common.hf import load_causal_lm, restore_quantized
 
     checkpoint = artifact(w, name, "fetch") / "checkpoint"
     fp32 = load_causal_lm(checkpoint)
@@ -90,7 +91,7 @@ def fake_quant_logits(w: World, name: str, ids: list[int]) -> tuple[Any, Any]:
 
 @pytest.mark.parametrize("name", ["tiny-llama-fp8", "tiny-llama-int4-awq", "tiny-llama-int8-sq"])
 def test_the_onnxruntime_graph_computes_modelopts_fake_quant_model(prec: World, name: str) -> None:
-    from builders._text import TEXT
+    from builders.causal_lm._text import TEXT
     from runtime import load
 
     bundle = load(artifact(prec, name, "bundle"))
@@ -142,7 +143,7 @@ def test_quantized_engines_keep_quantized_weights_and_are_smaller_than_fp32(
     prec: World, built: World, name: str, fp32: str, dtype: str
 ) -> None:
     """onnxruntime's offline optimization must not fold the weights' DequantizeLinear
-    back to fp32 (builders/qengine.py): the engine file the bundle ships stores them."""
+    back to fp32 (builders/causal_lm/qengine.py): the engine file the bundle ships stores them."""
     import onnx
 
     def engine_file(w: World, recipe: str) -> Path:
@@ -171,7 +172,7 @@ def test_tensorrt_recipe_keeps_modelopts_ops_and_ends_unsupported_here(prec: Wor
     assert e["verdict"] == "unsupported-here" and "import tensorrt" in e["reason"]
     assert e["metrics"] == {} and e["gates"] == []
     assert e["backend"]["name"] == "tensorrt" and e["backend"]["device"] == "sm90"
-    from kiln.unsupported import marker_of
+    from kiln.store.unsupported import marker_of
 
     for kind in ("engine", "bundle", "validate"):  # a marker with the reason, nothing else
         folder = artifact(prec, "tiny-llama-fp8-tensorrt", kind)

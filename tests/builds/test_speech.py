@@ -17,16 +17,16 @@ from typing import Any
 import pytest
 from conftest import ROOT, World, heavy, make_world
 
-from builders import audio
-from kiln import catalog, toolchain
-from kiln.plan import AUDIO_CLIPS, plan
+from builders.data import audio
+from kiln import catalog
+from kiln.plan import AUDIO_CLIPS, plan, toolchain
 
 SPEECH = "automatic-speech-recognition"
 TINY = {"feature_size": 16, "sampling_rate": 16000, "hop_length": 160, "n_fft": 400}
 
 
 def test_the_shipped_clips_are_their_formulas(tmp_path: Path) -> None:
-    """The committed WAVs are what builders/audio's formulas write (to one 16-bit
+    """The committed WAVs are what builders/data/audio's formulas write (to one 16-bit
     step: float rounding may differ by an ulp across machines), and the plan
     validates on exactly those clips."""
     import numpy as np
@@ -105,7 +105,7 @@ def test_whisper_plans_with_the_seq2seq_builders_on_audio() -> None:
         assert options["audio"] == list(AUDIO_CLIPS) and "prompts" not in options
     assert toolchain.builder_module("export", SPEECH) == "builders.seq2seq.export"
     # The clips' bytes are in the digest: they are inputs, not decoration.
-    assert "builders/audio" in toolchain.TASK_CODE[SPEECH]["reference"]
+    assert "builders/data/audio" in toolchain.TASK_CODE[SPEECH]["reference"]
     assert any(p.suffix == ".wav" for p in toolchain._sources(ROOT / "builders" / "audio"))
 
 

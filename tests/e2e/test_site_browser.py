@@ -17,7 +17,7 @@ import pytest
 from browser import ARTIFACTS, Crawl, axe_source, crawl, launch
 from conftest import World, heavy
 
-from kiln.preview import serving
+from kiln.site.serve import serving
 
 pytestmark = heavy
 PHONE = {"width": 375, "height": 812}

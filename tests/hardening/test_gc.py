@@ -11,9 +11,10 @@ from pathlib import Path
 from conftest import ROOT, make_world
 from test_store_faults import sample_manifest
 
-from kiln import catalog, manifest, toolchain
+from kiln import catalog
 from kiln.canonical import key_of
-from kiln.plan import plan
+from kiln.evidence import manifest
+from kiln.plan import plan, toolchain
 from kiln.store import Store
 
 HOLD = """

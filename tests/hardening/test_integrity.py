@@ -14,7 +14,7 @@ from conftest import World, heavy
 
 from kiln.schema import Manifest
 from kiln.store import Store
-from kiln.verify import audit
+from kiln.store.verify import audit
 
 pytestmark = heavy
 

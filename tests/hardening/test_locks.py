@@ -13,8 +13,8 @@ from pathlib import Path
 from conftest import ROOT
 
 from kiln.canonical import key_of
-from kiln.keylock import holder_path
 from kiln.store import Store
+from kiln.store.keylock import holder_path
 
 KEY = key_of("locked step")
 WHAT = "export kiln-tiny/llama@86b0c01"

@@ -19,7 +19,7 @@ from kiln.canonical import key_of
 from kiln.errors import KilnError
 from kiln.schema import Manifest
 from kiln.store import Store, Writer
-from kiln.verify import audit
+from kiln.store.verify import audit
 
 PIECES = ["..", ".", "a", "b.bin", "", "/", "\\", "\x00", "~", "link", "..\\..", "/etc", "%2e%2e"]
 names = st.lists(st.sampled_from(PIECES), min_size=1, max_size=8).map("/".join) | st.text(

@@ -13,11 +13,12 @@ import pytest
 from conftest import make_world
 
 import tinyhub
-from kiln import catalog, toolchain
+from kiln import catalog
 from kiln.errors import KilnError
-from kiln.execute import run_step
-from kiln.plan import Step, plan
+from kiln.plan import plan, toolchain
+from kiln.plan.step import Step
 from kiln.store import Store
+from kiln.store.execute import run_step
 
 PICKLES = ("pytorch_model.bin", "model.pt", "weights.pth", "extra.pkl", "last.ckpt")
 

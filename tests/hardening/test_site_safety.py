@@ -21,8 +21,9 @@ from browser import crawl, launch, tags_of
 from conftest import copy_catalog
 from pydantic import BaseModel, ValidationError
 
-from kiln import catalog, schema, sitegen
-from kiln.preview import serving
+from kiln import catalog, schema
+from kiln import site as sitegen
+from kiln.site.serve import serving
 
 PAYLOAD = (
     '<script>window.__pwned="script {n}"</script>'

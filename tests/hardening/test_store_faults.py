@@ -20,12 +20,12 @@ from typing import Any
 
 import pytest
 
-from kiln import gc, manifest
 from kiln.canonical import key_of
 from kiln.errors import KilnError
+from kiln.evidence import manifest
 from kiln.schema import Manifest
-from kiln.store import Store
-from kiln.verify import audit
+from kiln.store import Store, gc
+from kiln.store.verify import audit
 
 KEY = key_of("fault injection")
 OPS = ("mkdir", "write", "fsync", "rename", "replace")

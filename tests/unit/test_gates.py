@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kiln.gates import judge
+from kiln.evidence.gates import judge
 from kiln.schema import Gate, Thresholds
 
 T = Thresholds(
@@ -39,7 +39,7 @@ def test_a_missing_or_nan_metric_fails_its_gate() -> None:
 import pytest  # noqa: E402
 from pydantic import ValidationError  # noqa: E402
 
-from kiln.gates import bound, z_test_bound  # noqa: E402
+from kiln.evidence.gates import bound, z_test_bound  # noqa: E402
 
 
 def test_z_test_reproduces_tensorrt_llm_published_numbers() -> None:

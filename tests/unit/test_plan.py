@@ -9,10 +9,10 @@ from typing import Any
 import yaml
 from conftest import ROOT
 
-from kiln.load import load_yaml_model
+from kiln.catalog.yaml import load_yaml_model
 from kiln.plan import plan
+from kiln.plan.toolchain import current
 from kiln.schema import PromptSet, Recipe
-from kiln.toolchain import current
 
 PROMPTS = load_yaml_model(PromptSet, ROOT / "prompts" / "default.yaml")
 

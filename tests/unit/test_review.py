@@ -16,9 +16,10 @@ from conftest import ROOT
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kiln import catalog, review
+from kiln import catalog
+from kiln.catalog.yaml import load_yaml_model
+from kiln.commands import review
 from kiln.errors import KilnError
-from kiln.load import load_yaml_model
 from kiln.schema import Recipe
 
 BASE: dict[str, Any] = yaml.safe_load((ROOT / "recipes" / "tiny-llama.yaml").read_text())

@@ -17,7 +17,9 @@ import yaml
 from browser import tags_of
 from conftest import ROOT, World, copy_catalog, heavy
 
-from kiln import catalog, editor_schema, schema, sitegen
+from kiln import catalog, schema
+from kiln import site as sitegen
+from kiln.commands import schema as editor_schema
 
 
 @heavy

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from builders.backends.tensorrt import builder_flags, network_flags, profile_shapes
+from builders.causal_lm.backends.tensorrt import builder_flags, network_flags, profile_shapes
 
 IO = {
     "kv_cache": {"kv_heads": 2, "head_dim": 16, "layers": 1},
@@ -86,9 +86,9 @@ def test_weakly_typed_10x_gets_its_flags_and_11x_has_none_to_give() -> None:
 def test_without_tensorrt_the_engine_step_is_unsupported_not_built(tmp_path: object) -> None:
     from pathlib import Path
 
-    from builders.backends import tensorrt
-    from kiln.execute import Request
-    from kiln.unsupported import Unsupported
+    from builders.causal_lm.backends import tensorrt
+    from kiln.store.execute import Request
+    from kiln.store.unsupported import Unsupported
 
     request = Request("engine", "0" * 64, "engine", {}, {"onnx": Path(str(tmp_path))})
     with pytest.raises(Unsupported, match="import tensorrt"):

@@ -11,11 +11,12 @@ import pytest
 import yaml
 from conftest import ROOT
 
+from kiln.catalog.yaml import load_yaml_model
 from kiln.errors import KilnError
-from kiln.load import load_yaml_model
-from kiln.plan import Plan, plan
+from kiln.plan import plan
+from kiln.plan.step import Plan
+from kiln.plan.toolchain import current
 from kiln.schema import PromptSet, Recipe
-from kiln.toolchain import current
 
 PROMPTS = load_yaml_model(PromptSet, ROOT / "prompts" / "default.yaml")
 
@@ -116,7 +117,7 @@ def test_real_pairs_plan_with_pinned_revisions(tmp_path: Path) -> None:
 
 
 def test_drafting_rules_apply_to_the_catalog(tmp_path: Path) -> None:
-    from kiln import rules
+    from kiln.catalog import rules
 
     table = rules.load()
     data = recipe_data("tiny-qwen3-eagle3")

@@ -8,8 +8,8 @@ import pytest
 import yaml
 from conftest import ROOT
 
+from kiln.catalog.yaml import load_yaml_model
 from kiln.errors import KilnError
-from kiln.load import load_yaml_model
 from kiln.schema import Recipe
 
 GOOD = (ROOT / "recipes" / "tiny-llama.yaml").read_text()

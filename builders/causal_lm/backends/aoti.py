@@ -19,7 +19,7 @@ from typing import Any
 def _dynamic_shapes(entries: list[dict[str, Any]]) -> tuple[Any, ...]:
     from torch.export import Dim
 
-    from builders._cache import SEQ_AXIS
+    from builders.causal_lm._cache import SEQ_AXIS
 
     d = Dim.DYNAMIC
     past = tuple({0: d, SEQ_AXIS: d} for _ in entries)
@@ -29,10 +29,15 @@ def _dynamic_shapes(entries: list[dict[str, Any]]) -> tuple[Any, ...]:
 def build(request: Any, writer: Any, opts: Any) -> None:
     import torch
 
-    from builders import _cache, _tracefix
-    from builders._hf import load_for_export
-    from builders.engine import check_limits
-    from builders.export import describe, example_inputs, explicit_cache_module, value_info
+    from builders.causal_lm import _cache, _tracefix
+    from builders.causal_lm.engine import check_limits
+    from builders.causal_lm.export import (
+        describe,
+        example_inputs,
+        explicit_cache_module,
+        value_info,
+    )
+    from builders.common.hf import load_for_export
 
     device = "cpu" if opts.target == "cpu" else "cuda"
     if device == "cuda" and not torch.cuda.is_available():

@@ -18,7 +18,7 @@ def build(request: Any, writer: Any, opts: Any) -> None:
     import numpy as np
     import onnxruntime as ort
 
-    from builders.engine import check_limits
+    from builders.causal_lm.engine import check_limits
 
     source = request.inputs["onnx"]
     io = json.loads((source / "io.json").read_text())
@@ -45,7 +45,7 @@ def build(request: Any, writer: Any, opts: Any) -> None:
         "attention_mask": np.ones((batch, 4), np.int64),
         "position_ids": np.tile(np.arange(4, dtype=np.int64), (batch, 1)),
     }
-    for entry in kv["entries"]:  # shapes observed at export (builders/_cache.py)
+    for entry in kv["entries"]:  # shapes observed at export (builders/causal_lm/_cache.py)
         shape = [{"batch": batch, "seq": 0}.get(d, d) for d in entry["shape"]]
         feeds[entry["past"]] = np.zeros(shape, np.float32)
     logits = session.run(["logits"], feeds)[0]

@@ -81,7 +81,7 @@ def build(request: Any, writer: Any, opts: Any) -> None:
             f"TensorRT is not installed here (import tensorrt: {exc}); no TensorRT native "
             "library installs on this project's machines (FIELD_NOTES)"
         ) from None
-    from builders.engine import check_limits
+    from builders.causal_lm.engine import check_limits
 
     source = request.inputs["onnx"]
     io = json.loads((source / "io.json").read_text())

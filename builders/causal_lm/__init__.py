@@ -1,0 +1,13 @@
+"""text-generation: one module per step kind, and the helpers only they use.
+
+export.py     torch -> ONNX with an explicit KV cache (and hidden-state outputs)
+quantize.py   modelopt fake-quantization with calibration
+onnx.py       graph optimizer, full check, the I/O contract (io.json)
+engine.py     dispatches to backends/: a graph (or the checkpoint) -> an engine
+drafter.py    the drafter engines of speculative variants (MTP, EAGLE-3, DFlash/DSpark)
+bundle.py     engines + tokenizer + bundle.json
+reference.py  the independent fp32 transformers reference
+validate.py   runs the bundle through runtime/ and measures it against the reference
+backends/     onnxruntime, aoti, tensorrt
+_adapter _bundle_variants _cache _capture _drafters _qdq _text _tracefix   private helpers
+"""

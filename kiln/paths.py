@@ -1,0 +1,81 @@
+"""Where things are: the repository root and every KILN_* variable, parsed once.
+
+  KILN_ROOT        the catalog's root (recipes/, thresholds/, prompts/, manifests/)
+  KILN_STORE       the artifact store            (default: <root>/.kiln/store)
+  KILN_HUB_CACHE   the Hugging Face cache fetch reads (default: <root>/.kiln/hub)
+  KILN_SITE        where `doit site` renders     (default: <root>/_site)
+  KILN_HUB_ONLINE  1: fetch may reach the Hub; anything else: offline
+
+Nothing else in kiln reads os.environ for these.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def hub_online() -> bool:
+    """KILN_HUB_ONLINE=1: fetch may download; otherwise it reads the local cache only."""
+    return os.environ.get("KILN_HUB_ONLINE") == "1"
+
+
+@dataclass(frozen=True)
+class Paths:
+    """Where the catalog's data and the build outputs live."""
+
+    root: Path
+
+    @classmethod
+    def from_env(cls) -> Paths:
+        return cls(Path(os.environ.get("KILN_ROOT", ROOT)))
+
+    @property
+    def recipes(self) -> Path:
+        return self.root / "recipes"
+
+    @property
+    def thresholds(self) -> Path:
+        return self.root / "thresholds"
+
+    @property
+    def prompts(self) -> Path:
+        return self.root / "prompts"
+
+    @property
+    def manifests(self) -> Path:
+        return self.root / "manifests"
+
+    @property
+    def rules(self) -> Path:
+        """The compatibility rules: catalog data, next to architectures.yaml."""
+        return self.root / "catalog" / "rules.yaml"
+
+    @property
+    def architectures(self) -> Path:
+        return self.root / "catalog" / "architectures.yaml"
+
+    @property
+    def site(self) -> Path:
+        return Path(os.environ.get("KILN_SITE", self.root / "_site"))
+
+    @property
+    def store(self) -> Path:
+        return Path(os.environ.get("KILN_STORE", self.root / ".kiln" / "store"))
+
+    @property
+    def hub(self) -> Path:
+        """The Hugging Face cache that fetch resolves from (the local mirror by default)."""
+        return Path(os.environ.get("KILN_HUB_CACHE", self.root / ".kiln" / "hub"))
+
+    def manifest(self, recipe: str) -> Path:
+        return self.manifests / f"{recipe}.json"
+
+    def rel(self, path: Path) -> str:
+        try:
+            return path.relative_to(self.root).as_posix()
+        except ValueError:
+            return str(path)
