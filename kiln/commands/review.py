@@ -20,6 +20,7 @@ from typing import Any
 from kiln import catalog as catalog_mod
 from kiln.errors import KilnError, Problem
 from kiln.evidence import manifest
+from kiln.paths import Paths
 from kiln.plan import plan
 from kiln.plan.step import Plan, Step
 from kiln.plan.toolchain import Toolchain, code_digests, current
@@ -144,7 +145,7 @@ class Side:
 
 
 def side(root: Path, tools: Toolchain) -> Side:
-    cat = catalog_mod.load(catalog_mod.Paths(root))
+    cat = catalog_mod.load(Paths(root))
     plans, problems = {}, cat.all_problems()
     for name, recipe in cat.recipes.items():
         try:

@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from kiln import paths
 from kiln.plan import toolchain
 from kiln.plan.step import Step
 from kiln.replay.hostclass import this_host
@@ -44,7 +45,7 @@ class RunSpec:
     hub: str
     timeout: float  # seconds per step
     retries: int  # extra tries after an infrastructure error
-    pythonpath: str = str(toolchain.ROOT)
+    pythonpath: str = str(paths.ROOT)
 
 
 @dataclass

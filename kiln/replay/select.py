@@ -54,7 +54,7 @@ def recipe_files(cat: Catalog, name: str) -> set[str]:
     files.add(cat.paths.rel(cat.paths.prompts / f"{recipe.validation.prompts}.yaml"))
     for paths in toolchain.CODE.values():
         for rel in paths:
-            target = toolchain.ROOT / rel
+            target = paths.ROOT / rel
             if target.is_relative_to(cat.paths.root):  # the code lives in this repository
                 files.add(target.relative_to(cat.paths.root).as_posix())
     return files
