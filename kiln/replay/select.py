@@ -52,8 +52,8 @@ def recipe_files(cat: Catalog, name: str) -> set[str]:
     files.add(cat.paths.rel(cat.paths.recipes / f"{name}.yaml"))
     files.add(cat.paths.rel(cat.paths.thresholds / f"{recipe.validation.thresholds}.yaml"))
     files.add(cat.paths.rel(cat.paths.prompts / f"{recipe.validation.prompts}.yaml"))
-    for paths in toolchain.CODE.values():
-        for rel in paths:
+    for sources in toolchain.CODE.values():
+        for rel in sources:
             target = paths.ROOT / rel
             if target.is_relative_to(cat.paths.root):  # the code lives in this repository
                 files.add(target.relative_to(cat.paths.root).as_posix())

@@ -1,8 +1,8 @@
 """The coverage table: every architecture of the reference support matrix x verdict.
 
 Data: catalog/architectures.yaml (kiln.catalog.architectures) plus the manifests,
-which alone decide a verdict: a recipe with no manifest is "not built", never a pass. The README table
-and the site's coverage page are rendered from `rows()`.
+which alone decide a verdict: a recipe with no manifest is "not built", never a pass.
+The README table and the site's coverage page are rendered from `rows()`.
 """
 
 from __future__ import annotations
