@@ -12,6 +12,7 @@ import subprocess
 from collections.abc import Iterable
 from pathlib import Path
 
+from kiln import paths
 from kiln.catalog import Catalog
 from kiln.errors import KilnError, did_you_mean
 from kiln.plan import toolchain
