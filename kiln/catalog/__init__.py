@@ -7,6 +7,12 @@ rest of the catalog still plans and builds.
 `extends: parent` deep-merges a recipe onto its parent (mappings merge key by key,
 everything else is replaced), along one chain of at most MAX_EXTENDS parents.
 Recipes are data: nothing is templated.
+
+  __init__.py       load(), Catalog: every file loaded, cross-checked, problems kept
+  yaml.py           guarded reading of YAML and JSON: caps, no anchors, located errors
+  diagnose.py       pydantic errors -> file:line:col, key path, snippet, did-you-mean
+  rules.py          the compatibility rules of catalog/rules.yaml, applied to recipes
+  architectures.py  catalog/architectures.yaml and the CI subset it implies
 """
 
 from __future__ import annotations
