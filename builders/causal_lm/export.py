@@ -33,7 +33,7 @@ class Options(BaseModel):
     model_config = ConfigDict(extra="forbid")
     opset: int = Field(17, ge=17, le=23, description="ONNX opset to export.")
     exporter: str = Field("torchscript", pattern="^torchscript$", description="torch exporter.")
-    task: str = Field("text-generation", description="The recipe's task (kiln.schema.TASKS).")
+    task: str = Field("text-generation", pattern="^text-generation$", description="The task.")
     hidden: str = Field(
         "none",
         pattern="^(none|mtp|eagle3|dflash|dspark)$",
@@ -138,17 +138,13 @@ def build(request: Any, writer: Any) -> None:
     from builders.common.hf import load_for_export
 
     opts = Options.model_validate(request.options)
-    if opts.task != "text-generation":
-        from builders.unsupported import Unsupported, task_not_built
-
-        raise Unsupported(task_not_built(opts.task))
     checkpoint = request.inputs["checkpoint"] / "checkpoint"
     model = load_for_export(checkpoint)
     if "adapter" in request.inputs:  # a LoRA companion is merged here, at export
         from builders.causal_lm._adapter import with_adapter
 
         model = with_adapter(request, model, merge=True)
-    entries = _cache.observe(model)
+    entries = _cache.observe(request, model)
     points = _capture(request, opts, model)
     seen = install_hooks(model, points) if points else {}
     if "quantized" in request.inputs:

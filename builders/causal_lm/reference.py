@@ -23,7 +23,7 @@ class Options(BaseModel):
     scored_positions: int = Field(
         0, ge=0, description="Positions of the shipped evaluation text to score; 0: none."
     )
-    task: str = Field("text-generation", description="The recipe's task (kiln.schema.TASKS).")
+    task: str = Field("text-generation", pattern="^text-generation$", description="The task.")
 
 
 def build(request: Any, writer: Any) -> None:
@@ -34,10 +34,6 @@ def build(request: Any, writer: Any) -> None:
     from builders.common.hf import load_causal_lm
 
     opts = Options.model_validate(request.options)
-    if opts.task != "text-generation":
-        from builders.unsupported import Unsupported, task_not_built
-
-        raise Unsupported(task_not_built(opts.task))
     checkpoint = request.inputs["checkpoint"] / "checkpoint"
     torch.manual_seed(0)
     tokenizer = AutoTokenizer.from_pretrained(checkpoint)

@@ -43,7 +43,7 @@ def build(request: Any, writer: Any) -> None:
 
     opts = Options.model_validate(request.options)
     checkpoint = request.inputs["checkpoint"] / "checkpoint"
-    pool = pooling(checkpoint)
+    pool = pooling(request, checkpoint)
     tokenizer = AutoTokenizer.from_pretrained(checkpoint)
     model = load_encoder(checkpoint)
     records, vectors = [], {}

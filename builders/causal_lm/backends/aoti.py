@@ -43,7 +43,7 @@ def build(request: Any, writer: Any, opts: Any) -> None:
     if device == "cuda" and not torch.cuda.is_available():
         raise request.unsupported(f"aoti for {opts.target} needs a CUDA device; this host has none")
     model = load_for_export(request.inputs["checkpoint"] / "checkpoint")
-    entries = _cache.observe(model)
+    entries = _cache.observe(request, model)
     model.to(device)
     meta = describe(model, entries)
     check_limits(request, opts, meta)
