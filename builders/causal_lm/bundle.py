@@ -13,6 +13,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from builders.causal_lm._bundle_variants import extend
+from builders.common.hf import token_ids
 
 BUNDLE_SCHEMA = 1
 
@@ -29,12 +30,6 @@ class Options(BaseModel):
         description="Drafting parameters (max_draft_len, ...); empty when the variant "
         "does not draft.",
     )
-
-
-def _ids(value: Any) -> list[int]:
-    if value is None:
-        return []
-    return [value] if isinstance(value, int) else list(value)
 
 
 def build(request: Any, writer: Any) -> None:
@@ -55,11 +50,11 @@ def build(request: Any, writer: Any) -> None:
         )
     tokenizer = Tokenizer.from_file(str(ckpt / "tokenizer.json"))
 
-    eos = _ids(generation.get("eos_token_id", config.get("eos_token_id")))
+    eos = token_ids(generation.get("eos_token_id", config.get("eos_token_id")))
     pad_token = tok_config.get("pad_token")
     pad = tokenizer.token_to_id(pad_token) if isinstance(pad_token, str) else None
     if pad is None:
-        pad = _ids(generation.get("pad_token_id", config.get("pad_token_id"))) or eos
+        pad = token_ids(generation.get("pad_token_id", config.get("pad_token_id"))) or eos
         pad = pad[0] if isinstance(pad, list) else pad
     shutil.copyfile(engine_dir / engine["file"], writer.path(engine["file"]))
     shutil.copyfile(ckpt / "tokenizer.json", writer.path("tokenizer.json"))
@@ -81,7 +76,7 @@ def build(request: Any, writer: Any) -> None:
         "tokenizer": {
             "file": "tokenizer.json",
             "add_bos": bool(tok_config.get("add_bos_token", False)),
-            "bos": (_ids(config.get("bos_token_id")) or [None])[0],
+            "bos": (token_ids(config.get("bos_token_id")) or [None])[0],
             "eos": eos,
             "pad": pad,
         },

@@ -97,18 +97,15 @@ def check_graph(request: Any, writer: Any, optimize: bool, output: str, who: str
     (export.json plus the graph's inputs and outputs) in io.json."""
     import onnx
 
-    from builders.causal_lm.onnx import _value_info
+    from builders.common import graph
 
     source = request.inputs["export"]
     exported = json.loads((source / "export.json").read_text())
     model = onnx.load(str(source / "model.onnx"))
     before = len(model.graph.node)
     if optimize:
-        import onnxscript.optimizer
-
-        model = onnxscript.optimizer.optimize(model)
-    onnx.checker.check_model(model, full_check=True)
-    inputs, outputs = _value_info(model.graph.input), _value_info(model.graph.output)
+        model = graph.tidy(model)
+    inputs, outputs = graph.check(model)
     names = [v["name"] for v in inputs]
     if names != exported["graph_inputs"] or [v["name"] for v in outputs] != [output]:
         raise request.error(

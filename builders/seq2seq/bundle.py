@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from builders.causal_lm.bundle import _ids
+from builders.common.hf import token_ids
 from builders.seq2seq import SPEECH, TASK_PATTERN
 
 BUNDLE_SCHEMA = 1
@@ -64,8 +64,8 @@ def build(request: Any, writer: Any) -> None:
         raise request.error(
             "the checkpoint has no tokenizer.json", "use a fast-tokenizer checkpoint"
         )
-    eos = _ids(generation.get("eos_token_id", config.get("eos_token_id")))
-    pad = _ids(generation.get("pad_token_id", config.get("pad_token_id"))) or eos
+    eos = token_ids(generation.get("eos_token_id", config.get("eos_token_id")))
+    pad = token_ids(generation.get("pad_token_id", config.get("pad_token_id"))) or eos
     speech_io, speech = {}, {}
     if opts.task == SPEECH:
         speech_io, speech = {"cross_cache": io["cross_cache"]}, {"audio": _audio(request, ckpt, io)}

@@ -22,7 +22,7 @@ class Options(BaseModel):
 def build(request: Any, writer: Any) -> None:
     import onnx
 
-    from builders.causal_lm.onnx import _value_info
+    from builders.common import graph
 
     opts = Options.model_validate(request.options)
     source = request.inputs["export"]
@@ -32,11 +32,8 @@ def build(request: Any, writer: Any) -> None:
     for name in GRAPHS:
         model = onnx.load(str(source / f"{name}.onnx"))
         if opts.optimize:
-            import onnxscript.optimizer
-
-            model = onnxscript.optimizer.optimize(model)
-        onnx.checker.check_model(model, full_check=True)
-        inputs, outputs = _value_info(model.graph.input), _value_info(model.graph.output)
+            model = graph.tidy(model)
+        inputs, outputs = graph.check(model)
         if [v["name"] for v in inputs] != expected[name]:
             raise request.error(
                 f"the exported {name} graph's inputs break the seq2seq contract",

@@ -17,7 +17,7 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-from builders.seq2seq.export import cache_entries, decoder_axes, decoder_cache, flat
+from builders.seq2seq._graph import cache_entries, decoder_axes, decoder_cache, example_past, flat
 
 
 def frames(model: Any) -> int:
@@ -93,7 +93,7 @@ def export(model: Any, writer: Any, opset: int, log: Any) -> dict[str, Any]:
             )
             return (out.logits, *flat(out.past_key_values.self_attention_cache.layers))
 
-    past = [torch.zeros(*[{"batch": 2, "seq": 3}.get(d, d) for d in e["shape"]]) for e in entries]
+    past = example_past(entries)
     names = {
         "past": [e["past"] for e in entries],
         "present": [e["present"] for e in entries],
