@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import json
 import shutil
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from builders.causal_lm._bundle_variants import extend
 from builders.common.hf import token_ids
+
+if TYPE_CHECKING:
+    from kiln.store.api import Request, Writer
 
 BUNDLE_SCHEMA = 1
 
@@ -32,7 +35,7 @@ class Options(BaseModel):
     )
 
 
-def build(request: Any, writer: Any) -> None:
+def build(request: Request, writer: Writer) -> None:
     from tokenizers import Tokenizer
 
     opts = Options.model_validate(request.options)
@@ -54,8 +57,7 @@ def build(request: Any, writer: Any) -> None:
     pad_token = tok_config.get("pad_token")
     pad = tokenizer.token_to_id(pad_token) if isinstance(pad_token, str) else None
     if pad is None:
-        pad = token_ids(generation.get("pad_token_id", config.get("pad_token_id"))) or eos
-        pad = pad[0] if isinstance(pad, list) else pad
+        pad = (token_ids(generation.get("pad_token_id", config.get("pad_token_id"))) or eos)[0]
     shutil.copyfile(engine_dir / engine["file"], writer.path(engine["file"]))
     shutil.copyfile(ckpt / "tokenizer.json", writer.path("tokenizer.json"))
     meta = {
@@ -76,7 +78,7 @@ def build(request: Any, writer: Any) -> None:
         "tokenizer": {
             "file": "tokenizer.json",
             "add_bos": bool(tok_config.get("add_bos_token", False)),
-            "bos": (token_ids(config.get("bos_token_id")) or [None])[0],
+            "bos": next(iter(token_ids(config.get("bos_token_id"))), None),
             "eos": eos,
             "pad": pad,
         },

@@ -24,9 +24,12 @@ from __future__ import annotations
 
 import json
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
+
+if TYPE_CHECKING:
+    from kiln.store.api import Request, Writer
 
 
 class Options(BaseModel):
@@ -42,7 +45,7 @@ class Options(BaseModel):
     )
 
 
-def _capture(request: Any, opts: Options, model: Any) -> list[str]:
+def _capture(request: Request, opts: Options, model: Any) -> list[str]:
     """The capture points of opts.hidden, from the drafter's config (input 'drafter')."""
     import json
 
@@ -122,7 +125,7 @@ def example_inputs(entries: list[dict[str, Any]], device: str = "cpu") -> tuple[
     return tuple(t.to(device) for t in example)
 
 
-def _needs_cuda(request: Any) -> bool:
+def _needs_cuda(request: Request) -> bool:
     """NVFP4's fake-quant kernels run on CUDA only (builders/causal_lm/quantize.py)."""
     quantized = request.inputs.get("quantized")
     if quantized is None:
@@ -130,7 +133,7 @@ def _needs_cuda(request: Any) -> bool:
     return bool(json.loads((quantized / "quantize.json").read_text())["weights"] == "nvfp4")
 
 
-def build(request: Any, writer: Any) -> None:
+def build(request: Request, writer: Writer) -> None:
     import torch
 
     from builders.causal_lm import _cache, _tracefix

@@ -14,9 +14,12 @@ are, for TensorRT's ONNX parser, which registers them by name (api_facts 1).
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
+
+if TYPE_CHECKING:
+    from kiln.store.api import Request, Writer
 
 
 class Options(BaseModel):
@@ -29,7 +32,7 @@ class Options(BaseModel):
     )
 
 
-def build(request: Any, writer: Any) -> None:
+def build(request: Request, writer: Writer) -> None:
     import onnx
 
     from builders.common import graph
@@ -62,7 +65,7 @@ def build(request: Any, writer: Any) -> None:
     request.log(f"{before} -> {len(model.graph.node)} nodes, checked")
 
 
-def _standard(request: Any, model: Any) -> Any:
+def _standard(request: Request, model: Any) -> Any:
     from builders.causal_lm._qdq import NoStandardForm, fold_weight_quantization, to_standard
     from builders.common import graph
 

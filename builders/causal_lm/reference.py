@@ -10,9 +10,12 @@ comparison of different things).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
+
+if TYPE_CHECKING:
+    from kiln.store.api import Request, Writer
 
 
 class Options(BaseModel):
@@ -26,7 +29,7 @@ class Options(BaseModel):
     task: str = Field("text-generation", pattern="^text-generation$", description="The task.")
 
 
-def build(request: Any, writer: Any) -> None:
+def build(request: Request, writer: Writer) -> None:
     import numpy as np
     import torch
     from transformers import AutoTokenizer, GenerationConfig

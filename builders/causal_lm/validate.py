@@ -15,9 +15,12 @@ host). The core applies the gates and records the evidence.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
+
+if TYPE_CHECKING:
+    from kiln.store.api import Request, Writer
 
 
 class Options(BaseModel):
@@ -95,7 +98,7 @@ def score_text(bundle: Any, ref: dict[str, Any], ref_scores: Any) -> dict[str, f
     }
 
 
-def _quantized_on(request: Any) -> dict[str, str]:
+def _quantized_on(request: Request) -> dict[str, str]:
     """Where modelopt calibrated the weights (a GPU, for nvfp4 and GPU runs)."""
     meta = json.loads((request.inputs["bundle"] / "bundle.json").read_text())
     quantization = meta.get("quantization")
@@ -104,7 +107,7 @@ def _quantized_on(request: Any) -> dict[str, str]:
     return {"quantization": quantization["config"], "quantized_on": quantization["device"]}
 
 
-def build(request: Any, writer: Any) -> None:
+def build(request: Request, writer: Writer) -> None:
     from builders.common import measure
     from runtime import Sampler, load
     from runtime.speculative import diagnostics

@@ -7,9 +7,12 @@ class_match_rate, max_abs_logit_diff, tokenizer_match_rate.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
+
+if TYPE_CHECKING:
+    from kiln.store.api import Request, Writer
 
 
 class Options(BaseModel):
@@ -34,7 +37,7 @@ def compare(ref: dict[str, Any], ref_logits: Any, logits: Any) -> dict[str, floa
     }
 
 
-def build(request: Any, writer: Any) -> None:
+def build(request: Request, writer: Writer) -> None:
     from builders.common import measure
     from runtime.classify import load
 

@@ -19,7 +19,10 @@ from __future__ import annotations
 import json
 import shutil
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from kiln.store.api import Request, Writer
 
 BUNDLE_SCHEMA = 1
 
@@ -47,7 +50,12 @@ def input_names(config: Any) -> list[str]:
 
 
 def export(
-    request: Any, writer: Any, model: Any, output: str, output_axes: dict[int, str], opset: int
+    request: Request,
+    writer: Writer,
+    model: Any,
+    output: str,
+    output_axes: dict[int, str],
+    opset: int,
 ) -> list[str]:
     """Export `model(**inputs).<output>` to model.onnx; returns the graph's input names.
 
@@ -92,7 +100,7 @@ def export(
     return names
 
 
-def check_graph(request: Any, writer: Any, optimize: bool, output: str, who: str) -> None:
+def check_graph(request: Request, writer: Writer, optimize: bool, output: str, who: str) -> None:
     """The onnx step: optimize, check with shape inference, and record the I/O contract
     (export.json plus the graph's inputs and outputs) in io.json."""
     import onnx
@@ -174,7 +182,7 @@ def _pad_id(ckpt: Any, tokenizer: Any) -> int:
     return int(pad or 0)
 
 
-def bundle(request: Any, writer: Any, opts: Any, fields: tuple[str, ...]) -> None:
+def bundle(request: Request, writer: Writer, opts: Any, fields: tuple[str, ...]) -> None:
     """The engine, the tokenizer and bundle.json; `fields` are the io.json fields the
     task adds (labels, pooling). runtime/encoder.py loads it with onnxruntime,
     numpy and tokenizers only."""

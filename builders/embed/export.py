@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from builders.common import encoder as _encoder
 
 if TYPE_CHECKING:
-    from kiln.store.api import Request
+    from kiln.store.api import Request, Writer
 
 # sentence-transformers' Pooling config keys, by the mode runtime/embed.py names.
 _MODES = {
@@ -58,7 +58,7 @@ def pooling(request: Request, checkpoint: Path) -> dict[str, Any]:
     return {"mode": _MODES[on[0]], "normalize": "Normalize" in kinds, "source": "modules.json"}
 
 
-def build(request: Any, writer: Any) -> None:
+def build(request: Request, writer: Writer) -> None:
     opts = Options.model_validate(request.options)
     checkpoint = request.inputs["checkpoint"] / "checkpoint"
     pool = pooling(request, checkpoint)

@@ -7,9 +7,12 @@ max_abs_embedding_diff, tokenizer_match_rate, embed_texts_per_s.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
+
+if TYPE_CHECKING:
+    from kiln.store.api import Request, Writer
 
 
 class Options(BaseModel):
@@ -30,7 +33,7 @@ def compare(want: Any, got: Any) -> dict[str, float]:
     }
 
 
-def build(request: Any, writer: Any) -> None:
+def build(request: Request, writer: Writer) -> None:
     import numpy as np
 
     from builders.common import measure

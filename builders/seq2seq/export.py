@@ -10,12 +10,15 @@ The decoder's cache shapes are observed from one forward pass, not assumed.
 from __future__ import annotations
 
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from builders.seq2seq import SPEECH, TASK, TASK_PATTERN
 from builders.seq2seq._graph import cache_entries, decoder_axes, decoder_cache, example_past, flat
+
+if TYPE_CHECKING:
+    from kiln.store.api import Request, Writer
 
 DECODER_INPUTS = ["decoder_input_ids", "encoder_hidden", "encoder_attention_mask"]
 
@@ -57,7 +60,7 @@ def _example(model: Any) -> tuple[Any, Any, list[dict[str, Any]]]:
     return (ids, mask), hidden, cache_entries(out.past_key_values.self_attention_cache.layers)
 
 
-def build(request: Any, writer: Any) -> None:
+def build(request: Request, writer: Writer) -> None:
     import torch
 
     opts = Options.model_validate(request.options)

@@ -4,11 +4,14 @@ graphs, record their I/O."""
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from builders.seq2seq import TASK_PATTERN
+
+if TYPE_CHECKING:
+    from kiln.store.api import Request, Writer
 
 GRAPHS = ("encoder", "decoder")
 
@@ -19,7 +22,7 @@ class Options(BaseModel):
     task: str = Field(pattern=TASK_PATTERN, description="The recipe's task.")
 
 
-def build(request: Any, writer: Any) -> None:
+def build(request: Request, writer: Writer) -> None:
     import onnx
 
     from builders.common import graph

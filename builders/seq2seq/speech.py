@@ -15,9 +15,12 @@ projection or layout.
 from __future__ import annotations
 
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from builders.seq2seq._graph import cache_entries, decoder_axes, decoder_cache, example_past, flat
+
+if TYPE_CHECKING:
+    from kiln.store.api import Writer
 
 
 def frames(model: Any) -> int:
@@ -52,7 +55,7 @@ def _cross_entries(cross: list[Any]) -> list[dict[str, Any]]:
     ]
 
 
-def export(model: Any, writer: Any, opset: int, log: Any) -> dict[str, Any]:
+def export(model: Any, writer: Writer, opset: int, log: Any) -> dict[str, Any]:
     """Write encoder.onnx and decoder.onnx; return what export.json records."""
     import torch
 

@@ -22,6 +22,7 @@ from builders.seq2seq import SPEECH, TASK_PATTERN
 
 if TYPE_CHECKING:
     from builders.common.measure import Measurement
+    from kiln.store.api import Request, Writer
 
 
 class Options(BaseModel):
@@ -86,7 +87,7 @@ def _inputs(m: Measurement, opts: Options) -> tuple[list[Any], dict[str, float]]
     return ids, {"tokenizer_match_rate": agree}
 
 
-def build(request: Any, writer: Any) -> None:
+def build(request: Request, writer: Writer) -> None:
     from builders.common import measure
     from runtime.seq2seq import load
 
