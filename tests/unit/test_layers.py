@@ -256,6 +256,52 @@ def test_the_rules_see_a_violation_when_there_is_one() -> None:
     assert all(_core_rule(core, i) is True for i in imports(core, "from kiln import paths\n"))
 
 
+def _import_nodes(path: Path) -> list[tuple[ast.stmt, str, str | None, bool]]:
+    """(node, module, imported name or None, under `if TYPE_CHECKING:`) per import."""
+    tree = ast.parse(path.read_text())
+    typing_only = {
+        id(n)
+        for block in ast.walk(tree)
+        if isinstance(block, ast.If) and ast.unparse(block.test).endswith("TYPE_CHECKING")
+        for stmt in block.body
+        for n in ast.walk(stmt)
+    }
+    found: list[tuple[ast.stmt, str, str | None, bool]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(node, a.name, None, id(node) in typing_only) for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found += [(node, node.module, a.name, id(node) in typing_only) for a in node.names]
+    return found
+
+
+def _private_to(dotted: str) -> str | None:
+    """The folder (as a package) that the first underscore part of `dotted` is private
+    to: an `_x.py` module's folder, or the folder of the module defining a `_name`."""
+    parts = dotted.split(".")
+    for i, part in enumerate(parts):
+        if part.startswith("_") and not part.startswith("__"):
+            is_module = ROOT.joinpath(*parts[:i], f"{part}.py").is_file()
+            return ".".join(parts[: i if is_module else i - 1])
+    return None
+
+
+def test_private_names_are_used_only_in_their_own_folder() -> None:
+    """An `_x.py` module, or a `_name` in a module, is private to its folder (and the folders below it, such as
+    builders/causal_lm/backends/): no other folder imports it, or a private name of
+    another folder's module."""
+    for top in ("builders", "runtime", "kiln"):
+        for path in sorted((ROOT / top).rglob("*.py")):
+            here = ".".join(path.relative_to(ROOT).parent.parts)
+            for node, module, name, _ in _import_nodes(path):
+                dotted = module if name is None else f"{module}.{name}"
+                owner = _private_to(dotted)
+                if owner is None:
+                    continue
+                where = f"{path.relative_to(ROOT)}:{node.lineno}"
+                assert f"{here}.".startswith(f"{owner}."), f"{where} imports {dotted}"
+
+
 # ---------------------------------------------------------------- commands and maps
 
 # doit's own `run` command names no task: `doit run ... prompt=` runs task `generate`.
