@@ -117,7 +117,7 @@ def build(request: Any, writer: Any) -> None:
     ref_dir = request.inputs["reference"]
     ref = json.loads((ref_dir / "reference.json").read_text())
     ref_logits = np.load(ref_dir / "logits.npz")
-    bundle = runtime.open(request.inputs["bundle"])
+    bundle = runtime.open(request.inputs["bundle"], expect=runtime.Bundle)
     prompt_ids = [bundle.encode(p) for p in opts.prompts]
     tokenizer_agree = sum(
         a == r["prompt_ids"] for a, r in zip(prompt_ids, ref["records"], strict=True)

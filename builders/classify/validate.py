@@ -45,7 +45,7 @@ def build(request: Any, writer: Any) -> None:
     ref_dir = request.inputs["reference"]
     ref = json.loads((ref_dir / "reference.json").read_text())
     ref_logits = np.load(ref_dir / "logits.npz")
-    bundle = runtime.open(request.inputs["bundle"])
+    bundle = runtime.open(request.inputs["bundle"], expect=runtime.Classifier)
     logits, agree, per_s = _encoder.measure(request, bundle, opts.prompts, ref, bundle.logits)
     metrics = compare(ref, ref_logits, logits)
     metrics.update(tokenizer_match_rate=agree, classify_texts_per_s=per_s)

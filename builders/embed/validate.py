@@ -42,7 +42,7 @@ def build(request: Any, writer: Any) -> None:
     ref = json.loads((ref_dir / "reference.json").read_text())
     stored = np.load(ref_dir / "embeddings.npz")
     want = np.stack([stored[f"p{i}"] for i in range(len(ref["records"]))])
-    bundle = runtime.open(request.inputs["bundle"])
+    bundle = runtime.open(request.inputs["bundle"], expect=runtime.Embedder)
     got, agree, per_s = _encoder.measure(request, bundle, opts.prompts, ref, bundle.embeddings)
     metrics = compare(want, got)
     metrics.update(tokenizer_match_rate=agree, embed_texts_per_s=per_s)

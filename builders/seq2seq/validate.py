@@ -98,7 +98,7 @@ def build(request: Any, writer: Any) -> None:
     ref_dir = request.inputs["reference"]
     ref = json.loads((ref_dir / "reference.json").read_text())
     ref_logits = np.load(ref_dir / "logits.npz")
-    bundle = runtime.open(request.inputs["bundle"])
+    bundle = runtime.open(request.inputs["bundle"], expect=runtime.Seq2Seq)
     inputs, agreement = _inputs(bundle, opts, ref, ref_dir)
     size = bundle.max_batch_size
     batches = [inputs[i : i + size] for i in range(0, len(inputs), size)]
