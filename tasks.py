@@ -516,7 +516,8 @@ def task_diff() -> Task:
 
 
 def generate(name: str) -> None:
-    from runtime import BundleError, Sampler, load
+    import runtime
+    from runtime import BundleError, Sampler
 
     prompt = get_var("prompt", None)
     if _catalog().recipe(name).task == "automatic-speech-recognition":
@@ -539,11 +540,10 @@ def generate(name: str) -> None:
         found = unsupported.marker_of(artifact)
         if found is not None:
             raise KilnError.one(f"unsupported here: {found['reason']}", None)
-        task = json.loads((artifact / "bundle.json").read_text()).get("task")
-        if task is not None:  # other tasks' bundles have their own runtimes
-            print(_run_task(task, artifact, prompt))
+        bundle = runtime.open(artifact)
+        if not isinstance(bundle, runtime.Bundle):  # other tasks' runners answer in their terms
+            print(_run_task(bundle, prompt))
             return
-        bundle = load(artifact)
         out = bundle.generate(
             [bundle.encode(prompt)], int(get_var("max_new_tokens", "32")), sampler
         )
@@ -568,39 +568,30 @@ def _stats_line(bundle: Any, tokens: list[int]) -> str:
     )
 
 
-def _transcribe(artifact: Path) -> str:
+def _transcribe(model: Any) -> str:
     """`doit run` for a speech bundle: `audio=FILE.wav`, or every .wav of a folder
     (`audio=builders/data/audio`: the shipped clips)."""
-    from runtime import seq2seq
-
     path = Path(get_var("audio", ""))
     paths = sorted(path.glob("*.wav")) if path.is_dir() else [path]
-    model = seq2seq.load(artifact)
-    assert isinstance(model, seq2seq.Speech)
     new = int(get_var("max_new_tokens", "32"))
     return "\n".join(f"{p.name}: {model.transcribe([p], new)[0]!r}" for p in paths)
 
 
-def _run_task(task: str, artifact: Path, prompt: str) -> str:
-    """`doit run` for a bundle of another task: its label, its embedding's size, norm and
-    first components, or its greedy output."""
-    if task == "automatic-speech-recognition":
-        return _transcribe(artifact)
-    if task == "text-classification":
-        from runtime import classify as classifier
+def _run_task(model: Any, prompt: str) -> str:
+    """`doit run` for a runner of another task (runtime.open chose it): its label, its
+    embedding's size, norm and first components, or its greedy output."""
+    import runtime
 
-        label, prob = classifier.load(artifact).classify([prompt])[0]
+    if isinstance(model, runtime.Speech):
+        return _transcribe(model)
+    if isinstance(model, runtime.Classifier):
+        label, prob = model.classify([prompt])[0]
         return f"{label} ({prob:.4f})"
-    if task == "feature-extraction":
-        from runtime import embed as embedder
-
-        vector = embedder.load(artifact).embed([prompt])[0]
+    if isinstance(model, runtime.Embedder):
+        vector = model.embed([prompt])[0]
         head = ", ".join(f"{v:.6f}" for v in vector[:8])
         norm = float((vector**2).sum()) ** 0.5
         return f"embedding [{vector.size}] (L2 norm {norm:.6f}): [{head}, ...]"
-    from runtime import seq2seq
-
-    model = seq2seq.load(artifact)
     tokens = model.generate([model.encode(prompt)], int(get_var("max_new_tokens", "32")))
     return model.decode(tokens.tokens[0])
 

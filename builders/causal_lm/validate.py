@@ -108,12 +108,13 @@ def _quantized_on(request: Request) -> dict[str, str]:
 
 
 def build(request: Request, writer: Writer) -> None:
+    import runtime
     from builders.common import measure
-    from runtime import Sampler, load
+    from runtime import Sampler
     from runtime.speculative import diagnostics
 
     opts = Options.model_validate(request.options)
-    m = measure.start(request, load)
+    m = measure.start(request, lambda path: runtime.open(path, expect=runtime.Bundle))
     bundle, ref = m.bundle, m.reference
     prompt_ids, tokenizer_agree = m.tokenize(opts.prompts)
     gen, per_s = m.generate(

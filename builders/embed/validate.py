@@ -36,11 +36,11 @@ def compare(want: Any, got: Any) -> dict[str, float]:
 def build(request: Request, writer: Writer) -> None:
     import numpy as np
 
+    import runtime
     from builders.common import measure
-    from runtime.embed import load
 
     opts = Options.model_validate(request.options)
-    m = measure.start(request, load)
+    m = measure.start(request, lambda path: runtime.open(path, expect=runtime.Embedder))
     stored = m.arrays("embeddings.npz")
     want = np.stack([stored[f"p{i}"] for i in range(len(m.reference["records"]))])
     ids, agree = m.tokenize(opts.prompts)

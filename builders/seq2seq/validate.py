@@ -88,11 +88,11 @@ def _inputs(m: Measurement, opts: Options) -> tuple[list[Any], dict[str, float]]
 
 
 def build(request: Request, writer: Writer) -> None:
+    import runtime
     from builders.common import measure
-    from runtime.seq2seq import load
 
     opts = Options.model_validate(request.options)
-    m = measure.start(request, load)
+    m = measure.start(request, lambda path: runtime.open(path, expect=runtime.Seq2Seq))
     bundle = m.bundle
     inputs, agreement = _inputs(m, opts)
     gen, per_s = m.generate(

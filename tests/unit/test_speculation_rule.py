@@ -10,7 +10,8 @@ import pytest
 from stats import chi2, chi2_critical
 
 from runtime.ngram import lookup
-from runtime.speculative import accept, accept_greedy, draw
+from runtime.sampling import draw
+from runtime.speculative import accept, accept_greedy
 
 V = 5
 
