@@ -20,12 +20,11 @@ from __future__ import annotations
 
 import copy
 import time
-from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-TEXTS = Path(__file__).resolve().parent.parent / "data" / "texts"
+from builders.data import texts
 
 # recipe weights -> modelopt config name (modelopt.torch.quantization.config)
 CONFIGS = {
@@ -46,6 +45,7 @@ class Options(BaseModel):
     kv_cache: str = Field(pattern="^(auto|fp8)$", description="fp8: quantize K and V too.")
     samples: int = Field(ge=1, description="Calibration texts.")
     max_tokens: int = Field(ge=8, description="Tokens per calibration text.")
+    task: str = Field(pattern="^text-generation$", description="The recipe's task.")
 
 
 def config(mtq: Any, weights: str, kv_cache: str) -> dict[str, Any]:
@@ -62,7 +62,7 @@ def config(mtq: Any, weights: str, kv_cache: str) -> dict[str, Any]:
 
 
 def calibration_ids(tokenizer: Any, samples: int, max_tokens: int) -> list[list[int]]:
-    lines = [ln for ln in (TEXTS / "calibration.txt").read_text().splitlines() if ln.strip()]
+    lines = [ln for ln in texts.path("calibration").read_text().splitlines() if ln.strip()]
     chosen = [lines[i % len(lines)] for i in range(samples)]  # repeat when asked for more
     return [tokenizer(t)["input_ids"][:max_tokens] for t in chosen]
 
@@ -81,17 +81,17 @@ def build(request: Any, writer: Any) -> None:
     device = "cuda" if cuda else "cpu"
     torch.manual_seed(0)
     model = load_causal_lm(checkpoint).to(device)
-    texts = calibration_ids(
+    calibration = calibration_ids(
         AutoTokenizer.from_pretrained(checkpoint), opts.samples, opts.max_tokens
     )
 
     def forward_loop(m: Any) -> None:
         with torch.no_grad():
-            for ids in texts:
+            for ids in calibration:
                 m(torch.tensor([ids], device=device))
 
     cfg = config(mtq, opts.weights, opts.kv_cache)
-    request.log(f"{CONFIGS[opts.weights] or 'FP8_KV_CFG'} on {device}, {len(texts)} texts")
+    request.log(f"{CONFIGS[opts.weights] or 'FP8_KV_CFG'} on {device}, {len(calibration)} texts")
     started = time.monotonic()
     try:
         mtq.quantize(model, cfg, forward_loop)
@@ -116,8 +116,8 @@ def build(request: Any, writer: Any) -> None:
             "kv_cache": opts.kv_cache,
             "config": CONFIGS[opts.weights],
             "device": torch.cuda.get_device_name() if cuda else "cpu",
-            "calibration_texts": len(texts),
-            "calibration_tokens": sum(len(t) for t in texts),
+            "calibration_texts": len(calibration),
+            "calibration_tokens": sum(len(t) for t in calibration),
             "quantizers": enabled,
             "seconds": round(seconds, 3),
         },
