@@ -26,11 +26,12 @@ _FOLD_LIMIT = 1 << 28
 class Options(BaseModel):
     model_config = ConfigDict(extra="forbid")
     optimize: bool = Field(True, description="Run onnxscript's graph optimizer.")
-    qdq: str | None = Field(
-        None,
-        pattern="^(standard|tensorrt)$",
-        description="Quantized graphs only: standard ONNX Q/DQ, or TensorRT's own ops.",
+    qdq: str = Field(
+        pattern="^(none|standard|tensorrt)$",
+        description="How a quantized graph writes Q/DQ: standard ONNX, or TensorRT's own "
+        "ops; 'none' for an fp32 graph.",
     )
+    task: str = Field(pattern="^text-generation$", description="The recipe's task.")
 
 
 def _value_info(values: Any) -> list[dict[str, Any]]:
@@ -57,7 +58,7 @@ def build(request: Any, writer: Any) -> None:
 
         # quantized graphs: fold the weight subgraphs around the Q/DQ ops too
         limits = {"input_size_limit": _FOLD_LIMIT, "output_size_limit": _FOLD_LIMIT}
-        model = onnxscript.optimizer.optimize(model, **(limits if opts.qdq else {}))
+        model = onnxscript.optimizer.optimize(model, **(limits if opts.qdq != "none" else {}))
     if opts.qdq == "standard":
         model = _standard(request, model)
     # TensorRT's own ops have no ONNX schema; the checker cannot infer through them
@@ -72,7 +73,7 @@ def build(request: Any, writer: Any) -> None:
             "this is a kiln bug in builders/causal_lm/export.py; please report it",
         )
     onnx.save(model, str(writer.path("model.onnx")))
-    if opts.qdq:
+    if opts.qdq != "none":
         from builders.causal_lm._qdq import trt_ops
 
         exported["qdq"] = {"form": opts.qdq, "trt_ops": trt_ops(model)}

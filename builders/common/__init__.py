@@ -2,4 +2,5 @@
 
 hf.py       loading checkpoints with transformers, cache keyword, quantized restore
 encoder.py  the encoder families' export, graph check, engine and bundle helpers
+ort.py      onnxruntime engines: provider, offline optimization, smoke run, engine.json
 """

@@ -22,6 +22,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from builders.causal_lm.backends import Options
+from builders.common.ort import check_limits
+
 WORKSPACE = 1 << 30
 # Precision flags a TensorRT 10.x builder needs for a graph whose Q/DQ ops carry
 # these types when the network is not strongly typed (removed in 11.x).
@@ -73,7 +76,8 @@ def builder_flags(trt: Any, weights: str, strongly_typed: bool) -> list[Any]:
     return [getattr(trt.BuilderFlag, n) for n in names if hasattr(trt.BuilderFlag, n)]
 
 
-def build(request: Any, writer: Any, opts: Any) -> None:
+def build(request: Any, writer: Any) -> None:
+    opts = Options.model_validate(request.options)
     try:
         import tensorrt as trt
     except ImportError as exc:
@@ -81,11 +85,9 @@ def build(request: Any, writer: Any, opts: Any) -> None:
             f"TensorRT is not installed here (import tensorrt: {exc}); no TensorRT native "
             "library installs on this project's machines (FIELD_NOTES)"
         ) from None
-    from builders.causal_lm.engine import check_limits
-
     source = request.inputs["onnx"]
     io = json.loads((source / "io.json").read_text())
-    check_limits(request, opts, io)
+    check_limits(request, opts.max_seq_len, io)
     logger = trt.Logger(trt.Logger.WARNING)
     builder = trt.Builder(logger)
     flags = network_flags(trt)
@@ -100,9 +102,8 @@ def build(request: Any, writer: Any, opts: Any) -> None:
     for flag in builder_flags(trt, weights, strongly_typed=flags != 0):
         config.set_flag(flag)
     profile = builder.create_optimization_profile()
-    max_input = opts.max_input_len or opts.max_seq_len
     for name, (lo, mid, hi) in profile_shapes(
-        io, opts.max_batch_size, max_input, opts.max_seq_len
+        io, opts.max_batch_size, opts.max_input_len, opts.max_seq_len
     ).items():
         profile.set_shape(name, lo, mid, hi)
     config.add_optimization_profile(profile)
