@@ -29,6 +29,7 @@ class Options(BaseModel):
     scored_positions: int = Field(
         0, ge=0, description="Evaluation-text positions (must equal the reference's)."
     )
+    task: str = Field(pattern="^text-generation$", description="The recipe's task.")
 
 
 def compare(
