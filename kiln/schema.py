@@ -121,11 +121,8 @@ KV_CACHE = ("auto", "fp16", "bf16", "fp8")
 COMPUTE = ("fp32", "fp16", "bf16")
 BACKENDS = ("onnxruntime", "aoti", "tensorrt")
 TARGETS = ("cpu", "sm80", "sm86", "sm89", "sm90", "sm100", "sm120")
-# text-generation, text-classification, text2text-generation,
-# automatic-speech-recognition and feature-extraction (sentence embeddings) are built
-# today (all but the first by their own builders: kiln.plan.toolchain.TASK_BUILDERS); the others
-# plan (so real recipes check and plan) and build to an honest unsupported-here
-# verdict until their export, runtime path and metric exist.
+# The tasks kiln builds, each by the builder family (builders/<family>/) named in FAMILY;
+# kiln.plan.toolchain.builder_module dispatches on it.
 TASKS = (
     "text-generation",
     "text-classification",
@@ -133,6 +130,13 @@ TASKS = (
     "automatic-speech-recognition",
     "feature-extraction",
 )
+FAMILY: dict[str, str] = {
+    "text-generation": "causal_lm",
+    "text-classification": "classify",
+    "feature-extraction": "embed",
+    "text2text-generation": "seq2seq",
+    "automatic-speech-recognition": "seq2seq",
+}
 VARIANTS = ("ordinary", "draft", "ngram", "lora", "mtp", "eagle3", "dflash", "dspark")
 Tag = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9_.:-]{0,39}$")]
 
