@@ -14,10 +14,8 @@ from pydantic import (
     Field,
     StringConstraints,
     field_validator,
-    model_serializer,
     model_validator,
 )
-from pydantic_core.core_schema import SerializerFunctionWrapHandler
 
 Revision = Annotated[
     str,
@@ -539,6 +537,10 @@ class Host(Strict):
     gpu: str | None = Field(None, description="GPU model, when the run used one.")
 
 
+def _unrecorded(value: Any) -> bool:
+    return value is None
+
+
 class Evidence(Strict):
     date: str = Field(description="UTC time the validation ran, ISO 8601.")
     host: Host = Field(description="Where it ran.")
@@ -548,8 +550,10 @@ class Evidence(Strict):
     gates: list[GateResult] = Field(description="The gates applied, with their outcome.")
     verdict: Verdict = Field(description="pass, quality-fail, build-fail, unsupported-here, ...")
     reason: str = Field("", description="Why, when the verdict is not 'pass'.")
+    # Written only when recorded: a `doit build` record has neither.
     attempt: int | None = Field(
         None,
+        exclude_if=_unrecorded,
         ge=1,
         description="Which try of this run produced the record (1 = first); a replay retries "
         "infrastructure errors and lost workers, never quality failures. Absent on records "
@@ -557,19 +561,10 @@ class Evidence(Strict):
     )
     durations: dict[str, float] | None = Field(
         None,
+        exclude_if=_unrecorded,
         description="Seconds each step took to build the artifact this record stands on, by "
         "step (kind, or role:kind for companions). Absent when not recorded.",
     )
-
-    @model_serializer(mode="wrap")
-    def _omit_unrecorded(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        # Fields added after schema version 1 are written only when set, so records
-        # written before them keep their exact bytes when a manifest is rewritten.
-        data: dict[str, Any] = handler(self)
-        for name in ("attempt", "durations"):
-            if data.get(name) is None:
-                data.pop(name, None)
-        return data
 
 
 class Manifest(Strict):
