@@ -39,7 +39,7 @@ def test_the_shipped_clips_are_their_formulas(tmp_path: Path) -> None:
         got = read_wav(audio.path(name), 16000)
         assert got.shape == want.shape and np.abs(got - want).max() <= 1 / 32768
         assert 0.1 < np.abs(got).max() < 1.0  # audible, not clipped
-    assert sorted(p.stem for p in (ROOT / "builders" / "audio").glob("*.wav")) == list(AUDIO_CLIPS)
+    assert sorted(p.stem for p in (ROOT / "builders" / "data" / "audio").glob("*.wav")) == list(AUDIO_CLIPS)
     lengths = {len(read_wav(audio.path(n), 16000)) for n in audio.CLIPS}
     assert min(lengths) < 16000 < max(lengths)  # padded and cut, both
 
