@@ -7,8 +7,9 @@ rule, which kiln.store.execute runs by), read with `ast`; nothing is imported:
 - every `import x` and `from x import y` in a file counts, at module level or inside
   a function (lazy imports run too; over-approximating is the safe direction), when
   x is one of CODE_PACKAGES (not inside `if TYPE_CHECKING:`: those never run, and
-  runtime/__init__.py names every runner's type there); a `from` import of a submodule counts as that module,
-  and importing a module enters every package above it (its `__init__.py`). Imports
+  runtime/__init__.py names every runner's type there); a `from` import of a
+  submodule counts as that module, and importing a module enters every package above
+  it (its `__init__.py`). Imports
   of kiln (the contract types a builder names under TYPE_CHECKING) are not
   followed: builders reach the core only through `request` and `writer`;
 - data files: where a module the closure enters has a folder of its own name beside
