@@ -1,16 +1,20 @@
-"""What `doit verify` and `doit gc` do with a catalog and its store (tasks.py only
-wires them to doit): find what the manifests and the current plans reference, then
-audit the store against it, or collect what nothing references."""
+"""`doit verify` and `doit gc`: find what the manifests and the current plans
+reference, then audit the store against it, or collect what nothing references.
+
+`verify(repair)` and `gc(dry_run)` are the verbs, on the catalog of KILN_ROOT;
+`audit` and `collect` do the work on any catalog and store."""
 
 from __future__ import annotations
 
 from kiln.catalog import Catalog
+from kiln.commands import workspace
 from kiln.errors import KilnError
 from kiln.evidence import manifest
 from kiln.plan import plan, toolchain
 from kiln.schema import Manifest
-from kiln.store import Store, gc
-from kiln.store import verify as audit
+from kiln.store import Store
+from kiln.store import gc as garbage
+from kiln.store import verify as integrity
 
 
 def manifests(cat: Catalog) -> tuple[dict[str, Manifest], list[str]]:
@@ -37,10 +41,20 @@ def planned_keys(cat: Catalog) -> set[str]:
     return keys
 
 
-def verify(cat: Catalog, store: Store, repair: bool) -> int:
-    """Print what verify found; return its exit code (kiln.store.verify.EXIT)."""
+def verify(repair: bool) -> int:
+    """`doit verify`: its exit code (kiln.store.verify.EXIT)."""
+    return audit(workspace.catalog(), workspace.store(), repair)
+
+
+def gc(dry_run: bool) -> None:
+    """`doit gc`."""
+    collect(workspace.catalog(), workspace.store(), dry_run)
+
+
+def audit(cat: Catalog, store: Store, repair: bool) -> int:
+    """Print what verify found; return its exit code."""
     parsed, broken = manifests(cat)
-    report = audit.audit(store, parsed, planned_keys(cat))
+    report = integrity.audit(store, parsed, planned_keys(cat))
     report.corrupt += broken
     if repair:
         for key in sorted(report.damaged):
@@ -59,7 +73,7 @@ def collect(cat: Catalog, store: Store, dry_run: bool) -> None:
             "fix what `doit check` reports first",
         )
     keep = planned_keys(cat) | {s.key for m in parsed.values() for s in m.lock.steps}
-    gone = gc.collect(store, keep, [cat.paths.manifests], dry_run=dry_run)
+    gone = garbage.collect(store, keep, [cat.paths.manifests], dry_run=dry_run)
     verb = "would remove" if dry_run else "removed"
     for c in gone:
         print(f"   {verb} {c.path} ({c.size / 1e6:.1f} MB): {c.why}")
