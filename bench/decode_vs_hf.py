@@ -46,12 +46,12 @@ def setup(recipe: str, threads: int) -> tuple[Any, list[list[int]], Any]:
     import torch
     from transformers import AutoModelForCausalLM
 
+    import runtime
     from kiln import catalog
-    from runtime import load
 
     torch.set_num_threads(threads)
     path, repo, revision = bundle_dir(recipe)
-    bundle = load(path, threads=threads)
+    bundle = runtime.open(path, threads=threads)
     bundle.eos = set()  # decode exactly the asked number of tokens
     cat = catalog.load()
     ids = [bundle.encode(p) for p in cat.prompts["default"].prompts]

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from runtime.causal_lm import BundleError
+from runtime.format import BundleError
 
 # The preprocessor fields the features depend on (a checkpoint's preprocessor_config.json).
 FIELDS = ("feature_size", "sampling_rate", "hop_length", "n_fft", "n_samples")

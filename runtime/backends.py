@@ -1,6 +1,6 @@
 """Engine backends for the runtime, behind one call: `open_engine(bundle, meta)`
 returns an object with `run(output_names, feeds) -> list[np.ndarray]` (the shape of
-onnxruntime's InferenceSession.run), so bundle.py's loop knows no backend.
+onnxruntime's InferenceSession.run), so runtime/causal_lm.py's loop knows no backend.
 
 Each backend imports its library inside its constructor: an onnxruntime bundle
 never imports torch, and only the aoti and tensorrt backends do.

@@ -1,4 +1,5 @@
-"""Load a bundle and generate: prefill and decode with an explicit KV cache.
+"""Run a causal-LM bundle (text-generation, builders/causal_lm/): prefill and decode
+with an explicit KV cache. Variants that draft extend it (runtime/speculative.py).
 
 The runtime needs numpy, tokenizers and the engine's backend (runtime/backends.py:
 onnxruntime, or torch for aoti and tensorrt), nothing from builders/: a bundle runs
@@ -11,20 +12,16 @@ attention mask, minus one), so a padded row computes exactly what it would alone
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from runtime.format import TEXT_GENERATION, BundleError, read_meta
 from runtime.sampling import Sampler
 
-BUNDLE_SCHEMA = 1
-
-
-class BundleError(Exception):
-    """A request the bundle cannot serve, said in the user's terms."""
+TASK = TEXT_GENERATION
 
 
 @dataclass
@@ -35,18 +32,15 @@ class Generation:
 
 
 class Bundle:
+    """A causal-LM bundle: ordinary and lora variants (runtime/speculative.py drafts)."""
+
     def __init__(self, path: Path, threads: int | None = None) -> None:
         from tokenizers import Tokenizer
 
         from runtime.backends import open_engine
 
         self.path = Path(path)
-        meta_path = self.path / "bundle.json"
-        if not meta_path.is_file():
-            raise BundleError(f"{self.path} is not a bundle: bundle.json is missing")
-        self.meta: dict[str, Any] = json.loads(meta_path.read_text())
-        if self.meta.get("schema_version") != BUNDLE_SCHEMA:
-            raise BundleError(f"bundle schema {self.meta.get('schema_version')} is not supported")
+        self.meta: dict[str, Any] = read_meta(self.path, TASK)
         self.session = open_engine(self.path, self.meta["engines"]["main"], threads)
         tok = self.meta["tokenizer"]
         self.tokenizer = Tokenizer.from_file(str(self.path / tok["file"]))
@@ -152,13 +146,3 @@ class Bundle:
             logits, past = self.forward(nxt[:, None], mask, last_pos, past)
             steps += 1
         return Generation(out, steps, time.perf_counter() - started)
-
-
-def load(path: Path | str, threads: int | None = None) -> Bundle:
-    """The bundle at `path`; one whose variant drafts speculates (runtime/speculative.py)."""
-    meta_path = Path(path) / "bundle.json"
-    if meta_path.is_file() and "speculative" in json.loads(meta_path.read_text()):
-        from runtime.speculative import SpeculativeBundle
-
-        return SpeculativeBundle(Path(path), threads)
-    return Bundle(Path(path), threads)

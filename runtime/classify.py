@@ -1,4 +1,4 @@
-"""Load a text-classification bundle and classify: class probabilities per text.
+"""Run a text-classification bundle (builders/classify/): class probabilities per text.
 
 runtime/encoder.py loads the bundle and pads the batch (right-padded, masked), so a
 row's probabilities are what it gets alone.
@@ -42,7 +42,3 @@ class Classifier(EncoderBundle):
         """(label, probability) of the most probable class, per text."""
         probs = self.probabilities([self.encode(t) for t in texts])
         return [(self.labels[int(p.argmax())], float(p.max())) for p in probs]
-
-
-def load(path: Path | str, threads: int | None = None) -> Classifier:
-    return Classifier(Path(path), threads)

@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from runtime.sampling import Sampler
-from runtime.speculative import draw
+from runtime.ngram import NgramDrafter
+from runtime.sampling import Sampler, draw
 
 
 def _session(bundle: Any, name: str) -> Any:
@@ -229,8 +229,6 @@ class BlockDrafter:
 
 
 def make_drafter(bundle: Any) -> Any:
-    from runtime.ngram import NgramDrafter
-
     variant = bundle.meta["variant"]
     spec = bundle.spec
     if variant == "ngram":

@@ -1,4 +1,4 @@
-"""Load a feature-extraction bundle and embed: one vector per text.
+"""Run a feature-extraction bundle (builders/embed/): one vector per text.
 
 runtime/encoder.py loads the bundle and pads the batch (right-padded, masked); the
 graph gives every token's last hidden state, and this module pools them into one
@@ -66,7 +66,3 @@ class Embedder(EncoderBundle):
         size = self.max_batch_size
         rows = [self.embeddings(ids[i : i + size]) for i in range(0, len(ids), size)]
         return np.concatenate(rows)
-
-
-def load(path: Path | str, threads: int | None = None) -> Embedder:
-    return Embedder(Path(path), threads)

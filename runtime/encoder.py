@@ -1,4 +1,5 @@
-"""Load an encoder bundle (text-classification, feature-extraction) and run it.
+"""Load an encoder bundle (text-classification, feature-extraction) and run it: what
+runtime/classify.py and runtime/embed.py share.
 
 Like runtime/causal_lm.py it needs onnxruntime, numpy and tokenizers only. A batch is
 right-padded (builders/common/encoder.py says why) and the padding masked out, so a row's
@@ -7,27 +8,13 @@ output is what it gets alone.
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from runtime.causal_lm import BUNDLE_SCHEMA, BundleError
-
-
-def read_meta(path: Path, task: str) -> dict[str, Any]:
-    """bundle.json of a `task` bundle at `path`, refused when it is not one."""
-    meta_path = path / "bundle.json"
-    if not meta_path.is_file():
-        raise BundleError(f"{path} is not a bundle: bundle.json is missing")
-    meta: dict[str, Any] = json.loads(meta_path.read_text())
-    if meta.get("schema_version") != BUNDLE_SCHEMA:
-        raise BundleError(f"bundle schema {meta.get('schema_version')} is not supported")
-    if meta.get("task") != task:
-        raise BundleError(f"{path} is a {meta.get('task')} bundle, not {task}")
-    return meta
+from runtime.format import BundleError, read_meta
 
 
 def session_options(threads: int | None) -> Any:

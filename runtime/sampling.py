@@ -3,7 +3,8 @@
 Sampling follows the usual order (as in transformers' logits warpers): scale by
 temperature, keep the top k, then keep the smallest set whose probability mass
 reaches top_p, renormalize and draw. One numpy Generator per call sequence makes a
-seeded run repeatable.
+seeded run repeatable. `draw` takes one token from a distribution the same way, for
+speculative decoding's acceptance rule and its drafters.
 """
 
 from __future__ import annotations
@@ -62,3 +63,9 @@ class Sampler:
         return np.minimum((probs.cumsum(axis=-1) < u).sum(axis=-1), probs.shape[-1] - 1).astype(
             np.int64
         )
+
+
+def draw(probs: np.ndarray, rng: np.random.Generator) -> int:
+    """One token from a normalized distribution, the way Sampler draws."""
+    u = rng.random()
+    return int(min((np.cumsum(probs) < u).sum(), probs.shape[-1] - 1))

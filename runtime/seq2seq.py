@@ -1,5 +1,5 @@
-"""Load a text2text-generation or automatic-speech-recognition bundle and generate
-greedily: encode once, then decode with a self-attention KV cache
+"""Run a text2text-generation or automatic-speech-recognition bundle (builders/seq2seq/)
+and generate greedily: encode once, then decode with a self-attention KV cache
 (builders/seq2seq/__init__.py: the contracts).
 
 Like runtime/causal_lm.py it needs onnxruntime, numpy and tokenizers only. Text encoder
@@ -11,7 +11,6 @@ finished row feeds padding that is never read.
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Any
@@ -19,8 +18,9 @@ from typing import Any
 import numpy as np
 
 from runtime import audio
-from runtime.causal_lm import BundleError, Generation
-from runtime.encoder import plain_tokenizer, read_meta, session_options
+from runtime.causal_lm import Generation
+from runtime.encoder import plain_tokenizer, session_options
+from runtime.format import BundleError, read_meta
 
 TASK = "text2text-generation"
 SPEECH = "automatic-speech-recognition"
@@ -160,10 +160,3 @@ class Speech(Seq2Seq):
             raise BundleError(f"features of shape {batch.shape[1:]}; this bundle takes {shape}")
         out = self.sessions["encoder"].run(None, {"input_features": batch})
         return {e["name"]: t for e, t in zip(self.cross, out[1:], strict=True)}
-
-
-def load(path: Path | str, threads: int | None = None) -> Seq2Seq:
-    """The bundle's runtime: Speech for a speech bundle, else Seq2Seq."""
-    meta = Path(path) / "bundle.json"
-    speech = meta.is_file() and json.loads(meta.read_text()).get("task") == SPEECH
-    return (Speech if speech else Seq2Seq)(Path(path), threads)

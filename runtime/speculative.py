@@ -26,8 +26,10 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from runtime.causal_lm import Bundle, BundleError, Generation
-from runtime.sampling import Sampler
+from runtime.causal_lm import Bundle, Generation
+from runtime.drafters import make_drafter
+from runtime.format import BundleError
+from runtime.sampling import Sampler, draw
 
 SPECULATIVE = ("draft", "ngram", "mtp", "eagle3", "dflash", "dspark")
 
@@ -58,12 +60,6 @@ class Stats:
             "accepted": float(self.accepted),
             "verify_forwards": float(self.verify_forwards),
         }
-
-
-def draw(probs: np.ndarray, rng: np.random.Generator) -> int:
-    """One token from a normalized distribution, the way Sampler draws."""
-    u = rng.random()
-    return int(min((np.cumsum(probs) < u).sum(), probs.shape[-1] - 1))
 
 
 def accept(
@@ -194,14 +190,18 @@ class SpeculativeBundle(Bundle):
 
     def __init__(self, path: Any, threads: int | None = None) -> None:
         super().__init__(path, threads)
+        if not isinstance(self.meta.get("speculative"), dict):
+            raise BundleError(
+                f"{self.path}: a {self.meta.get('variant')} bundle without its drafting "
+                'parameters (bundle.json "speculative"); rebuild the bundle'
+            )
         self.spec: dict[str, Any] = dict(self.meta["speculative"])
         self.threads = threads
         self.last_stats = Stats()
 
     def drafter(self) -> Drafter:
-        from runtime.drafters import make_drafter
-
-        return make_drafter(self)
+        drafter: Drafter = make_drafter(self)
+        return drafter
 
     def generate_plain(
         self, prompts: list[list[int]], max_new_tokens: int, sampler: Sampler | None = None

@@ -109,14 +109,15 @@ def _quantized_on(request: Any) -> dict[str, str]:
 def build(request: Any, writer: Any) -> None:
     import numpy as np
 
-    from runtime import Sampler, load
+    import runtime
+    from runtime import Sampler
     from runtime.speculative import diagnostics
 
     opts = Options.model_validate(request.options)
     ref_dir = request.inputs["reference"]
     ref = json.loads((ref_dir / "reference.json").read_text())
     ref_logits = np.load(ref_dir / "logits.npz")
-    bundle = load(request.inputs["bundle"])
+    bundle = runtime.open(request.inputs["bundle"])
     prompt_ids = [bundle.encode(p) for p in opts.prompts]
     tokenizer_agree = sum(
         a == r["prompt_ids"] for a, r in zip(prompt_ids, ref["records"], strict=True)

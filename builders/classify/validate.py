@@ -38,14 +38,14 @@ def compare(ref: dict[str, Any], ref_logits: Any, logits: Any) -> dict[str, floa
 def build(request: Any, writer: Any) -> None:
     import numpy as np
 
+    import runtime
     from builders.common import encoder as _encoder
-    from runtime.classify import load
 
     opts = Options.model_validate(request.options)
     ref_dir = request.inputs["reference"]
     ref = json.loads((ref_dir / "reference.json").read_text())
     ref_logits = np.load(ref_dir / "logits.npz")
-    bundle = load(request.inputs["bundle"])
+    bundle = runtime.open(request.inputs["bundle"])
     logits, agree, per_s = _encoder.measure(request, bundle, opts.prompts, ref, bundle.logits)
     metrics = compare(ref, ref_logits, logits)
     metrics.update(tokenizer_match_rate=agree, classify_texts_per_s=per_s)

@@ -34,15 +34,15 @@ def compare(want: Any, got: Any) -> dict[str, float]:
 def build(request: Any, writer: Any) -> None:
     import numpy as np
 
+    import runtime
     from builders.common import encoder as _encoder
-    from runtime.embed import load
 
     opts = Options.model_validate(request.options)
     ref_dir = request.inputs["reference"]
     ref = json.loads((ref_dir / "reference.json").read_text())
     stored = np.load(ref_dir / "embeddings.npz")
     want = np.stack([stored[f"p{i}"] for i in range(len(ref["records"]))])
-    bundle = load(request.inputs["bundle"])
+    bundle = runtime.open(request.inputs["bundle"])
     got, agree, per_s = _encoder.measure(request, bundle, opts.prompts, ref, bundle.embeddings)
     metrics = compare(want, got)
     metrics.update(tokenizer_match_rate=agree, embed_texts_per_s=per_s)

@@ -91,14 +91,14 @@ def _inputs(
 def build(request: Any, writer: Any) -> None:
     import numpy as np
 
+    import runtime
     from kiln.hostinfo import host
-    from runtime.seq2seq import load
 
     opts = Options.model_validate(request.options)
     ref_dir = request.inputs["reference"]
     ref = json.loads((ref_dir / "reference.json").read_text())
     ref_logits = np.load(ref_dir / "logits.npz")
-    bundle = load(request.inputs["bundle"])
+    bundle = runtime.open(request.inputs["bundle"])
     inputs, agreement = _inputs(bundle, opts, ref, ref_dir)
     size = bundle.max_batch_size
     batches = [inputs[i : i + size] for i in range(0, len(inputs), size)]

@@ -94,12 +94,12 @@ def test_doit_run_prints_the_bundles_greedy_completion(built: World) -> None:
         "run", "recipe=tiny-llama", "prompt=The quick brown fox", "max_new_tokens=8", check=True
     )
     assert "The quick brown fox" in out.stdout
-    from runtime import load
+    import runtime
 
     plan_out = built.doit("plan", "recipe=tiny-llama", check=True).stdout
     bundle_key = re.search(r"bundle\s+([0-9a-f]{12})", plan_out).group(1)  # type: ignore[union-attr]
     bundle_dir = next((built.store / "objects").glob(f"*/{bundle_key}*"))
-    b = load(bundle_dir)
+    b = runtime.open(bundle_dir)
     gen = b.generate([b.encode("The quick brown fox")], 8)
     assert "The quick brown fox" + b.decode(gen.tokens[0]) in out.stdout
 

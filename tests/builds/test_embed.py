@@ -185,9 +185,10 @@ def test_minilm_bundle_embeds_as_sentence_transformers_does(minilm_world: World)
     import numpy as np
     from sentence_transformers import SentenceTransformer
 
-    from runtime.embed import load
+    import runtime
 
-    bundle = load(_bundle_dir(minilm_world))
+    bundle = runtime.open(_bundle_dir(minilm_world))
+    assert isinstance(bundle, runtime.Embedder)
     assert bundle.pooling == {"mode": "mean", "normalize": True, "source": "modules.json"}
     texts = [
         *_prompts(),
@@ -225,12 +226,12 @@ def tiny_world(tmp_path_factory: pytest.TempPathFactory, hub: Path) -> World:
 def test_tiny_embedder_passes_and_pads_without_changing_a_row(tiny_world: World) -> None:
     import numpy as np
 
-    from runtime.embed import load
+    import runtime
 
     evidence = tiny_world.manifest(TINY)["evidence"][-1]
     assert evidence["verdict"] == "pass", evidence
     assert evidence["metrics"]["min_embedding_cosine"] > 0.99999
-    bundle = load(_bundle_dir(tiny_world))
+    bundle = runtime.open(_bundle_dir(tiny_world))
     ids = [bundle.encode(t) for t in _prompts()[:4]]
     assert len({len(i) for i in ids}) > 2  # really padded: rows of different lengths
     batch = bundle.embeddings(ids)

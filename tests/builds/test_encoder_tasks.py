@@ -127,9 +127,10 @@ def test_classifier_runtime_matches_transformers_in_a_padded_batch(
 ) -> None:
     import numpy as np
 
-    from runtime.classify import load
+    import runtime
 
-    bundle = load(_bundle_dir(classifier_world))
+    bundle = runtime.open(_bundle_dir(classifier_world))
+    assert isinstance(bundle, runtime.Classifier)
     want, want_ids = _transformers_probs(hub, TEXTS)
     ids = [bundle.encode(t) for t in TEXTS]
     assert ids == want_ids
@@ -154,9 +155,10 @@ def test_a_padded_row_without_its_mask_differs(classifier_world: World) -> None:
     the padded-batch agreement above measures the mask, not luck."""
     import numpy as np
 
-    from runtime.classify import load, softmax
+    import runtime
+    from runtime.classify import softmax
 
-    bundle = load(_bundle_dir(classifier_world))
+    bundle = runtime.open(_bundle_dir(classifier_world))
     short, long = bundle.encode("Hello"), bundle.encode(TEXTS[2])
     width = len(long)
     padded = np.full((1, width), bundle.pad, np.int64)
@@ -170,10 +172,10 @@ def test_a_padded_row_without_its_mask_differs(classifier_world: World) -> None:
 
 @heavy
 def test_classifier_runtime_refuses_what_it_cannot_serve(classifier_world: World) -> None:
+    import runtime
     from runtime import BundleError
-    from runtime.classify import load
 
-    bundle = load(_bundle_dir(classifier_world))
+    bundle = runtime.open(_bundle_dir(classifier_world))
     with pytest.raises(BundleError, match="serves 1 to 4"):
         bundle.probabilities([[5]] * 5)
     with pytest.raises(BundleError, match="empty input"):
@@ -267,9 +269,10 @@ def test_seq2seq_builds_and_passes_fp32_exact(seq2seq_world: World, name: str) -
 def test_seq2seq_runtime_matches_transformers_generate(
     seq2seq_world: World, hub: Path, name: str, architecture: str
 ) -> None:
-    from runtime.seq2seq import load
+    import runtime
 
-    bundle = load(_seq2seq_bundle(seq2seq_world, architecture))
+    bundle = runtime.open(_seq2seq_bundle(seq2seq_world, architecture))
+    assert type(bundle) is runtime.Seq2Seq
     if name == "tiny-t5":
         assert bundle.start == 0  # T5 starts decoding at 0, not at BOS (FIELD_NOTES)
     want = _transformers_greedy(hub, SEQ2SEQ[name], TEXTS[:4], 16)
@@ -292,9 +295,9 @@ def test_seq2seq_decoder_cache_is_used_and_exact(seq2seq_world: World) -> None:
     gives, and a cache of the wrong length is refused by the graph's shapes."""
     import numpy as np
 
-    from runtime.seq2seq import load
+    import runtime
 
-    bundle = load(_seq2seq_bundle(seq2seq_world, "BartForConditionalGeneration"))
+    bundle = runtime.open(_seq2seq_bundle(seq2seq_world, "BartForConditionalGeneration"))
     prompt = bundle.encode(TEXTS[1])
     target = bundle.generate([prompt], 8).tokens[0]
     full = bundle.logits(prompt, target)
@@ -308,8 +311,8 @@ def test_seq2seq_decoder_cache_is_used_and_exact(seq2seq_world: World) -> None:
 
 @heavy
 def test_doit_run_classifies_with_the_classifier_runtime(classifier_world: World) -> None:
-    from runtime.classify import load
+    import runtime
 
     out = classifier_world.doit("run", "recipe=tiny-bert-classifier", "prompt=Hello", check=True)
-    label, prob = load(_bundle_dir(classifier_world)).classify(["Hello"])[0]
+    label, prob = runtime.open(_bundle_dir(classifier_world)).classify(["Hello"])[0]
     assert f"{label} ({prob:.4f})" in out.stdout

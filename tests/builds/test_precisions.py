@@ -91,10 +91,10 @@ def fake_quant_logits(w: World, name: str, ids: list[int]) -> tuple[Any, Any]:
 
 @pytest.mark.parametrize("name", ["tiny-llama-fp8", "tiny-llama-int4-awq", "tiny-llama-int8-sq"])
 def test_the_onnxruntime_graph_computes_modelopts_fake_quant_model(prec: World, name: str) -> None:
+    import runtime
     from builders.causal_lm._text import TEXT
-    from runtime import load
 
-    bundle = load(artifact(prec, name, "bundle"))
+    bundle = runtime.open(artifact(prec, name, "bundle"))
     ids = bundle.encode(TEXT.read_text())[:96]
     fake, fp32 = fake_quant_logits(prec, name, ids)
     ours = bundle.logits(ids)
@@ -201,13 +201,13 @@ def test_the_site_shows_unsupported_here_and_why(prec: World) -> None:
 
 
 def test_aoti_bundle_runs_the_compiled_package_and_matches_the_reference(prec: World) -> None:
-    from runtime import load
+    import runtime
     from runtime.backends import AotiEngine
 
     e = last(prec, "tiny-llama-aoti")
     assert e["verdict"] == "pass", e["reason"]
     assert e["backend"]["name"] == "aoti" and e["metrics"]["token_match_rate"] == 1.0
-    bundle = load(artifact(prec, "tiny-llama-aoti", "bundle"))
+    bundle = runtime.open(artifact(prec, "tiny-llama-aoti", "bundle"))
     assert isinstance(bundle.session, AotiEngine)
     reference = json.loads(
         (artifact(prec, "tiny-llama-aoti", "reference") / "reference.json").read_text()

@@ -9,14 +9,17 @@ import numpy as np
 import pytest
 from conftest import World, heavy
 
-from runtime import Bundle, BundleError, Sampler, load
+import runtime
+from runtime import Bundle, BundleError, Sampler
 
 
 @pytest.fixture(scope="module")
 def bundle(built: World) -> Bundle:
     out = built.doit("plan", "recipe=tiny-qwen3", check=True).stdout
     key = re.search(r"bundle\s+([0-9a-f]{12})", out).group(1)  # type: ignore[union-attr]
-    return load(next((built.store / "objects").glob(f"*/{key}*")))
+    found = runtime.open(next((built.store / "objects").glob(f"*/{key}*")))
+    assert type(found) is Bundle  # an ordinary causal-LM bundle: no speculation
+    return found
 
 
 PROMPTS = ["Hello", "The river runs past the old mill, and the miller", "def add(a, b):"]

@@ -117,7 +117,8 @@ def whisper_world(tmp_path_factory: pytest.TempPathFactory, hub: Path) -> World:
 
 
 def _bundle(world: World) -> Any:
-    from runtime.seq2seq import Speech, load
+    import runtime
+    from runtime.seq2seq import Speech
 
     found = [
         p.parent
@@ -125,7 +126,7 @@ def _bundle(world: World) -> Any:
         if json.loads(p.read_text()).get("task") == SPEECH
     ]
     assert len(found) == 1
-    bundle = load(found[0])
+    bundle = runtime.open(found[0])
     assert isinstance(bundle, Speech)
     return bundle
 

@@ -13,7 +13,8 @@ import pytest
 from conftest import SPECULATIVE, VARIANT_RECIPES, World, bundle_dir, heavy
 from test_speculation_rule import chi2, chi2_critical
 
-from runtime import Sampler, load
+import runtime
+from runtime import Sampler
 from runtime.drafters import make_drafter
 from runtime.speculative import SpeculativeBundle
 
@@ -46,7 +47,11 @@ LENGTHS = {
 
 @pytest.fixture(scope="module")
 def bundles(variants_built: World) -> dict[str, Any]:
-    return {r: load(bundle_dir(variants_built, r)) for r in VARIANT_RECIPES}
+    found = {r: runtime.open(bundle_dir(variants_built, r)) for r in VARIANT_RECIPES}
+    # runtime.open picks the runner by variant: every drafting variant speculates.
+    assert all(isinstance(found[r], SpeculativeBundle) for r in SPECULATIVE)
+    assert type(found["tiny-qwen3-lora"]) is runtime.Bundle
+    return found
 
 
 def with_length(bundle: SpeculativeBundle, length: int) -> dict[str, Any]:

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from runtime.ngram import lookup
-from runtime.speculative import accept, accept_greedy, draw
+from runtime.sampling import draw
+from runtime.speculative import accept, accept_greedy
 
 V = 5
 

@@ -1,0 +1,54 @@
+"""The bundle format every runner reads: bundle.json's schema version, reading it, and
+the error a bundle raises.
+
+Every runtime module imports this one and it imports none of them, so the runners and
+runtime/__init__.py's `open` share one check of the format without import circles.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+BUNDLE_SCHEMA = 1  # what builders write (builders/*/bundle.py) and this runtime reads
+TEXT_GENERATION = "text-generation"  # the task of a bundle.json without "task"
+
+
+class BundleError(Exception):
+    """A request the bundle cannot serve, said in the user's terms."""
+
+
+def task_of(meta: dict[str, Any]) -> str:
+    """The bundle's task. Causal-LM bundles predate tasks and carry none."""
+    return str(meta.get("task", TEXT_GENERATION))
+
+
+def read_meta(path: Path, task: str | None = None) -> dict[str, Any]:
+    """bundle.json of the bundle at `path`, refused when it is missing, unreadable, of
+    another schema version, or (given `task`) of another task."""
+    meta_path = path / "bundle.json"
+    if not meta_path.is_file():
+        raise BundleError(f"{path} is not a bundle: bundle.json is missing")
+    try:
+        meta = json.loads(meta_path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise BundleError(f"{meta_path} is not readable JSON ({exc})") from None
+    if not isinstance(meta, dict):
+        raise BundleError(f"{meta_path} holds a {type(meta).__name__}, not an object")
+    version = meta.get("schema_version")
+    newer = isinstance(version, int) and not isinstance(version, bool) and version > BUNDLE_SCHEMA
+    if newer:
+        raise BundleError(
+            f"{path}: bundle schema {version} is newer than this runtime reads "
+            f"({BUNDLE_SCHEMA}); run it with the kiln checkout that built it, or rebuild "
+            "the bundle with this one"
+        )
+    if version != BUNDLE_SCHEMA or isinstance(version, bool):  # True == 1
+        raise BundleError(
+            f"{path}: bundle schema {version!r} is not supported (this runtime reads "
+            f"{BUNDLE_SCHEMA}); rebuild the bundle"
+        )
+    if task is not None and task_of(meta) != task:
+        raise BundleError(f"{path} is a {task_of(meta)} bundle, not {task}")
+    return meta
