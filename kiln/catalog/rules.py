@@ -87,16 +87,20 @@ class Rules:
     def check(self, recipe: BaseModel) -> list[Violation]:
         out = []
         lists = self.table.allowlists
-        values: dict[str, Any] = {}  # rules share paths: read each once per recipe
-
-        def value(path: str) -> Any:
-            if path not in values:
-                values[path] = get(recipe, path)
-            return values[path]
-
-        for rule in self.table.rules:
-            if all(matches(value(p), m, lists) for p, m in rule.when.items()):
-                failed = [p for p, m in rule.then.items() if not matches(value(p), m, lists)]
+        values: dict[str, Any] = {}  # rules share paths: each is read once per recipe
+        for rule in self.table.rules:  # plain loops: doit check runs this per recipe
+            for path, matcher in rule.when.items():
+                if path not in values:
+                    values[path] = get(recipe, path)
+                if not matches(values[path], matcher, lists):
+                    break
+            else:
+                failed = []
+                for path, matcher in rule.then.items():
+                    if path not in values:
+                        values[path] = get(recipe, path)
+                    if not matches(values[path], matcher, lists):
+                        failed.append(path)
                 if failed:
                     out.append(Violation(rule, tuple(failed[0].split("."))))
         return out

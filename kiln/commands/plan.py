@@ -4,16 +4,17 @@ step is stale against the manifest's lock."""
 from __future__ import annotations
 
 from kiln.commands import review
-from kiln.commands.workspace import catalog, plan_of, selected, store
+from kiln.commands.workspace import catalog, plan_in, selected, store
 from kiln.errors import KilnError
 from kiln.evidence import manifest
 
 
 def show_plan(recipe: str | None) -> None:
-    """Print every step of each recipe with its key and state."""
-    cat, artifacts = catalog(), store()
-    for name in selected(recipe):
-        p = plan_of(name)
+    """Print every step of each recipe with its key and state. A preview writes
+    nothing, not even the parse cache."""
+    cat, artifacts = catalog(save=False), store()
+    for name in selected(recipe, cat):
+        p = plan_in(cat, name)
         try:
             found = manifest.read(cat.paths.manifest(name))
         except KilnError:

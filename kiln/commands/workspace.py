@@ -23,13 +23,14 @@ if TYPE_CHECKING:
 
 
 @cache
-def _catalog(paths: Paths) -> Catalog:
-    return load_catalog(paths)
+def _catalog(paths: Paths, save: bool = True) -> Catalog:
+    return load_catalog(paths, save=save)
 
 
-def catalog() -> Catalog:
-    """The catalog of KILN_ROOT, loaded once per process."""
-    return _catalog(Paths.from_env())
+def catalog(save: bool = True) -> Catalog:
+    """The catalog of KILN_ROOT, loaded once per process; `save`: write the parse
+    cache back (a command that writes nothing, `doit plan`, does not)."""
+    return _catalog(Paths.from_env(), save)
 
 
 def store() -> Store:
@@ -73,8 +74,8 @@ def plan_of(name: str) -> Plan:
     return _plan(Paths.from_env(), name)
 
 
-def selected(recipes: str | None) -> list[str]:
+def selected(recipes: str | None, cat: Catalog | None = None) -> list[str]:
     """Recipe names from `recipe=a,b`; every valid recipe when absent."""
     if not recipes:
-        return sorted(catalog().recipes)
+        return sorted((cat or catalog()).recipes)
     return [n.strip() for n in recipes.split(",") if n.strip()]
