@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from typing import Any
 
 from kiln.errors import KilnError, Location, Problem, did_you_mean
@@ -30,6 +30,7 @@ class Var:
     type: type[Any]  # str, int, float or bool
     default: Any
     help: str
+    _: KW_ONLY
     metavar: str = ""  # what to show for the value (default: from the type)
     minimum: float | None = None
     maximum: float | None = None

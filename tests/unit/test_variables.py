@@ -110,3 +110,12 @@ def test_doit_help_lists_a_tasks_variables(tmp_path: Path) -> None:
     assert proc.returncode != 0
     assert "unknown variable 'recipes' for build; did you mean 'recipe'?" in proc.stdout
     assert not (world.store / "objects").exists()
+
+
+def test_run_takes_sampling_values_within_their_bounds() -> None:
+    got = resolve(tasks.RUN.vars, {"temperature": "0.7", "top_p": "0.5", "top_k": "3"}, "run")
+    assert (got["temperature"], got["top_p"], got["top_k"]) == (0.7, 0.5, 3)
+    with pytest.raises(KilnError, match=r"top_p: 1\.5 is over 1"):
+        resolve(tasks.RUN.vars, {"top_p": "1.5"}, "run")
+    with pytest.raises(KilnError, match="port: 70000 is over 65535"):
+        resolve(tasks.SERVE.vars, {"port": "70000"}, "serve")
