@@ -1,6 +1,21 @@
-"""One module per step kind, each with one entry point: `build(request, writer)`.
+"""Builders, grouped by task family: one module per step kind, each with one entry
+point, `build(request: Request, writer: Writer) -> None`.
 
-Builders import their heavy libraries inside `build()`, read their inputs from
-`request.inputs`, and write only through `writer`. Options are validated by each
-builder's own pydantic `Options` model.
+The contract is kiln/store/api.py. A builder validates `request.options` with its
+own pydantic `Options` model, reads its input artifacts from `request.inputs`,
+writes only through `writer`, raises `request.error(...)` for bad input and
+`request.unsupported(reason)` for what this host or this kiln cannot build; a
+validate step writes `writer.evidence(...)`, which the core stamps with date and
+host. Builders import their heavy libraries inside functions, and from kiln only
+the contract's types, under `TYPE_CHECKING`.
+
+fetch.py     the one step every family shares
+common/      what the families share (loading, encoder helpers, ONNX graph, measuring)
+causal_lm/   text-generation, with backends/ (onnxruntime, aoti, tensorrt)
+classify/    text-classification
+embed/       feature-extraction
+seq2seq/     text2text-generation and automatic-speech-recognition
+data/        shipped texts and audio clips
+
+An `_x.py` module is private to its folder (and the folders below it).
 """

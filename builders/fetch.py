@@ -15,9 +15,12 @@ import hashlib
 import os
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
+
+if TYPE_CHECKING:
+    from kiln.store.api import Request, Writer
 
 # Pickle-based weights can run code when loaded; safetensors cannot.
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".ckpt")
@@ -37,7 +40,7 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def _resolve(request: Any, opts: Options) -> Path:
+def _resolve(request: Request, opts: Options) -> Path:
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import LocalEntryNotFoundError, RevisionNotFoundError
 
@@ -65,11 +68,11 @@ def _resolve(request: Any, opts: Options) -> Path:
         ) from None
 
 
-def build(request: Any, writer: Any) -> None:
+def build(request: Request, writer: Writer) -> None:
     opts = Options.model_validate(request.options)
     snapshot = _resolve(request, opts)
     expected: dict[str, str] = request.context.get("expected", {})
-    files = []
+    files: list[dict[str, Any]] = []
     for src in sorted(p for p in snapshot.rglob("*") if p.is_file()):
         rel = src.relative_to(snapshot).as_posix()
         if rel.endswith(PICKLE_SUFFIXES):

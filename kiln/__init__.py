@@ -1,7 +1,20 @@
 """kiln: recipes as data, exact incremental builds, traceable evidence.
 
-The core. It imports only light libraries (pydantic, PyYAML, jinja2, doit,
-filelock); never torch, transformers, onnx, onnxruntime, modelopt or tensorrt.
+The core, one sub-package per stage of the data flow; each imports only the ground
+floor and the stages to its left (tests/unit/test_layers.py):
+
+  schema.py errors.py canonical.py fsio.py hostinfo.py paths.py   the ground floor
+  catalog/    recipes/ thresholds/ prompts/ catalog/*.yaml -> Catalog (guarded YAML, rules)
+  plan/       Recipe -> Plan: steps and keys, variants, toolchain (versions, code digests)
+  store/      steps -> artifacts: store, execute, locks, verify, gc, the builder contract
+  evidence/   artifacts -> manifests/: lock assembly, evidence records, gates
+  site/       catalog + manifests -> _site/ (templates live in site/ at the top)
+  commands/   one module per doit verb, with no doit in it (tasks.py wires them)
+  replay/     nightly replay, local or on Ray
+
+It imports only light libraries (pydantic, PyYAML, jinja2, filelock, rich); never
+torch, transformers, onnx, onnxruntime, modelopt or tensorrt, never a builder, and
+never doit (only tasks.py and dodo.py do).
 """
 
 __version__ = "0.1.0"

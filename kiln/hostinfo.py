@@ -1,13 +1,15 @@
-"""Where a run happened, for evidence: CPU, cores, OS, Python and the GPU if any.
+"""Where and when a run happened, for evidence: CPU, cores, OS, Python and the GPU if any.
 
 The GPU comes from `nvidia-smi` (no torch: the core never imports it). Every
-evidence record takes its host from here: measured runs (builders/causal_lm/validate.py and
-the task validators) and runs that end `unsupported-here` before anything was
-measured.
+evidence record is stamped from here, by the core: measured runs (a validate
+step's evidence.json, kiln.store.Writer.evidence) and runs that end
+`unsupported-here` before anything was measured (kiln.store.unsupported.marker).
+Builders never import it.
 """
 
 from __future__ import annotations
 
+import datetime
 import os
 import platform
 import shutil
@@ -51,4 +53,12 @@ def host() -> dict[str, Any]:
         "os": f"{platform.system()} {platform.release()}",
         "python": platform.python_version(),
         "gpu": gpu_name(),
+    }
+
+
+def stamp() -> dict[str, Any]:
+    """When (UTC, to the second) and where: the provenance every evidence record carries."""
+    return {
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "host": host(),
     }

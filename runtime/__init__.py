@@ -23,6 +23,7 @@ this and the dispatch).
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any, TypeVar, overload
 
 from runtime.causal_lm import TASK as TEXT_GENERATION
 from runtime.causal_lm import Bundle, Generation
@@ -37,6 +38,7 @@ from runtime.seq2seq import TASK as TEXT2TEXT
 from runtime.speculative import SPECULATIVE, SpeculativeBundle
 
 Runner = Bundle | Classifier | Embedder | Seq2Seq
+R = TypeVar("R", bound=Runner)
 
 # task -> variant -> runner. Other tasks build the ordinary variant only (builders/*/bundle.py).
 RUNNERS: dict[str, dict[str, type[Runner]]] = {
@@ -52,11 +54,19 @@ RUNNERS: dict[str, dict[str, type[Runner]]] = {
 }
 
 
-def open(path: Path | str, threads: int | None = None) -> Runner:
+@overload
+def open(path: Path | str, threads: int | None = None) -> Runner: ...
+@overload
+def open(path: Path | str, threads: int | None = None, *, expect: type[R]) -> R: ...
+def open(
+    path: Path | str, threads: int | None = None, *, expect: type[Any] | None = None
+) -> Runner:
     """The runner of the bundle at `path`, chosen by bundle.json's task and variant:
     Bundle, SpeculativeBundle, Classifier, Embedder, Seq2Seq or Speech. A bundle this
     runtime cannot run (no bundle.json, a newer schema, an unknown task or variant)
-    raises BundleError."""
+    raises BundleError. `expect` is for a caller that serves one family (a validate
+    step): a bundle whose runner is not an `expect` is refused, and the result is typed
+    as one."""
     path = Path(path)
     meta = read_meta(path)
     task = task_of(meta)
@@ -71,6 +81,10 @@ def open(path: Path | str, threads: int | None = None) -> Runner:
         raise BundleError(
             f"{path}: bundle.json names variant {variant!r}; a {task} bundle runs as "
             f"{', '.join(variants)}"
+        )
+    if expect is not None and not issubclass(runner, expect):
+        raise BundleError(
+            f"{path} is a {task} bundle, run by {runner.__name__}, not by {expect.__name__}"
         )
     return runner(path, threads)
 

@@ -135,7 +135,7 @@ class Bundle:
         steps = 0
         for step in range(max_new_tokens):
             nxt = sampler(logits[:, -1, :])
-            for row in np.flatnonzero(~done):
+            for row in np.flatnonzero(~done).tolist():
                 out[row].append(int(nxt[row]))
                 done[row] = int(nxt[row]) in self.eos
             if done.all() or step == max_new_tokens - 1:

@@ -1,8 +1,8 @@
 """The bundle format every runner reads: bundle.json's schema version, reading it, and
 the error a bundle raises.
 
-Every runtime module imports this one and it imports none of them, so the runners and
-runtime/__init__.py's `open` share one check of the format without import circles.
+The runners and runtime/__init__.py's `open` share this one check of the format; it
+imports no runtime module, so none of them forms an import circle through it.
 """
 
 from __future__ import annotations

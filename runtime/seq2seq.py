@@ -62,7 +62,9 @@ class Seq2Seq:
                 f"batch of {size} inputs; this bundle serves 1 to {self.max_batch_size}"
             )
 
-    def _encoder(self, prompts: list[list[int]]) -> Context:
+    def _encoder(self, prompts: list[Any]) -> Context:
+        """The decoder's fixed feeds for a batch of inputs: token-id prompts here, log-mel
+        features for Speech."""
         self._check_batch(len(prompts))
         if any(len(p) == 0 for p in prompts):
             raise BundleError("empty prompt: nothing to condition on")

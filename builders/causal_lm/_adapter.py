@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from kiln.store.api import Request
 
 
 def adapter_base(adapter: Path) -> tuple[str, str | None]:
@@ -19,7 +22,7 @@ def adapter_base(adapter: Path) -> tuple[str, str | None]:
     return str(config.get("base_model_name_or_path") or ""), config.get("revision")
 
 
-def check_base(request: Any, adapter: Path, repo: str, revision: str) -> None:
+def check_base(request: Request, adapter: Path, repo: str, revision: str) -> None:
     """The adapter's pinned base must be exactly the recipe's model."""
     if not (adapter / "adapter_config.json").is_file():
         raise request.error(
@@ -40,7 +43,7 @@ def check_base(request: Any, adapter: Path, repo: str, revision: str) -> None:
         )
 
 
-def with_adapter(request: Any, model: Any, merge: bool) -> Any:
+def with_adapter(request: Request, model: Any, merge: bool) -> Any:
     """`model` (the fetched base) with the fetched adapter of request.inputs["adapter"]:
     peft's PeftModel, merged into plain weights when `merge` (export)."""
     from peft import PeftModel

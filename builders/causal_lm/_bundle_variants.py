@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import json
 import shutil
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from kiln.store.api import Request, Writer
 
 
-def _same_tokenizer(request: Any) -> None:
+def _same_tokenizer(request: Request) -> None:
     """A draft model must speak the target's vocabulary, token for token."""
     target = request.inputs["checkpoint"] / "checkpoint" / "tokenizer.json"
     draft = request.inputs["draft_checkpoint"] / "checkpoint" / "tokenizer.json"
@@ -24,7 +27,7 @@ def _same_tokenizer(request: Any) -> None:
         )
 
 
-def add_draft(request: Any, writer: Any, meta: dict[str, Any]) -> None:
+def add_draft(request: Request, writer: Writer, meta: dict[str, Any]) -> None:
     _same_tokenizer(request)
     engine_dir = request.inputs["draft"]
     engine = json.loads((engine_dir / "engine.json").read_text())
@@ -45,7 +48,7 @@ def add_draft(request: Any, writer: Any, meta: dict[str, Any]) -> None:
     }
 
 
-def add_drafter(request: Any, writer: Any, meta: dict[str, Any]) -> None:
+def add_drafter(request: Request, writer: Writer, meta: dict[str, Any]) -> None:
     source = request.inputs["drafter"]
     drafter = json.loads((source / "drafter.json").read_text())
     for role, file in drafter["engines"].items():
@@ -65,7 +68,9 @@ def add_drafter(request: Any, writer: Any, meta: dict[str, Any]) -> None:
     }
 
 
-def extend(request: Any, writer: Any, meta: dict[str, Any], speculative: dict[str, Any]) -> None:
+def extend(
+    request: Request, writer: Writer, meta: dict[str, Any], speculative: dict[str, Any]
+) -> None:
     if "draft" in request.inputs:
         add_draft(request, writer, meta)
     if "drafter" in request.inputs:

@@ -14,31 +14,33 @@ so the numbers are the reference's; only memory grows past the window. A cache t
 crops itself would freeze its crop point into the traced graph.
 
 DSA layers (DeepseekV32, GlmMoeDsa) cache indexer keys as well: not carried yet,
-so they raise Unsupported too.
+so they are unsupported here too.
 
 Recurrent layers (Mamba conv/ssm state, gated-delta-net state) are not a growing
 sequence, and transformers' prefill and decode paths for them branch in Python on
-`has_previous_state`: one traced graph cannot serve both, so they raise Unsupported.
+`has_previous_state`: one traced graph cannot serve both, so they are unsupported
+here (request.unsupported, with the exact reason).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from builders.unsupported import Unsupported
+if TYPE_CHECKING:
+    from kiln.store.api import Request
 
 SEQ_AXIS = 2  # DynamicLayer concatenates on dim -2 of [batch, heads, seq, dim]
 
 
-def observe(model: Any) -> list[dict[str, Any]]:
+def observe(request: Request, model: Any) -> list[dict[str, Any]]:
     """One entry per cached tensor: layer, kind (key/value), names and shape, with
-    "batch" and "seq" where those axes are."""
+    "batch" and "seq" where those axes are. A cache kiln cannot carry is unsupported."""
     import torch
     from transformers import DynamicCache
 
     cache = DynamicCache(config=model.config)
-    _refuse_recurrent(cache, model)
-    _refuse_indexed(cache, model)
+    _refuse_recurrent(request, cache, model)
+    _refuse_indexed(request, cache, model)
     ids = torch.ones(2, 3, dtype=torch.long)
     with torch.no_grad():
         out = model(input_ids=ids, cache=cache, use_cache=True)
@@ -46,7 +48,7 @@ def observe(model: Any) -> list[dict[str, Any]]:
     for i, layer in enumerate(out.past_key_values.layers):
         for kind, tensor in (("key", layer.keys), ("value", layer.values)):
             if tensor is None or tensor.dim() != 4 or tensor.shape[SEQ_AXIS] != 3:
-                raise Unsupported(
+                raise request.unsupported(
                     f"layer {i} of {type(model).__name__} caches a {kind} of shape "
                     f"{tuple(tensor.shape) if tensor is not None else None}, not "
                     "[batch, heads, seq, dim]; kiln's export carries only growing KV caches"
@@ -65,20 +67,20 @@ def observe(model: Any) -> list[dict[str, Any]]:
     return entries
 
 
-def _refuse_indexed(cache: Any, model: Any) -> None:
+def _refuse_indexed(request: Request, cache: Any, model: Any) -> None:
     indexed = [i for i, layer in enumerate(cache.layers) if hasattr(layer, "indexer_keys")]
     if indexed:
-        raise Unsupported(
+        raise request.unsupported(
             f"{type(model).__name__} layers {indexed} keep a third cache, the DSA indexer keys "
             "[batch, seq, index_head_dim], next to keys and values; kiln's export carries "
             "keys and values only"
         )
 
 
-def _refuse_recurrent(cache: Any, model: Any) -> None:
+def _refuse_recurrent(request: Request, cache: Any, model: Any) -> None:
     linear = [i for i, flag in enumerate(getattr(cache, "is_linear", [])) if flag]
     if linear:
-        raise Unsupported(
+        raise request.unsupported(
             f"{type(model).__name__} layers {linear} carry recurrent state (conv and "
             "ssm/linear-attention state), and transformers' prefill and decode paths for "
             "them branch in Python on has_previous_state, so one traced ONNX graph cannot "

@@ -128,7 +128,9 @@ class Eagle3(nn.Module):
         self.norm = RMSNorm(h, cfg.get("rms_norm_eps", 1e-6))
         self.lm_head = nn.Linear(h, cfg.get("draft_vocab_size") or cfg["vocab_size"], bias=False)
 
-    def forward(self, hidden: Any, input_ids: Any, position_ids: Any, mask: Any, pk: Any, pv: Any):  # type: ignore[no-untyped-def]
+    def forward(
+        self, hidden: Any, input_ids: Any, position_ids: Any, mask: Any, pk: Any, pv: Any
+    ) -> Any:
         layer = self.midlayer
         x = torch.cat([layer.input_layernorm(self.embed(input_ids)), layer.hidden_norm(hidden)], -1)
         k, v = layer.self_attn.keys_values(x, position_ids)
@@ -180,7 +182,9 @@ class Block(nn.Module):
         self.layers = nn.ModuleList(BlockLayer(cfg) for _ in range(cfg["num_hidden_layers"]))
         self.norm = RMSNorm(h, eps)
 
-    def forward(self, context: Any, ctx_pos: Any, block_ids: Any, block_pos: Any, *past: Any):  # type: ignore[no-untyped-def]
+    def forward(
+        self, context: Any, ctx_pos: Any, block_ids: Any, block_pos: Any, *past: Any
+    ) -> Any:
         ctx = self.hidden_norm(self.fc(context))
         x = self.embed(block_ids)
         present = []
@@ -237,7 +241,9 @@ class Mtp(nn.Module):
         self.head = nn.Linear(d, head.shape[0], bias=False)
         self.head.weight.data.copy_(head)
 
-    def forward(self, hidden: Any, input_ids: Any, position_ids: Any, mask: Any, pk: Any, pv: Any):  # type: ignore[no-untyped-def]
+    def forward(
+        self, hidden: Any, input_ids: Any, position_ids: Any, mask: Any, pk: Any, pv: Any
+    ) -> Any:
         from transformers import DynamicCache
 
         x = self.eh_proj(torch.cat([self.enorm(self.embed(input_ids)), self.hnorm(hidden)], -1))

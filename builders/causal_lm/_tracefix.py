@@ -55,7 +55,7 @@ def traceable(model: Any) -> Iterator[None]:
     module_name = type(model).__module__
     saved = []
     if module_name in _ROTATE_HALF_INTERLEAVED:
-        module = importlib.import_module(module_name)
+        module: Any = importlib.import_module(module_name)
         saved.append((module, "rotate_half", module.rotate_half))
         module.rotate_half = _rotate_half_interleaved
         rotary = _rotary_class(module, model)

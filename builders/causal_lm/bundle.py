@@ -8,11 +8,15 @@ from __future__ import annotations
 
 import json
 import shutil
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from builders.causal_lm._bundle_variants import extend
+from builders.common.hf import token_ids
+
+if TYPE_CHECKING:
+    from kiln.store.api import Request, Writer
 
 BUNDLE_SCHEMA = 1
 
@@ -31,13 +35,7 @@ class Options(BaseModel):
     )
 
 
-def _ids(value: Any) -> list[int]:
-    if value is None:
-        return []
-    return [value] if isinstance(value, int) else list(value)
-
-
-def build(request: Any, writer: Any) -> None:
+def build(request: Request, writer: Writer) -> None:
     from tokenizers import Tokenizer
 
     opts = Options.model_validate(request.options)
@@ -55,12 +53,11 @@ def build(request: Any, writer: Any) -> None:
         )
     tokenizer = Tokenizer.from_file(str(ckpt / "tokenizer.json"))
 
-    eos = _ids(generation.get("eos_token_id", config.get("eos_token_id")))
+    eos = token_ids(generation.get("eos_token_id", config.get("eos_token_id")))
     pad_token = tok_config.get("pad_token")
     pad = tokenizer.token_to_id(pad_token) if isinstance(pad_token, str) else None
     if pad is None:
-        pad = _ids(generation.get("pad_token_id", config.get("pad_token_id"))) or eos
-        pad = pad[0] if isinstance(pad, list) else pad
+        pad = (token_ids(generation.get("pad_token_id", config.get("pad_token_id"))) or eos)[0]
     shutil.copyfile(engine_dir / engine["file"], writer.path(engine["file"]))
     shutil.copyfile(ckpt / "tokenizer.json", writer.path("tokenizer.json"))
     meta = {
@@ -81,7 +78,7 @@ def build(request: Any, writer: Any) -> None:
         "tokenizer": {
             "file": "tokenizer.json",
             "add_bos": bool(tok_config.get("add_bos_token", False)),
-            "bos": (_ids(config.get("bos_token_id")) or [None])[0],
+            "bos": next(iter(token_ids(config.get("bos_token_id"))), None),
             "eos": eos,
             "pad": pad,
         },

@@ -16,9 +16,12 @@ from __future__ import annotations
 import json
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
+
+if TYPE_CHECKING:
+    from kiln.store.api import Request, Writer
 
 TOLERANCE = 1e-4  # max |onnxruntime - torch| on a fresh example; fp32 noise is ~1e-6
 
@@ -39,7 +42,7 @@ def read_tensors(checkpoint: Path) -> dict[str, Any]:
     return tensors
 
 
-def _load(request: Any, module: Any, state: dict[str, Any], what: str) -> None:
+def _load(request: Request, module: Any, state: dict[str, Any], what: str) -> None:
     missing, unexpected = module.load_state_dict(state, strict=False)
     missing = [m for m in missing if not m.endswith("inv_freq")]
     if missing or unexpected:
@@ -81,7 +84,7 @@ def _export(
 
 
 def _engine(
-    request: Any, module: Any, raw: Path, engine: Path, names: list[str], check: tuple[Any, ...]
+    request: Request, module: Any, raw: Path, engine: Path, names: list[str], check: tuple[Any, ...]
 ) -> None:
     """onnxruntime's offline optimization of `raw` into `engine`, then the engine's
     outputs on `check` against the module's own."""
@@ -145,7 +148,7 @@ def _chain_example(h: int, kv: list[tuple[int, int]], past: int, seq: int) -> tu
 
 
 def build_chain(
-    request: Any, writer: Any, opts: Options, module: Any, h: int, kv: list[tuple[int, int]]
+    request: Request, writer: Writer, opts: Options, module: Any, h: int, kv: list[tuple[int, int]]
 ) -> None:
     inputs, outputs, dynamic = _chain_io(h)
     raw = writer.path("drafter.raw.onnx")
@@ -154,8 +157,8 @@ def build_chain(
 
 
 def eagle3(
-    request: Any,
-    writer: Any,
+    request: Request,
+    writer: Writer,
     opts: Options,
     cfg: dict[str, Any],
     state: dict[str, Any],
@@ -194,8 +197,8 @@ def eagle3(
 
 
 def block(
-    request: Any,
-    writer: Any,
+    request: Request,
+    writer: Writer,
     opts: Options,
     cfg: dict[str, Any],
     state: dict[str, Any],
@@ -291,7 +294,7 @@ def block(
 
 
 def mtp(
-    request: Any, writer: Any, opts: Options, checkpoint: Path, state: dict[str, Any]
+    request: Request, writer: Writer, opts: Options, checkpoint: Path, state: dict[str, Any]
 ) -> dict[str, Any]:
     import torch
     from transformers import AutoConfig
@@ -336,7 +339,7 @@ def mtp(
     return {"engines": {"drafter": "drafter.onnx"}, "mtp_layers": n}
 
 
-def build(request: Any, writer: Any) -> None:
+def build(request: Request, writer: Writer) -> None:
     import onnxruntime as ort
 
     opts = Options.model_validate(request.options)

@@ -16,9 +16,12 @@ built an engine.
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
+
+if TYPE_CHECKING:
+    from kiln.store.api import Request, Writer
 
 
 class Options(BaseModel):
@@ -30,7 +33,7 @@ class Options(BaseModel):
     max_input_len: int | None = Field(None, ge=1, description="Longest prompt, in tokens.")
 
 
-def check_limits(request: Any, opts: Options, io: dict[str, Any]) -> None:
+def check_limits(request: Request, opts: Options, io: dict[str, Any]) -> None:
     limit = io["max_position_embeddings"]
     if opts.max_seq_len > limit:
         raise request.error(
@@ -40,7 +43,7 @@ def check_limits(request: Any, opts: Options, io: dict[str, Any]) -> None:
         )
 
 
-def build(request: Any, writer: Any) -> None:
+def build(request: Request, writer: Writer) -> None:
     opts = Options.model_validate(request.options)
     backend = importlib.import_module(f"builders.causal_lm.backends.{opts.backend}")
     backend.build(request, writer, opts)

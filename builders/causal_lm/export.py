@@ -24,16 +24,19 @@ from __future__ import annotations
 
 import json
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
+
+if TYPE_CHECKING:
+    from kiln.store.api import Request, Writer
 
 
 class Options(BaseModel):
     model_config = ConfigDict(extra="forbid")
     opset: int = Field(17, ge=17, le=23, description="ONNX opset to export.")
     exporter: str = Field("torchscript", pattern="^torchscript$", description="torch exporter.")
-    task: str = Field("text-generation", description="The recipe's task (kiln.schema.TASKS).")
+    task: str = Field("text-generation", pattern="^text-generation$", description="The task.")
     hidden: str = Field(
         "none",
         pattern="^(none|mtp|eagle3|dflash|dspark)$",
@@ -42,7 +45,7 @@ class Options(BaseModel):
     )
 
 
-def _capture(request: Any, opts: Options, model: Any) -> list[str]:
+def _capture(request: Request, opts: Options, model: Any) -> list[str]:
     """The capture points of opts.hidden, from the drafter's config (input 'drafter')."""
     import json
 
@@ -122,7 +125,7 @@ def example_inputs(entries: list[dict[str, Any]], device: str = "cpu") -> tuple[
     return tuple(t.to(device) for t in example)
 
 
-def _needs_cuda(request: Any) -> bool:
+def _needs_cuda(request: Request) -> bool:
     """NVFP4's fake-quant kernels run on CUDA only (builders/causal_lm/quantize.py)."""
     quantized = request.inputs.get("quantized")
     if quantized is None:
@@ -130,7 +133,7 @@ def _needs_cuda(request: Any) -> bool:
     return bool(json.loads((quantized / "quantize.json").read_text())["weights"] == "nvfp4")
 
 
-def build(request: Any, writer: Any) -> None:
+def build(request: Request, writer: Writer) -> None:
     import torch
 
     from builders.causal_lm import _cache, _tracefix
@@ -138,17 +141,13 @@ def build(request: Any, writer: Any) -> None:
     from builders.common.hf import load_for_export
 
     opts = Options.model_validate(request.options)
-    if opts.task != "text-generation":
-        from builders.unsupported import Unsupported, task_not_built
-
-        raise Unsupported(task_not_built(opts.task))
     checkpoint = request.inputs["checkpoint"] / "checkpoint"
     model = load_for_export(checkpoint)
     if "adapter" in request.inputs:  # a LoRA companion is merged here, at export
         from builders.causal_lm._adapter import with_adapter
 
         model = with_adapter(request, model, merge=True)
-    entries = _cache.observe(model)
+    entries = _cache.observe(request, model)
     points = _capture(request, opts, model)
     seen = install_hooks(model, points) if points else {}
     if "quantized" in request.inputs:

@@ -1,9 +1,9 @@
 """onnx: turn the exported graph into the one the engine builds from.
 
 It folds constants and removes dead nodes (onnxscript's optimizer roughly halves
-the node count of a legacy export), checks the model with full shape inference,
-checks the I/O contract the runtime relies on, and records that contract in
-io.json.
+the node count of a legacy export), checks the model with full shape inference
+(both: builders/common/graph.py), checks the I/O contract the runtime relies on,
+and records that contract in io.json.
 
 Quantized graphs (modelopt's Q/DQ) come in two forms (`qdq`): `standard`, where the
 TensorRT-only ops are rewritten to standard ONNX and weights are stored quantized
@@ -14,13 +14,12 @@ are, for TensorRT's ONNX parser, which registers them by name (api_facts 1).
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-_DTYPES = {1: "float32", 7: "int64", 10: "float16", 16: "bfloat16"}
-# The optimizer folds constants up to these sizes; weights are larger than its defaults.
-_FOLD_LIMIT = 1 << 28
+if TYPE_CHECKING:
+    from kiln.store.api import Request, Writer
 
 
 class Options(BaseModel):
@@ -33,36 +32,22 @@ class Options(BaseModel):
     )
 
 
-def _value_info(values: Any) -> list[dict[str, Any]]:
-    out = []
-    for v in values:
-        t = v.type.tensor_type
-        shape = [d.dim_param or d.dim_value for d in t.shape.dim]
-        out.append(
-            {"name": v.name, "dtype": _DTYPES.get(t.elem_type, str(t.elem_type)), "shape": shape}
-        )
-    return out
-
-
-def build(request: Any, writer: Any) -> None:
+def build(request: Request, writer: Writer) -> None:
     import onnx
+
+    from builders.common import graph
 
     opts = Options.model_validate(request.options)
     source = request.inputs["export"]
     exported = json.loads((source / "export.json").read_text())
     model = onnx.load(str(source / "model.onnx"))
     before = len(model.graph.node)
-    if opts.optimize:
-        import onnxscript.optimizer
-
-        # quantized graphs: fold the weight subgraphs around the Q/DQ ops too
-        limits = {"input_size_limit": _FOLD_LIMIT, "output_size_limit": _FOLD_LIMIT}
-        model = onnxscript.optimizer.optimize(model, **(limits if opts.qdq else {}))
+    if opts.optimize:  # quantized graphs: fold the weight subgraphs around the Q/DQ ops too
+        model = graph.tidy(model, fold_weights=bool(opts.qdq))
     if opts.qdq == "standard":
         model = _standard(request, model)
     # TensorRT's own ops have no ONNX schema; the checker cannot infer through them
-    onnx.checker.check_model(model, full_check=opts.qdq != "tensorrt")
-    inputs, outputs = _value_info(model.graph.input), _value_info(model.graph.output)
+    inputs, outputs = graph.check(model, full=opts.qdq != "tensorrt")
     entries = exported["kv_cache"]["entries"]
     expected_in = ["input_ids", "attention_mask", "position_ids"] + [e["past"] for e in entries]
     names = [v["name"] for v in inputs]
@@ -80,10 +65,9 @@ def build(request: Any, writer: Any) -> None:
     request.log(f"{before} -> {len(model.graph.node)} nodes, checked")
 
 
-def _standard(request: Any, model: Any) -> Any:
-    import onnxscript.optimizer
-
+def _standard(request: Request, model: Any) -> Any:
     from builders.causal_lm._qdq import NoStandardForm, fold_weight_quantization, to_standard
+    from builders.common import graph
 
     try:
         model, rewritten = to_standard(model)
@@ -94,4 +78,4 @@ def _standard(request: Any, model: Any) -> Any:
         ) from None
     folded = fold_weight_quantization(model)
     request.log(f"rewrote {rewritten or 'no'} TensorRT ops; {folded} weights stored quantized")
-    return onnxscript.optimizer.optimize(model)
+    return graph.tidy(model)

@@ -21,9 +21,12 @@ from __future__ import annotations
 import copy
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
+
+if TYPE_CHECKING:
+    from kiln.store.api import Request, Writer
 
 TEXTS = Path(__file__).resolve().parent.parent / "data" / "texts"
 
@@ -67,7 +70,7 @@ def calibration_ids(tokenizer: Any, samples: int, max_tokens: int) -> list[list[
     return [tokenizer(t)["input_ids"][:max_tokens] for t in chosen]
 
 
-def build(request: Any, writer: Any) -> None:
+def build(request: Request, writer: Writer) -> None:
     import modelopt.torch.opt as mto
     import modelopt.torch.quantization as mtq
     import torch

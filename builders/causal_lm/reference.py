@@ -10,9 +10,12 @@ comparison of different things).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
+
+if TYPE_CHECKING:
+    from kiln.store.api import Request, Writer
 
 
 class Options(BaseModel):
@@ -23,10 +26,10 @@ class Options(BaseModel):
     scored_positions: int = Field(
         0, ge=0, description="Positions of the shipped evaluation text to score; 0: none."
     )
-    task: str = Field("text-generation", description="The recipe's task (kiln.schema.TASKS).")
+    task: str = Field("text-generation", pattern="^text-generation$", description="The task.")
 
 
-def build(request: Any, writer: Any) -> None:
+def build(request: Request, writer: Writer) -> None:
     import numpy as np
     import torch
     from transformers import AutoTokenizer, GenerationConfig
@@ -34,10 +37,6 @@ def build(request: Any, writer: Any) -> None:
     from builders.common.hf import load_causal_lm
 
     opts = Options.model_validate(request.options)
-    if opts.task != "text-generation":
-        from builders.unsupported import Unsupported, task_not_built
-
-        raise Unsupported(task_not_built(opts.task))
     checkpoint = request.inputs["checkpoint"] / "checkpoint"
     torch.manual_seed(0)
     tokenizer = AutoTokenizer.from_pretrained(checkpoint)

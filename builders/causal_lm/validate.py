@@ -8,18 +8,19 @@ Metrics (names and meanings in kiln.schema.METRICS):
   * a greedy divergence must be explained by a small reference top-2 gap at the
     position where it happens; otherwise it counts as unexplained.
 
-It writes measurements only. The core applies the gates and writes the evidence.
+It writes measurements only (evidence.json, which the core stamps with date and
+host). The core applies the gates and records the evidence.
 """
 
 from __future__ import annotations
 
-import datetime
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from kiln.hostinfo import host
+if TYPE_CHECKING:
+    from kiln.store.api import Request, Writer
 
 
 class Options(BaseModel):
@@ -97,7 +98,7 @@ def score_text(bundle: Any, ref: dict[str, Any], ref_scores: Any) -> dict[str, f
     }
 
 
-def _quantized_on(request: Any) -> dict[str, str]:
+def _quantized_on(request: Request) -> dict[str, str]:
     """Where modelopt calibrated the weights (a GPU, for nvfp4 and GPU runs)."""
     meta = json.loads((request.inputs["bundle"] / "bundle.json").read_text())
     quantization = meta.get("quantization")
@@ -106,56 +107,29 @@ def _quantized_on(request: Any) -> dict[str, str]:
     return {"quantization": quantization["config"], "quantized_on": quantization["device"]}
 
 
-def build(request: Any, writer: Any) -> None:
-    import numpy as np
-
+def build(request: Request, writer: Writer) -> None:
     import runtime
+    from builders.common import measure
     from runtime import Sampler
     from runtime.speculative import diagnostics
 
     opts = Options.model_validate(request.options)
-    ref_dir = request.inputs["reference"]
-    ref = json.loads((ref_dir / "reference.json").read_text())
-    ref_logits = np.load(ref_dir / "logits.npz")
-    bundle = runtime.open(request.inputs["bundle"])
-    prompt_ids = [bundle.encode(p) for p in opts.prompts]
-    tokenizer_agree = sum(
-        a == r["prompt_ids"] for a, r in zip(prompt_ids, ref["records"], strict=True)
+    m = measure.start(request, lambda path: runtime.open(path, expect=runtime.Bundle))
+    bundle, ref = m.bundle, m.reference
+    prompt_ids, tokenizer_agree = m.tokenize(opts.prompts)
+    gen, per_s = m.generate(
+        prompt_ids, "greedy decode", lambda b: bundle.generate(b, opts.max_new_tokens, Sampler())
     )
-    gen: list[list[int]] = []
-    new_tokens = 0
-    seconds = 0.0
-    size = bundle.max_batch_size
-    batches = [prompt_ids[i : i + size] for i in range(0, len(prompt_ids), size)]
-    for batch in request.progress(batches, len(batches), "greedy decode"):
-        out = bundle.generate(batch, opts.max_new_tokens, Sampler())
-        gen.extend(out.tokens)
-        new_tokens += sum(len(t) for t in out.tokens)
-        seconds += out.seconds
-    metrics = compare(bundle, ref, ref_logits, gen)
-    metrics["tokenizer_match_rate"] = tokenizer_agree / len(opts.prompts)
+    metrics = compare(bundle, ref, m.arrays("logits.npz"), gen)
+    metrics["tokenizer_match_rate"] = tokenizer_agree
     # A drafting bundle: its greedy output against its own target-only greedy output
     # (lossless means identical), and the acceptance diagnostics the gates read.
     metrics.update(diagnostics(bundle, prompt_ids, opts.max_new_tokens))
     if opts.scored_positions:
-        metrics.update(score_text(bundle, ref, np.load(ref_dir / "text.npz")))
-    metrics["decode_tokens_per_s"] = new_tokens / seconds if seconds else 0.0
-    engine = bundle.meta["engines"]["main"]
-    writer.write_json(
-        "evidence.json",
-        {
-            "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-            "host": host(),
-            "backend": {
-                "name": engine["backend"],
-                "version": engine["backend_version"],
-                "device": engine["provider"],
-                **_quantized_on(request),
-            },
-            "metrics": metrics,
-            "outputs": [bundle.decode(g) for g in gen],
-        },
-    )
+        metrics.update(score_text(bundle, ref, m.arrays("text.npz")))
+    metrics["decode_tokens_per_s"] = per_s
+    backend = {**m.backend("main"), **_quantized_on(request)}
+    writer.evidence(metrics, [bundle.decode(g) for g in gen], backend)
     request.log(
         "token match {token_match_rate:.3f}, max |dlogit| {max_abs_logit_diff:.2e}, "
         "min cosine {min_logit_cosine:.6f}".format(**metrics)

@@ -3,11 +3,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from builders.common import encoder as _encoder
+
+if TYPE_CHECKING:
+    from kiln.store.api import Request, Writer
 
 
 class Options(BaseModel):
@@ -21,7 +24,7 @@ def load_classifier(checkpoint: Any) -> Any:
     return _encoder.load(checkpoint, "AutoModelForSequenceClassification")
 
 
-def build(request: Any, writer: Any) -> None:
+def build(request: Request, writer: Writer) -> None:
     opts = Options.model_validate(request.options)
     model = load_classifier(request.inputs["checkpoint"] / "checkpoint")
     names = _encoder.export(request, writer, model, "logits", {0: "batch"}, opts.opset)

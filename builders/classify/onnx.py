@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from builders.common import encoder as _encoder
+
+if TYPE_CHECKING:
+    from kiln.store.api import Request, Writer
 
 
 class Options(BaseModel):
@@ -15,6 +18,6 @@ class Options(BaseModel):
     task: str = Field(pattern="^text-classification$", description="The recipe's task.")
 
 
-def build(request: Any, writer: Any) -> None:
+def build(request: Request, writer: Writer) -> None:
     opts = Options.model_validate(request.options)
     _encoder.check_graph(request, writer, opts.optimize, "logits", "classify")

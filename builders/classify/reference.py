@@ -6,9 +6,12 @@ answer the bundle's padded batches must reproduce.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field
+
+if TYPE_CHECKING:
+    from kiln.store.api import Request, Writer
 
 
 class Options(BaseModel):
@@ -18,7 +21,7 @@ class Options(BaseModel):
     task: str = Field(pattern="^text-classification$", description="The recipe's task.")
 
 
-def build(request: Any, writer: Any) -> None:
+def build(request: Request, writer: Writer) -> None:
     import numpy as np
     import torch
     from transformers import AutoTokenizer

@@ -7,10 +7,12 @@ class_match_rate, max_abs_logit_diff, tokenizer_match_rate.
 
 from __future__ import annotations
 
-import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
+
+if TYPE_CHECKING:
+    from kiln.store.api import Request, Writer
 
 
 class Options(BaseModel):
@@ -35,22 +37,18 @@ def compare(ref: dict[str, Any], ref_logits: Any, logits: Any) -> dict[str, floa
     }
 
 
-def build(request: Any, writer: Any) -> None:
-    import numpy as np
-
+def build(request: Request, writer: Writer) -> None:
     import runtime
-    from builders.common import encoder as _encoder
+    from builders.common import measure
 
     opts = Options.model_validate(request.options)
-    ref_dir = request.inputs["reference"]
-    ref = json.loads((ref_dir / "reference.json").read_text())
-    ref_logits = np.load(ref_dir / "logits.npz")
-    bundle = runtime.open(request.inputs["bundle"])
-    logits, agree, per_s = _encoder.measure(request, bundle, opts.prompts, ref, bundle.logits)
-    metrics = compare(ref, ref_logits, logits)
+    m = measure.start(request, lambda path: runtime.open(path, expect=runtime.Classifier))
+    ids, agree = m.tokenize(opts.prompts)
+    logits, per_s = m.rows(ids, m.bundle.logits)
+    metrics = compare(m.reference, m.arrays("logits.npz"), logits)
     metrics.update(tokenizer_match_rate=agree, classify_texts_per_s=per_s)
-    outputs = [bundle.labels[int(row.argmax())] for row in logits]
-    _encoder.write_evidence(writer, bundle, metrics, outputs)
+    outputs = [m.bundle.labels[int(row.argmax())] for row in logits]
+    writer.evidence(metrics, outputs, m.backend("main"))
     request.log(
         "class match {class_match_rate:.3f}, max |dprob| {max_abs_prob_diff:.2e}, "
         "max |dlogit| {max_abs_logit_diff:.2e}".format(**metrics)

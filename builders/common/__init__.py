@@ -1,5 +1,7 @@
 """What the builder families share (imported from any family; no underscores: the folder says it).
 
-hf.py       loading checkpoints with transformers, cache keyword, quantized restore
+hf.py       loading checkpoints with transformers, cache keyword, token ids, quantized restore
 encoder.py  the encoder families' export, graph check, engine and bundle helpers
+graph.py    ONNX graph tidy (onnxscript's optimizer) and check (checker, I/O value info)
+measure.py  a validate step's prologue: reference, bundle, batched and timed runs
 """

@@ -19,7 +19,10 @@ from __future__ import annotations
 import json
 import shutil
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from kiln.store.api import Request, Writer
 
 BUNDLE_SCHEMA = 1
 
@@ -47,7 +50,12 @@ def input_names(config: Any) -> list[str]:
 
 
 def export(
-    request: Any, writer: Any, model: Any, output: str, output_axes: dict[int, str], opset: int
+    request: Request,
+    writer: Writer,
+    model: Any,
+    output: str,
+    output_axes: dict[int, str],
+    opset: int,
 ) -> list[str]:
     """Export `model(**inputs).<output>` to model.onnx; returns the graph's input names.
 
@@ -92,23 +100,20 @@ def export(
     return names
 
 
-def check_graph(request: Any, writer: Any, optimize: bool, output: str, who: str) -> None:
+def check_graph(request: Request, writer: Writer, optimize: bool, output: str, who: str) -> None:
     """The onnx step: optimize, check with shape inference, and record the I/O contract
     (export.json plus the graph's inputs and outputs) in io.json."""
     import onnx
 
-    from builders.causal_lm.onnx import _value_info
+    from builders.common import graph
 
     source = request.inputs["export"]
     exported = json.loads((source / "export.json").read_text())
     model = onnx.load(str(source / "model.onnx"))
     before = len(model.graph.node)
     if optimize:
-        import onnxscript.optimizer
-
-        model = onnxscript.optimizer.optimize(model)
-    onnx.checker.check_model(model, full_check=True)
-    inputs, outputs = _value_info(model.graph.input), _value_info(model.graph.output)
+        model = graph.tidy(model)
+    inputs, outputs = graph.check(model)
     names = [v["name"] for v in inputs]
     if names != exported["graph_inputs"] or [v["name"] for v in outputs] != [output]:
         raise request.error(
@@ -177,7 +182,7 @@ def _pad_id(ckpt: Any, tokenizer: Any) -> int:
     return int(pad or 0)
 
 
-def bundle(request: Any, writer: Any, opts: Any, fields: tuple[str, ...]) -> None:
+def bundle(request: Request, writer: Writer, opts: Any, fields: tuple[str, ...]) -> None:
     """The engine, the tokenizer and bundle.json; `fields` are the io.json fields the
     task adds (labels, pooling). runtime/encoder.py loads it with onnxruntime,
     numpy and tokenizers only."""
@@ -217,46 +222,5 @@ def bundle(request: Any, writer: Any, opts: Any, fields: tuple[str, ...]) -> Non
                 "max_batch_size": engine["max_batch_size"],
                 "max_seq_len": engine["max_seq_len"],
             },
-        },
-    )
-
-
-def measure(request: Any, bundle: Any, prompts: list[str], ref: dict[str, Any], run: Any) -> Any:
-    """Run `run(batch of token ids)` over the prompts in batches of the bundle's
-    max_batch_size; returns (the rows, concatenated; the fraction of prompts the bundle
-    tokenizes as the reference did; texts per second)."""
-    import time
-
-    import numpy as np
-
-    ids = [bundle.encode(p) for p in prompts]
-    agree = sum(a == r["prompt_ids"] for a, r in zip(ids, ref["records"], strict=True))
-    size = bundle.max_batch_size
-    batches = [ids[i : i + size] for i in range(0, len(ids), size)]
-    started = time.perf_counter()
-    rows = np.concatenate([run(b) for b in request.progress(batches, len(batches), bundle.TASK)])
-    seconds = time.perf_counter() - started
-    return rows, agree / len(prompts), (len(ids) / seconds if seconds else 0.0)
-
-
-def write_evidence(writer: Any, bundle: Any, metrics: dict[str, float], outputs: list[str]) -> None:
-    """evidence.json: when, where, on what backend, what was measured, what came out."""
-    import datetime
-
-    from kiln.hostinfo import host
-
-    engine = bundle.meta["engines"]["main"]
-    writer.write_json(
-        "evidence.json",
-        {
-            "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-            "host": host(),
-            "backend": {
-                "name": engine["backend"],
-                "version": engine["backend_version"],
-                "device": engine["provider"],
-            },
-            "metrics": metrics,
-            "outputs": outputs,
         },
     )

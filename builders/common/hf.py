@@ -1,4 +1,5 @@
-"""Loading a checkpoint with transformers, the one way every builder does it.
+"""Loading a checkpoint with transformers, the one way every builder does it, and
+reading what its config files say.
 
 fp32, eager attention (the reference semantics, and what traces cleanly), and
 safetensors only: pickle-based weights can execute code when loaded.
@@ -21,6 +22,14 @@ def load_causal_lm(checkpoint: Path) -> Any:
         checkpoint, dtype=torch.float32, attn_implementation="eager", use_safetensors=True
     )
     return model.eval()
+
+
+def token_ids(value: Any) -> list[int]:
+    """A config's token id field (eos_token_id, pad_token_id, ...) as a list: it holds
+    one id, a list of them, or nothing."""
+    if value is None:
+        return []
+    return [value] if isinstance(value, int) else list(value)
 
 
 def cache_keyword(model: Any) -> str:

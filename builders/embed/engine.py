@@ -4,11 +4,14 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from builders.common import encoder as _encoder
+
+if TYPE_CHECKING:
+    from kiln.store.api import Request, Writer
 
 
 class Options(BaseModel):
@@ -19,7 +22,7 @@ class Options(BaseModel):
     task: str = Field(pattern="^feature-extraction$", description="The recipe's task.")
 
 
-def build(request: Any, writer: Any) -> None:
+def build(request: Request, writer: Writer) -> None:
     opts = Options.model_validate(request.options)
     io = json.loads((request.inputs["onnx"] / "io.json").read_text())
     _encoder.engine(request, writer, opts, "last_hidden_state", (-1, -2, io["hidden_size"]))

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from builders.common import encoder as _encoder
-from kiln.store.unsupported import Unsupported
+
+if TYPE_CHECKING:
+    from kiln.store.api import Request, Writer
 
 # sentence-transformers' Pooling config keys, by the mode runtime/embed.py names.
 _MODES = {
@@ -31,35 +33,35 @@ def load_encoder(checkpoint: Any) -> Any:
     return _encoder.load(checkpoint, "AutoModel")
 
 
-def pooling(checkpoint: Path) -> dict[str, Any]:
+def pooling(request: Request, checkpoint: Path) -> dict[str, Any]:
     """How token states become one vector: the checkpoint's modules.json (Pooling and
     Normalize modules) and the Pooling module's config.json. Without modules.json,
     mean pooling and no normalization (sentence-transformers' default for a plain
-    transformers checkpoint)."""
+    transformers checkpoint). Modules runtime/embed.py does not run are unsupported."""
     modules_file = checkpoint / "modules.json"
     if not modules_file.is_file():
         return {"mode": "mean", "normalize": False, "source": "default"}
     modules = json.loads(modules_file.read_text())
     kinds = {m["type"].rsplit(".", 1)[-1]: m for m in modules}
     if "Pooling" not in kinds:
-        raise Unsupported("modules.json has no Pooling module; kiln pools with one")
+        raise request.unsupported("modules.json has no Pooling module; kiln pools with one")
     config = json.loads((checkpoint / kinds["Pooling"]["path"] / "config.json").read_text())
     on = [key for key, value in config.items() if key.startswith("pooling_mode_") and value]
     if len(on) != 1 or on[0] not in _MODES:
-        raise Unsupported(
+        raise request.unsupported(
             f"pooling {on} is not one of {', '.join(_MODES)} alone; runtime/embed.py "
             "implements those"
         )
     extra = set(kinds) - {"Transformer", "Pooling", "Normalize"}
     if extra:
-        raise Unsupported(f"modules.json has modules kiln does not run: {sorted(extra)}")
+        raise request.unsupported(f"modules.json has modules kiln does not run: {sorted(extra)}")
     return {"mode": _MODES[on[0]], "normalize": "Normalize" in kinds, "source": "modules.json"}
 
 
-def build(request: Any, writer: Any) -> None:
+def build(request: Request, writer: Writer) -> None:
     opts = Options.model_validate(request.options)
     checkpoint = request.inputs["checkpoint"] / "checkpoint"
-    pool = pooling(checkpoint)
+    pool = pooling(request, checkpoint)
     model = load_encoder(checkpoint)
     axes = {0: "batch", 1: "seq"}
     names = _encoder.export(request, writer, model, "last_hidden_state", axes, opts.opset)

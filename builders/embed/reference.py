@@ -8,9 +8,12 @@ independent of runtime/embed.py's numpy pooling, which validate checks it agains
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
+
+if TYPE_CHECKING:
+    from kiln.store.api import Request, Writer
 
 
 class Options(BaseModel):
@@ -34,7 +37,7 @@ def pooled(hidden: Any, mask: Any, pooling: dict[str, Any]) -> Any:
     return torch.nn.functional.normalize(out, p=2, dim=1) if pooling["normalize"] else out
 
 
-def build(request: Any, writer: Any) -> None:
+def build(request: Request, writer: Writer) -> None:
     import numpy as np
     import torch
     from transformers import AutoTokenizer
@@ -43,7 +46,7 @@ def build(request: Any, writer: Any) -> None:
 
     opts = Options.model_validate(request.options)
     checkpoint = request.inputs["checkpoint"] / "checkpoint"
-    pool = pooling(checkpoint)
+    pool = pooling(request, checkpoint)
     tokenizer = AutoTokenizer.from_pretrained(checkpoint)
     model = load_encoder(checkpoint)
     records, vectors = [], {}

@@ -7,10 +7,12 @@ max_abs_embedding_diff, tokenizer_match_rate, embed_texts_per_s.
 
 from __future__ import annotations
 
-import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
+
+if TYPE_CHECKING:
+    from kiln.store.api import Request, Writer
 
 
 class Options(BaseModel):
@@ -31,23 +33,22 @@ def compare(want: Any, got: Any) -> dict[str, float]:
     }
 
 
-def build(request: Any, writer: Any) -> None:
+def build(request: Request, writer: Writer) -> None:
     import numpy as np
 
     import runtime
-    from builders.common import encoder as _encoder
+    from builders.common import measure
 
     opts = Options.model_validate(request.options)
-    ref_dir = request.inputs["reference"]
-    ref = json.loads((ref_dir / "reference.json").read_text())
-    stored = np.load(ref_dir / "embeddings.npz")
-    want = np.stack([stored[f"p{i}"] for i in range(len(ref["records"]))])
-    bundle = runtime.open(request.inputs["bundle"])
-    got, agree, per_s = _encoder.measure(request, bundle, opts.prompts, ref, bundle.embeddings)
+    m = measure.start(request, lambda path: runtime.open(path, expect=runtime.Embedder))
+    stored = m.arrays("embeddings.npz")
+    want = np.stack([stored[f"p{i}"] for i in range(len(m.reference["records"]))])
+    ids, agree = m.tokenize(opts.prompts)
+    got, per_s = m.rows(ids, m.bundle.embeddings)
     metrics = compare(want, got)
     metrics.update(tokenizer_match_rate=agree, embed_texts_per_s=per_s)
     outputs = [f"dim {row.size}, norm {np.linalg.norm(row):.6f}" for row in got]
-    _encoder.write_evidence(writer, bundle, metrics, outputs)
+    writer.evidence(metrics, outputs, m.backend("main"))
     request.log(
         "min cosine {min_embedding_cosine:.9f}, max |d| {max_abs_embedding_diff:.2e}".format(
             **metrics

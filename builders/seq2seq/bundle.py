@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import json
 import shutil
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from builders.causal_lm.bundle import _ids
+from builders.common.hf import token_ids
 from builders.seq2seq import SPEECH, TASK_PATTERN
+
+if TYPE_CHECKING:
+    from kiln.store.api import Request, Writer
 
 BUNDLE_SCHEMA = 1
 
@@ -26,7 +29,7 @@ class Options(BaseModel):
     task: str = Field(pattern=TASK_PATTERN, description="The recipe's task.")
 
 
-def _audio(request: Any, ckpt: Any, io: dict[str, Any]) -> dict[str, Any]:
+def _audio(request: Request, ckpt: Any, io: dict[str, Any]) -> dict[str, Any]:
     """A speech bundle's feature settings, checked against what the encoder takes."""
     from runtime.audio import FIELDS
 
@@ -51,7 +54,7 @@ def _audio(request: Any, ckpt: Any, io: dict[str, Any]) -> dict[str, Any]:
     return audio
 
 
-def build(request: Any, writer: Any) -> None:
+def build(request: Request, writer: Writer) -> None:
     opts = Options.model_validate(request.options)
     engine_dir = request.inputs["engine"]
     ckpt = request.inputs["checkpoint"] / "checkpoint"
@@ -64,8 +67,8 @@ def build(request: Any, writer: Any) -> None:
         raise request.error(
             "the checkpoint has no tokenizer.json", "use a fast-tokenizer checkpoint"
         )
-    eos = _ids(generation.get("eos_token_id", config.get("eos_token_id")))
-    pad = _ids(generation.get("pad_token_id", config.get("pad_token_id"))) or eos
+    eos = token_ids(generation.get("eos_token_id", config.get("eos_token_id")))
+    pad = token_ids(generation.get("pad_token_id", config.get("pad_token_id"))) or eos
     speech_io, speech = {}, {}
     if opts.task == SPEECH:
         speech_io, speech = {"cross_cache": io["cross_cache"]}, {"audio": _audio(request, ckpt, io)}

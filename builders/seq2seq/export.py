@@ -10,23 +10,17 @@ The decoder's cache shapes are observed from one forward pass, not assumed.
 from __future__ import annotations
 
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from builders.seq2seq import SPEECH, TASK, TASK_PATTERN
+from builders.seq2seq._graph import cache_entries, decoder_axes, decoder_cache, example_past, flat
+
+if TYPE_CHECKING:
+    from kiln.store.api import Request, Writer
 
 DECODER_INPUTS = ["decoder_input_ids", "encoder_hidden", "encoder_attention_mask"]
-
-
-def decoder_axes(entries: list[Any]) -> dict[str, dict[int, str]]:
-    """Dynamic axes every decoder graph shares: tokens, logits and the growing cache."""
-    return {
-        "decoder_input_ids": {0: "batch", 1: "seq"},
-        "logits": {0: "batch", 1: "seq"},
-        **{e["past"]: {0: "batch", 2: "past"} for e in entries},
-        **{e["present"]: {0: "batch", 2: "total"} for e in entries},
-    }
 
 
 class Options(BaseModel):
@@ -52,42 +46,6 @@ def load_seq2seq(checkpoint: Any, task: str = TASK) -> Any:
     return model.eval()
 
 
-def cache_entries(layers: Any) -> list[Any]:
-    """The self-attention cache's I/O names and observed shapes, keys then values."""
-    entries = []
-    for i, layer in enumerate(layers):
-        for kind, t in (("key", layer.keys), ("value", layer.values)):
-            entries.append(
-                {
-                    "layer": i,
-                    "kind": kind,
-                    "past": f"past.{i}.{kind}",
-                    "present": f"present.{i}.{kind}",
-                    "shape": ["batch", t.shape[1], "seq", t.shape[3]],
-                }
-            )
-    return entries
-
-
-def decoder_cache(past: tuple[Any, ...], cross: tuple[Any, ...] = ()) -> Any:
-    """Self-attention cache holding `past` (key, value per layer). Without `cross`,
-    an empty cross-attention cache, so cross-attention keys and values are computed
-    from encoder_hidden; with it, a filled one, which attention reads instead
-    (EncoderDecoderCache marks its layers is_updated)."""
-    from transformers import DynamicCache, EncoderDecoderCache
-
-    caches = DynamicCache(), DynamicCache()
-    for cache, tensors in zip(caches, (past, cross), strict=True):
-        for j in range(0, len(tensors), 2):
-            cache.update(tensors[j], tensors[j + 1], j // 2)
-    return EncoderDecoderCache(*caches)
-
-
-def flat(layers: Any) -> list[Any]:
-    """A cache's tensors in graph order: key then value, layer by layer."""
-    return [t for layer in layers for t in (layer.keys, layer.values)]
-
-
 def _example(model: Any) -> tuple[Any, Any, list[dict[str, Any]]]:
     """Encoder example inputs and the observed self-attention cache entries."""
     import torch
@@ -102,7 +60,7 @@ def _example(model: Any) -> tuple[Any, Any, list[dict[str, Any]]]:
     return (ids, mask), hidden, cache_entries(out.past_key_values.self_attention_cache.layers)
 
 
-def build(request: Any, writer: Any) -> None:
+def build(request: Request, writer: Writer) -> None:
     import torch
 
     opts = Options.model_validate(request.options)
@@ -138,7 +96,7 @@ def build(request: Any, writer: Any) -> None:
             )
             return (out.logits, *flat(out.past_key_values.self_attention_cache.layers))
 
-    past = [torch.zeros(*[{"batch": 2, "seq": 3}.get(d, d) for d in e["shape"]]) for e in entries]
+    past = example_past(entries)
     past_names = [e["past"] for e in entries]
     present_names = [e["present"] for e in entries]
     src = {0: "batch", 1: "src"}

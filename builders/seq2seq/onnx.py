@@ -4,11 +4,14 @@ graphs, record their I/O."""
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from builders.seq2seq import TASK_PATTERN
+
+if TYPE_CHECKING:
+    from kiln.store.api import Request, Writer
 
 GRAPHS = ("encoder", "decoder")
 
@@ -19,10 +22,10 @@ class Options(BaseModel):
     task: str = Field(pattern=TASK_PATTERN, description="The recipe's task.")
 
 
-def build(request: Any, writer: Any) -> None:
+def build(request: Request, writer: Writer) -> None:
     import onnx
 
-    from builders.causal_lm.onnx import _value_info
+    from builders.common import graph
 
     opts = Options.model_validate(request.options)
     source = request.inputs["export"]
@@ -32,11 +35,8 @@ def build(request: Any, writer: Any) -> None:
     for name in GRAPHS:
         model = onnx.load(str(source / f"{name}.onnx"))
         if opts.optimize:
-            import onnxscript.optimizer
-
-            model = onnxscript.optimizer.optimize(model)
-        onnx.checker.check_model(model, full_check=True)
-        inputs, outputs = _value_info(model.graph.input), _value_info(model.graph.output)
+            model = graph.tidy(model)
+        inputs, outputs = graph.check(model)
         if [v["name"] for v in inputs] != expected[name]:
             raise request.error(
                 f"the exported {name} graph's inputs break the seq2seq contract",

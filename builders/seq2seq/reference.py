@@ -17,11 +17,14 @@ runtime's numpy log-mel.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from builders.seq2seq import SPEECH, TASK_PATTERN
+
+if TYPE_CHECKING:
+    from kiln.store.api import Request, Writer
 
 
 class Options(BaseModel):
@@ -75,7 +78,7 @@ def _config(model: Any, opts: Options, eos_ids: list[int], pad: int | None) -> A
     )
 
 
-def build(request: Any, writer: Any) -> None:
+def build(request: Request, writer: Writer) -> None:
     import numpy as np
     import torch
 

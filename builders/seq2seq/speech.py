@@ -15,9 +15,12 @@ projection or layout.
 from __future__ import annotations
 
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from builders.seq2seq.export import cache_entries, decoder_axes, decoder_cache, flat
+from builders.seq2seq._graph import cache_entries, decoder_axes, decoder_cache, example_past, flat
+
+if TYPE_CHECKING:
+    from kiln.store.api import Writer
 
 
 def frames(model: Any) -> int:
@@ -52,7 +55,7 @@ def _cross_entries(cross: list[Any]) -> list[dict[str, Any]]:
     ]
 
 
-def export(model: Any, writer: Any, opset: int, log: Any) -> dict[str, Any]:
+def export(model: Any, writer: Writer, opset: int, log: Any) -> dict[str, Any]:
     """Write encoder.onnx and decoder.onnx; return what export.json records."""
     import torch
 
@@ -93,7 +96,7 @@ def export(model: Any, writer: Any, opset: int, log: Any) -> dict[str, Any]:
             )
             return (out.logits, *flat(out.past_key_values.self_attention_cache.layers))
 
-    past = [torch.zeros(*[{"batch": 2, "seq": 3}.get(d, d) for d in e["shape"]]) for e in entries]
+    past = example_past(entries)
     names = {
         "past": [e["past"] for e in entries],
         "present": [e["present"] for e in entries],

@@ -14,13 +14,15 @@ for text).
 
 from __future__ import annotations
 
-import datetime
-import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from builders.seq2seq import SPEECH, TASK_PATTERN
+
+if TYPE_CHECKING:
+    from builders.common.measure import Measurement
+    from kiln.store.api import Request, Writer
 
 
 class Options(BaseModel):
@@ -69,9 +71,7 @@ def compare(
     }
 
 
-def _inputs(
-    bundle: Any, opts: Options, ref: dict[str, Any], ref_dir: Any
-) -> tuple[list[Any], dict[str, float]]:
+def _inputs(m: Measurement, opts: Options) -> tuple[list[Any], dict[str, float]]:
     """What the bundle reads per record, and how far it agrees with the reference's
     input: prompt ids and tokenizer_match_rate, or features and max_abs_feature_diff."""
     import numpy as np
@@ -79,54 +79,29 @@ def _inputs(
     if opts.task == SPEECH:
         from builders.data import audio
 
-        feats = [bundle.read(audio.path(c)) for c in opts.audio]
-        theirs = np.load(ref_dir / "features.npz")
+        feats = [m.bundle.read(audio.path(c)) for c in opts.audio]
+        theirs = m.arrays("features.npz")
         diff = max(float(np.abs(f - theirs[f"p{i}"]).max()) for i, f in enumerate(feats))
         return feats, {"max_abs_feature_diff": diff}
-    ids = [bundle.encode(p) for p in opts.prompts]
-    agree = sum(a == r["prompt_ids"] for a, r in zip(ids, ref["records"], strict=True))
-    return ids, {"tokenizer_match_rate": agree / len(opts.prompts)}
+    ids, agree = m.tokenize(opts.prompts)
+    return ids, {"tokenizer_match_rate": agree}
 
 
-def build(request: Any, writer: Any) -> None:
-    import numpy as np
-
+def build(request: Request, writer: Writer) -> None:
     import runtime
-    from kiln.hostinfo import host
+    from builders.common import measure
 
     opts = Options.model_validate(request.options)
-    ref_dir = request.inputs["reference"]
-    ref = json.loads((ref_dir / "reference.json").read_text())
-    ref_logits = np.load(ref_dir / "logits.npz")
-    bundle = runtime.open(request.inputs["bundle"])
-    inputs, agreement = _inputs(bundle, opts, ref, ref_dir)
-    size = bundle.max_batch_size
-    batches = [inputs[i : i + size] for i in range(0, len(inputs), size)]
-    gen: list[list[int]] = []
-    new_tokens, seconds = 0, 0.0
-    for batch in request.progress(batches, len(batches), "greedy seq2seq"):
-        out = bundle.generate(batch, opts.max_new_tokens)
-        gen.extend(out.tokens)
-        new_tokens += sum(len(t) for t in out.tokens)
-        seconds += out.seconds
-    metrics = compare(bundle, ref, ref_logits, gen, inputs)
-    metrics.update(agreement)
-    metrics["decode_tokens_per_s"] = new_tokens / seconds if seconds else 0.0
-    engine = bundle.meta["engines"]["decoder"]
-    writer.write_json(
-        "evidence.json",
-        {
-            "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-            "host": host(),
-            "backend": {
-                "name": engine["backend"],
-                "version": engine["backend_version"],
-                "device": engine["provider"],
-            },
-            "metrics": metrics,
-            "outputs": [bundle.decode(g) for g in gen],
-        },
+    m = measure.start(request, lambda path: runtime.open(path, expect=runtime.Seq2Seq))
+    bundle = m.bundle
+    inputs, agreement = _inputs(m, opts)
+    gen, per_s = m.generate(
+        inputs, "greedy seq2seq", lambda b: bundle.generate(b, opts.max_new_tokens)
     )
+    metrics = compare(bundle, m.reference, m.arrays("logits.npz"), gen, inputs)
+    metrics.update(agreement)
+    metrics["decode_tokens_per_s"] = per_s
+    writer.evidence(metrics, [bundle.decode(g) for g in gen], m.backend("decoder"))
     request.log(
         "token match {token_match_rate:.3f}, max |dlogit| {max_abs_logit_diff:.2e}, "
         "min cosine {min_logit_cosine:.6f}".format(**metrics)

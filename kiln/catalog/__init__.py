@@ -8,8 +8,15 @@ rest of the catalog still plans and builds.
 everything else is replaced), along one chain of at most MAX_EXTENDS parents.
 Recipes are data: nothing is templated.
 
-Parsing is cached in the store by (path, size, mtime_ns) (kiln/catalog/cache.py):
-loading an unchanged catalog again parses nothing, and reports the same problems.
+  __init__.py       load(), Catalog: every file loaded, cross-checked, problems kept
+  yaml.py           guarded reading of YAML and JSON: caps, no anchors, located errors
+  cache.py          parsed YAML cached in the store by (path, size, mtime_ns), checked
+  diagnose.py       pydantic errors -> file:line:col, key path, snippet, did-you-mean
+  rules.py          the compatibility rules of catalog/rules.yaml, applied to recipes
+  architectures.py  catalog/architectures.yaml and the CI subset it implies
+
+Parsing is cached in the store (cache.py): loading an unchanged catalog again parses
+nothing, and reports the same problems.
 """
 
 from __future__ import annotations

@@ -5,6 +5,11 @@ step's key is the sha256 of the canonical JSON of everything that decides its
 output (its kind, options, the keys of its inputs, the library versions and the
 code it runs) and nothing else, so steps of different recipes with equal keys
 are one step, and run once.
+
+  __init__.py   plan(): one recipe -> its steps, in dependency order
+  step.py       Step and Plan; a step's key is computed from its material
+  variants.py   what each execution variant adds: companions, export options, drafters
+  toolchain.py  library versions and code digests: everything outside the recipe in a key
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ what changed (Markdown + JUnit XML) with an exit code: 0 all good, 1 regressions
   chain.py         run one chain: steps in child processes, timeouts, bounded retries
   step.py          the child process that runs one step
   ray_executor.py  the chains as Ray tasks (ray imported there only)
+  hostclass.py     the host class evidence is compared within (CPU model and cores, or GPU)
   compare.py       verdict changes, new failures, fixes, metric moves, slower steps
   report.py        report.md, junit.xml, replay.json
   driver.py        all of the above in order; the only writer of manifests and reports

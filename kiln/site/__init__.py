@@ -8,6 +8,14 @@ The site is rendered into a temp dir next to the output and swapped in, so pages
 deleted recipes disappear and a reader (`doit serve`) never sees half a site.
 Pages carry no inline script or style and no event-handler attribute: one static
 script enhances the index, and a Content-Security-Policy says so.
+
+  __init__.py  build(): render every page into a temp dir, then swap it in
+  view.py      what a page shows of a recipe and its manifest (only what evidence proves)
+  matrix.py    the support matrix: architecture x precision x variant x backend
+  api.py       the JSON API next to the pages
+  plot.py      the metric sparklines
+  coverage.py  the coverage table (architectures x verdict) for the site and the README
+  serve.py     `doit serve`: a local preview server
 """
 
 from __future__ import annotations

@@ -29,11 +29,12 @@ import socket
 import stat
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kiln import hostinfo
 from kiln.canonical import key_of, pretty
 from kiln.errors import KilnError, Location
 from kiln.fsio import (
@@ -49,9 +50,10 @@ from kiln.fsio import (
 )
 from kiln.store import keylock
 
-__all__ = ["RECORD", "Artifact", "Store", "Writer", "atomic_write", "sha256_file"]
+__all__ = ["EVIDENCE", "RECORD", "Artifact", "Store", "Writer", "atomic_write", "sha256_file"]
 
 RECORD = ".kiln-artifact.json"
+EVIDENCE = "evidence.json"  # what a validate step measured; kiln.evidence records it
 
 
 def _record_intact(path: Path, record: dict[str, Any]) -> bool:
@@ -70,7 +72,8 @@ def check_key(key: str) -> str:
 
 
 class Writer:
-    """What a builder writes through. Paths cannot leave the artifact's directory."""
+    """What a builder writes through (the kiln.store.api.Writer protocol). Paths cannot
+    leave the artifact's directory."""
 
     def __init__(self, root: Path, progress: Callable[[str], None] | None = None) -> None:
         self.root = root
@@ -92,6 +95,25 @@ class Writer:
     def log(self, message: str) -> None:
         if self._progress:
             self._progress(message)
+
+    def evidence(
+        self,
+        metrics: Mapping[str, float],
+        outputs: Sequence[str],
+        backend: Mapping[str, Any],
+        **extra: Any,
+    ) -> Path:
+        """evidence.json: on what backend, what was measured, what came out (and any
+        `extra` fields), stamped here with when and where (kiln.hostinfo): the date and
+        host are the core's, never a builder's."""
+        record = {
+            "backend": dict(backend),
+            "metrics": dict(metrics),
+            "outputs": list(outputs),
+            **extra,
+            **hostinfo.stamp(),
+        }
+        return self.write_json(EVIDENCE, record)
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,8 @@
 """Run one step: take its lock, reuse or build its artifact, publish it atomically.
 
-This is the only place that calls builders. A builder is `builders.<kind>.build(
-request, writer)`; it is imported here, inside the call, so the core never imports
-the heavy libraries a builder uses.
+This is the only place that calls builders. A builder is a module's `build(request,
+writer)` (the contract: kiln.store.api); it is imported here, inside the call, so
+the core never imports the heavy libraries a builder uses.
 """
 
 from __future__ import annotations
@@ -18,16 +18,16 @@ from typing import Any, TypeVar
 from kiln.errors import KilnError, Location
 from kiln.plan import toolchain
 from kiln.plan.step import Step
-from kiln.store import Store, Writer, unsupported
+from kiln.store import Store, api, unsupported
 
 T = TypeVar("T")
 
 
 @dataclass(frozen=True)
 class Request:
-    """Everything a builder may know. Only `options` and `inputs` are in the key;
-    `context` says where things are (caches, recorded hashes) and must never change
-    what the builder produces."""
+    """Everything a builder may know (the kiln.store.api.Request protocol). Only
+    `options` and `inputs` are in the key; `context` says where things are (caches,
+    recorded hashes) and must never change what the builder produces."""
 
     kind: str
     key: str
@@ -122,7 +122,7 @@ def _build(
             writer.write_json(unsupported.MARKER, upstream)
         return
     module = toolchain.builder_module(step.kind, step.options.get("task"), step.options)
-    builder: Callable[[Request, Writer], None] = importlib.import_module(module).build
+    builder: Callable[[api.Request, api.Writer], None] = importlib.import_module(module).build
     try:
         with store.publish(step.key, meta, replace) as writer:
             builder(request, writer)

@@ -1,18 +1,19 @@
 """unsupported-here: a recipe this host or this kiln cannot build, said exactly.
 
-A builder raises `Unsupported(reason)` when it finds, from the real inputs, that it
-cannot build a correct artifact (a recurrent cache the export cannot carry, a
-kernel the host lacks). The step then publishes a marker artifact holding only the
-reason, steps downstream of a marker publish the same marker without running, and
-the manifest records verdict `unsupported-here` with that reason and no metrics.
-The build of the other recipes goes on, and nothing pretends to have passed.
+A builder raises `request.unsupported(reason)` (an `Unsupported`) when it finds,
+from the real inputs, that it cannot build a correct artifact (a recurrent cache
+the export cannot carry, a kernel the host lacks). The step then publishes a marker
+artifact holding only the reason, steps downstream of a marker publish the same
+marker without running, and the manifest records verdict `unsupported-here` with
+that reason and no metrics. The build of the other recipes goes on, and nothing
+pretends to have passed.
 
-Light: no heavy imports, so builders and the core share it.
+Light: no heavy imports. Builders never import it: they reach it through the
+request (kiln.store.api).
 """
 
 from __future__ import annotations
 
-import datetime
 import json
 from pathlib import Path
 from typing import Any
@@ -42,9 +43,4 @@ def marker_of(artifact: Path) -> dict[str, Any] | None:
 def marker(reason: str, step: str) -> dict[str, Any]:
     """What an unsupported step publishes: the reason, where it was found, and when
     and where it was found (the evidence record needs both)."""
-    return {
-        "reason": reason,
-        "step": step,
-        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "host": hostinfo.host(),  # names the GPU on a GPU host (nvidia-smi)
-    }
+    return {"reason": reason, "step": step, **hostinfo.stamp()}  # names the GPU (nvidia-smi)

@@ -21,7 +21,7 @@ from kiln.site import coverage
 REFERENCE = ROOT / "catalog" / "reference"
 
 # What the breadth catalog cannot build here, and the words its reason must contain
-# (builders/causal_lm/_cache.py and builders/unsupported.py say why, exactly).
+# (builders/causal_lm/_cache.py says why, exactly).
 UNSUPPORTED = {
     "tiny-nemotron-h": "recurrent state",
     "tiny-qwen3-next": "recurrent state",

@@ -103,9 +103,11 @@ def test_a_packaged_file_that_differs_from_the_revision_is_refused(tmp_path: Pat
 
 def test_pooling_is_read_from_the_checkpoints_modules(tmp_path: Path) -> None:
     from builders.embed.export import pooling
+    from kiln.store.execute import Request
     from kiln.store.unsupported import Unsupported
 
-    assert pooling(tmp_path) == {"mode": "mean", "normalize": False, "source": "default"}
+    request = Request("export", "0" * 64, "export", {}, {})
+    assert pooling(request, tmp_path) == {"mode": "mean", "normalize": False, "source": "default"}
     modules = [
         {"path": "", "type": "sentence_transformers.models.Transformer"},
         {"path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
@@ -114,10 +116,14 @@ def test_pooling_is_read_from_the_checkpoints_modules(tmp_path: Path) -> None:
     (tmp_path / "1_Pooling").mkdir()
     config = tmp_path / "1_Pooling" / "config.json"
     config.write_text(json.dumps({"pooling_mode_cls_token": True}))
-    assert pooling(tmp_path) == {"mode": "cls", "normalize": False, "source": "modules.json"}
+    assert pooling(request, tmp_path) == {
+        "mode": "cls",
+        "normalize": False,
+        "source": "modules.json",
+    }
     config.write_text(json.dumps({"pooling_mode_mean_sqrt_len_tokens": True}))
     with pytest.raises(Unsupported, match="mean_sqrt_len"):
-        pooling(tmp_path)
+        pooling(request, tmp_path)
 
 
 @heavy

@@ -39,7 +39,8 @@ def test_the_shipped_clips_are_their_formulas(tmp_path: Path) -> None:
         got = read_wav(audio.path(name), 16000)
         assert got.shape == want.shape and np.abs(got - want).max() <= 1 / 32768
         assert 0.1 < np.abs(got).max() < 1.0  # audible, not clipped
-    assert sorted(p.stem for p in (ROOT / "builders" / "audio").glob("*.wav")) == list(AUDIO_CLIPS)
+    shipped = ROOT / "builders" / "data" / "audio"
+    assert sorted(p.stem for p in shipped.glob("*.wav")) == list(AUDIO_CLIPS)
     lengths = {len(read_wav(audio.path(n), 16000)) for n in audio.CLIPS}
     assert min(lengths) < 16000 < max(lengths)  # padded and cut, both
 
@@ -106,7 +107,7 @@ def test_whisper_plans_with_the_seq2seq_builders_on_audio() -> None:
     assert toolchain.builder_module("export", SPEECH) == "builders.seq2seq.export"
     # The clips' bytes are in the digest: they are inputs, not decoration.
     assert "builders/data/audio" in toolchain.TASK_CODE[SPEECH]["reference"]
-    assert any(p.suffix == ".wav" for p in toolchain._sources(ROOT / "builders" / "audio"))
+    assert any(p.suffix == ".wav" for p in toolchain._sources(ROOT / "builders" / "data" / "audio"))
 
 
 @pytest.fixture(scope="module")

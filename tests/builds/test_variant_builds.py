@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 from conftest import SPECULATIVE, VARIANT_RECIPES, World, bundle_dir, heavy
-from test_speculation_rule import chi2, chi2_critical
+from stats import chi2, chi2_critical
 
 import runtime
 from runtime import Sampler

@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 from conftest import ROOT, World, heavy
-from test_replay import copy_world, junit, outcome, recipes
+from replaying import copy_world, junit, outcome, recipes
 
 pytestmark = [heavy, pytest.mark.ray]
 

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from conftest import ROOT, make_world
-from test_store_faults import sample_manifest
+from samples import sample_manifest
 
 from kiln import catalog
 from kiln.canonical import key_of

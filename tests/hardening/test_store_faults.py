@@ -19,11 +19,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from samples import sample_manifest
 
 from kiln.canonical import key_of
 from kiln.errors import KilnError
 from kiln.evidence import manifest
-from kiln.schema import Manifest
 from kiln.store import Store, gc
 from kiln.store.verify import audit
 
@@ -139,28 +139,6 @@ def test_sigkill_before_any_call_of_a_publish_leaves_a_sound_store(tmp_path: Pat
         assert store.verify(KEY) == []
     assert 0 < published < total + 1  # kills landed both before and after the rename
     print(f"\npublish kills: {total} SIGKILLs, {published - 1} left a whole artifact, 0 corrupt")
-
-
-def sample_manifest(n: int) -> Manifest:
-    sha = key_of(n)
-    material = {"kind": "fetch", "options": {"n": n}, "inputs": {}, "libraries": {}, "code": sha}
-    return Manifest.model_validate(
-        {
-            "schema_version": 1,
-            "recipe": "tiny",
-            "lock": {
-                "model": {
-                    "repo": "kiln-tiny/llama",
-                    "revision": sha[:40],
-                    "architecture": "LlamaForCausalLM",
-                    "files": [{"path": "config.json", "sha256": sha, "size": n}],
-                },
-                "steps": [{**material, "name": "fetch", "key": key_of(material)}],
-                "toolchain": {"python": "3.11"},
-            },
-            "evidence": [],
-        }
-    )
 
 
 def test_sigkill_during_a_manifest_write_leaves_the_old_or_the_new_manifest(

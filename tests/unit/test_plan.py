@@ -8,13 +8,12 @@ from typing import Any
 
 import yaml
 from conftest import ROOT
+from samples import PROMPTS, base, quantized, steps
 
 from kiln.catalog.yaml import load_yaml_model
 from kiln.plan import plan
 from kiln.plan.toolchain import current
-from kiln.schema import PromptSet, Recipe
-
-PROMPTS = load_yaml_model(PromptSet, ROOT / "prompts" / "default.yaml")
+from kiln.schema import Recipe
 
 
 def keys(data: dict[str, Any], tmp_path: Path, name: str = "r") -> dict[str, str]:
@@ -22,11 +21,6 @@ def keys(data: dict[str, Any], tmp_path: Path, name: str = "r") -> dict[str, str
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     recipe = load_yaml_model(Recipe, path)
     return {s.kind: s.key for s in plan(name, recipe, PROMPTS, current()).steps}
-
-
-def base() -> dict[str, Any]:
-    data: dict[str, Any] = yaml.safe_load((ROOT / "recipes" / "tiny-llama.yaml").read_text())
-    return data
 
 
 def reorder(obj: Any) -> Any:
@@ -106,13 +100,6 @@ import pytest  # noqa: E402
 from kiln.errors import KilnError  # noqa: E402
 
 
-def steps(data: dict[str, Any], tmp_path: Path, name: str = "r") -> dict[str, Any]:
-    path = tmp_path / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    recipe = load_yaml_model(Recipe, path)
-    return {s.kind: s for s in plan(name, recipe, PROMPTS, current()).steps}
-
-
 def test_an_fp32_recipe_plans_exactly_what_it_did_before_quantization(tmp_path: Path) -> None:
     got = steps(base(), tmp_path)
     assert list(got) == ["fetch", "reference", "export", "onnx", "engine", "bundle", "validate"]
@@ -128,13 +115,6 @@ def test_an_fp32_recipe_plans_exactly_what_it_did_before_quantization(tmp_path: 
     assert set(options["validate"]) == {"prompts", "max_new_tokens"}
     assert got["engine"].material["libraries"] == {"onnxruntime": current().versions["onnxruntime"]}
     assert got["export"].inputs == {"checkpoint": got["fetch"].key}
-
-
-def quantized(weights: str = "fp8", **build: Any) -> dict[str, Any]:
-    data = base()
-    data["precision"]["weights"] = weights
-    data["build"].update(build)
-    return data
 
 
 def test_a_quantized_recipe_quantizes_before_export(tmp_path: Path) -> None:

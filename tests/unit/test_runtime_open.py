@@ -193,6 +193,25 @@ def test_open_returns_the_runner_of_the_bundles_task_and_variant(
     assert got.path == tmp_path and got.meta["variant"] == extra.get("variant", "ordinary")
 
 
+def test_open_with_expect_refuses_another_family_and_accepts_a_subclass(
+    parts: Path, tmp_path: Path
+) -> None:
+    """A validate step serves one family: expect= says which, and a bundle of another
+    family is refused before any engine loads."""
+    path = bundle(parts, tmp_path / "embedder", EMBEDDER)
+    with pytest.raises(
+        BundleError, match="feature-extraction bundle, run by Embedder, not by Classifier"
+    ):
+        runtime.open(path, expect=runtime.Classifier)
+    assert type(runtime.open(path, expect=runtime.Embedder)) is runtime.Embedder
+    spec = {"variant": "eagle3", "io": CAUSAL_IO, "speculative": {"max_draft_len": 2}}
+    drafting = runtime.open(bundle(parts, tmp_path / "eagle3", spec), expect=runtime.Bundle)
+    assert type(drafting) is runtime.SpeculativeBundle
+    speech = {"task": "automatic-speech-recognition", **SEQ2SEQ, "audio": AUDIO}
+    heard = runtime.open(bundle(parts, tmp_path / "speech", speech), expect=runtime.Seq2Seq)
+    assert type(heard) is runtime.Speech
+
+
 def test_a_runner_refuses_a_bundle_of_another_task(parts: Path, tmp_path: Path) -> None:
     """Built directly, a runner still checks the bundle is of its own task."""
     path = bundle(parts, tmp_path, EMBEDDER)

@@ -7,28 +7,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from stats import chi2, chi2_critical
 
 from runtime.ngram import lookup
 from runtime.sampling import draw
 from runtime.speculative import accept, accept_greedy
 
 V = 5
-
-
-def chi2_critical(df: int, z: float = 3.090) -> float:
-    """Upper 0.001 quantile of chi-square(df), Wilson-Hilferty (good to ~1% for df >= 3)."""
-    c = 2.0 / (9.0 * df)
-    return float(df * (1.0 - c + z * np.sqrt(c)) ** 3)
-
-
-def chi2(counts: np.ndarray, expected: np.ndarray) -> tuple[float, int]:
-    """Pearson chi-square with cells of expected count < 5 pooled into one."""
-    small = expected < 5
-    obs = np.append(counts[~small], counts[small].sum())
-    exp = np.append(expected[~small], expected[small].sum())
-    keep = exp > 0
-    obs, exp = obs[keep], exp[keep]
-    return float(((obs - exp) ** 2 / exp).sum()), len(exp) - 1
 
 
 def markov(seed: int, sharp: float) -> np.ndarray:

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
 import pytest
 
+from kiln import hostinfo
 from kiln.canonical import key_of
 from kiln.errors import KilnError
-from kiln.store import RECORD, Store
+from kiln.store import EVIDENCE, RECORD, Store
 
 KEY = key_of("some step")
 
@@ -46,6 +48,23 @@ def test_a_flipped_byte_is_detected(tmp_path: Path) -> None:
     data[100] ^= 0x01
     target.write_bytes(bytes(data))
     assert store.verify(KEY) == ["weights.bin"]
+
+
+def test_evidence_is_stamped_with_date_and_host_by_the_core(tmp_path: Path) -> None:
+    store = Store(tmp_path)
+    backend = {"name": "onnxruntime", "version": "1.0", "device": "CPUExecutionProvider"}
+    with store.publish(KEY, {"kind": "validate"}) as w:
+        # a builder cannot stamp its own provenance: the core's date and host win
+        w.evidence({"token_match_rate": 1.0}, ["a", "b"], backend, date="1999", quantized_on="x")
+    data = json.loads((store.get(KEY).path / EVIDENCE).read_text())
+    assert set(data) == {"date", "host", "backend", "metrics", "outputs", "quantized_on"}
+    assert data["host"] == hostinfo.host() and data["date"] != "1999"
+    assert data["date"].endswith("+00:00") and len(data["date"]) == len("2026-12-01T09:00:00+00:00")
+    assert (data["backend"], data["metrics"], data["outputs"]) == (
+        backend,
+        {"token_match_rate": 1.0},
+        ["a", "b"],
+    )
 
 
 @pytest.mark.parametrize("name", ["../escape", "/etc/passwd", "a/../../b", "."])

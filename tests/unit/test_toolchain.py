@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from test_plan import base, quantized, steps
+from samples import base, quantized, steps
 
 from kiln.plan import toolchain
 from kiln.plan.toolchain import current

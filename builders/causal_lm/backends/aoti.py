@@ -13,7 +13,11 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from builders.causal_lm.engine import Options
+    from kiln.store.api import Request, Writer
 
 
 def _dynamic_shapes(entries: list[dict[str, Any]]) -> tuple[Any, ...]:
@@ -26,7 +30,7 @@ def _dynamic_shapes(entries: list[dict[str, Any]]) -> tuple[Any, ...]:
     return ({0: d, 1: d}, {0: d, 1: d}, {0: d, 1: d}, past)
 
 
-def build(request: Any, writer: Any, opts: Any) -> None:
+def build(request: Request, writer: Writer, opts: Options) -> None:
     import torch
 
     from builders.causal_lm import _cache, _tracefix
@@ -43,7 +47,7 @@ def build(request: Any, writer: Any, opts: Any) -> None:
     if device == "cuda" and not torch.cuda.is_available():
         raise request.unsupported(f"aoti for {opts.target} needs a CUDA device; this host has none")
     model = load_for_export(request.inputs["checkpoint"] / "checkpoint")
-    entries = _cache.observe(model)
+    entries = _cache.observe(request, model)
     model.to(device)
     meta = describe(model, entries)
     check_limits(request, opts, meta)
@@ -93,7 +97,7 @@ def _no_empty_constants() -> Iterator[None]:
         DynamicLayer.lazy_initialization = original
 
 
-def _smoke(request: Any, path: str, batch: int, meta: dict[str, Any], device: str) -> None:
+def _smoke(request: Request, path: str, batch: int, meta: dict[str, Any], device: str) -> None:
     """A prefill at the largest batch with an empty cache, as the runtime feeds it."""
     import torch
 

@@ -20,7 +20,11 @@ TensorRT; nothing here, or in the tests, pretends an engine was built.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from builders.causal_lm.engine import Options
+    from kiln.store.api import Request, Writer
 
 WORKSPACE = 1 << 30
 # Precision flags a TensorRT 10.x builder needs for a graph whose Q/DQ ops carry
@@ -44,7 +48,7 @@ def profile_shapes(
     kv = io["kv_cache"]
     heads, dim = kv["kv_heads"], kv["head_dim"]
     opt_batch = max(1, max_batch // 2)
-    shapes = {
+    shapes: dict[str, tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]] = {
         "input_ids": ((1, 1), (opt_batch, 1), (max_batch, max_input)),
         "position_ids": ((1, 1), (opt_batch, 1), (max_batch, max_input)),
         "attention_mask": ((1, 1), (opt_batch, max_seq // 2), (max_batch, max_seq)),
@@ -73,7 +77,7 @@ def builder_flags(trt: Any, weights: str, strongly_typed: bool) -> list[Any]:
     return [getattr(trt.BuilderFlag, n) for n in names if hasattr(trt.BuilderFlag, n)]
 
 
-def build(request: Any, writer: Any, opts: Any) -> None:
+def build(request: Request, writer: Writer, opts: Options) -> None:
     try:
         import tensorrt as trt
     except ImportError as exc:

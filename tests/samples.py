@@ -1,0 +1,58 @@
+"""Small declarative inputs shared by tests: recipe dicts, their planned steps, manifests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from conftest import ROOT
+
+from kiln.canonical import key_of
+from kiln.catalog.yaml import load_yaml_model
+from kiln.plan import plan
+from kiln.plan.toolchain import current
+from kiln.schema import Manifest, PromptSet, Recipe
+
+PROMPTS = load_yaml_model(PromptSet, ROOT / "prompts" / "default.yaml")
+
+
+def base() -> dict[str, Any]:
+    data: dict[str, Any] = yaml.safe_load((ROOT / "recipes" / "tiny-llama.yaml").read_text())
+    return data
+
+
+def steps(data: dict[str, Any], tmp_path: Path, name: str = "r") -> dict[str, Any]:
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    recipe = load_yaml_model(Recipe, path)
+    return {s.kind: s for s in plan(name, recipe, PROMPTS, current()).steps}
+
+
+def quantized(weights: str = "fp8", **build: Any) -> dict[str, Any]:
+    data = base()
+    data["precision"]["weights"] = weights
+    data["build"].update(build)
+    return data
+
+
+def sample_manifest(n: int) -> Manifest:
+    sha = key_of(n)
+    material = {"kind": "fetch", "options": {"n": n}, "inputs": {}, "libraries": {}, "code": sha}
+    return Manifest.model_validate(
+        {
+            "schema_version": 1,
+            "recipe": "tiny",
+            "lock": {
+                "model": {
+                    "repo": "kiln-tiny/llama",
+                    "revision": sha[:40],
+                    "architecture": "LlamaForCausalLM",
+                    "files": [{"path": "config.json", "sha256": sha, "size": n}],
+                },
+                "steps": [{**material, "name": "fetch", "key": key_of(material)}],
+                "toolchain": {"python": "3.11"},
+            },
+            "evidence": [],
+        }
+    )
