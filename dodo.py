@@ -17,6 +17,8 @@ doit replay [recipes=..] [tags=..] [changed_since=REV] [shard=i/n] [executor=loc
 
 import os
 
+from doit import get_var
+
 # kiln validates with pydantic and uses no pydantic plugin; looking for plugins reads
 # the entry points of every installed distribution, 80 ms of each `doit check` with
 # the build extra installed. A user who does use one sets the variable themselves.
@@ -30,8 +32,9 @@ globals().update({name: f for name, f in vars(tasks).items() if name.startswith(
 
 DOIT_CONFIG = {
     # `run` is doit's own command: `doit run recipe=X prompt=...` names no task, so
-    # the default task decides: given variables of `run` it generates; otherwise it checks.
-    "default_tasks": ["generate"] if tasks.generates() else ["check"],
+    # the default task decides: given any variable of `run`, it generates (and says
+    # what is missing); otherwise it checks.
+    "default_tasks": ["generate"] if any(get_var(v.name) for v in tasks.RUN.vars) else ["check"],
     # sqlite3 tolerates several doit processes at once; dbm does not. Either way the
     # DB is only a hint: up-to-date is decided by the store.
     "backend": "sqlite3",

@@ -19,7 +19,6 @@ are created when they run), and what they need is imported when they need it:
 
 from __future__ import annotations
 
-import importlib
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -37,11 +36,9 @@ Task = dict[str, Any]
 
 @dataclass(frozen=True)
 class Verb:
-    """One doit verb: what the user types, the function it runs (called with its
-    variables by name), its variables, and one line of help."""
+    """One doit verb: what the user types, its variables, and one line of help."""
 
     name: str
-    command: str  # "module:function", imported when the verb runs ("" for build)
     vars: tuple[Var, ...]
     summary: str
 
@@ -53,7 +50,6 @@ RECIPES = "the recipes, comma-separated (default: every recipe)"
 
 BUILD = Verb(
     "build",
-    "",  # build's actions are its steps (below)
     (
         Var(
             "recipe",
@@ -67,25 +63,21 @@ BUILD = Verb(
 )
 CHECK = Verb(
     "check",
-    "kiln.commands.check:check",
     (Var("strict", bool, False, "a stale manifest is an error"),),
     "Validate the catalog: recipes, thresholds, prompts, manifests and rules.",
 )
 PLAN = Verb(
     "plan",
-    "kiln.commands.plan:show_plan",
     (Var("recipe", str, None, RECIPES, metavar="NAMES"),),
     "Show what `doit build` would run: steps, keys, and why each is stale.",
 )
 DIFF = Verb(
     "diff",
-    "kiln.commands.diff:diff",
     (Var("base", str, None, "the revision to compare with, e.g. origin/main", metavar="REV"),),
     "What a PR changes, as Markdown.",
 )
 RUN = Verb(
     "run",
-    "kiln.commands.run:generate",
     (
         Var(
             "recipe",
@@ -118,35 +110,30 @@ RUN = Verb(
     ),
     "Generate with a recipe's bundle: `doit run recipe=NAME prompt=...`.",
 )
-SITE = Verb("site", "kiln.site:command", (), "Render the Models & Recipes site into _site/.")
+SITE = Verb("site", (), "Render the Models & Recipes site into _site/.")
 SERVE = Verb(
     "serve",
-    "kiln.site.serve:command",
     (Var("port", int, 8000, "the port on 127.0.0.1", minimum=1, maximum=65535),),
     "Preview the site on 127.0.0.1, rendered first when stale.",
 )
 SCHEMA = Verb(
     "schema",
-    "kiln.commands.schema:regenerate",
     (),
     "Regenerate the editor JSON Schemas in schema/ from the pydantic models.",
 )
 VERIFY = Verb(
     "verify",
-    "kiln.commands.upkeep:verify",
     (Var("repair", bool, False, "also remove damaged artifacts, so the next build remakes them"),),
     "Re-hash the store against its records and the manifests' locks "
     "(exit 0 ok, 4 corrupt or partial, 5 missing, 6 extra).",
 )
 GC = Verb(
     "gc",
-    "kiln.commands.upkeep:gc",
     (Var("dry_run", bool, False, "list what would be removed and remove nothing"),),
     "Remove stale temp dirs and artifacts nothing references.",
 )
 REPLAY = Verb(
     "replay",
-    "kiln.replay.driver:command",
     (
         Var("recipes", str, None, RECIPES, metavar="NAMES"),
         Var("recipe", str, None, "the same as recipes", metavar="NAMES"),
@@ -183,13 +170,6 @@ def given() -> dict[str, str]:
     return dict(doit_cmd._CMDLINE_VARS or {})
 
 
-def generates() -> bool:
-    """`doit run` names no task: it generates when a variable only `run` takes is given
-    (so `doit run recipe=X` without a prompt says so), and checks otherwise."""
-    theirs = {v.name for v in CHECK.vars}
-    return any(name not in theirs for name in given())
-
-
 # ---------------------------------------------------------------- actions
 
 
@@ -197,10 +177,50 @@ def _title(task: Any) -> str:
     return str(task.meta["title"])
 
 
-def _command(verb: Verb) -> Callable[..., Any]:
-    module, name = verb.command.split(":")
-    function: Callable[..., Any] = getattr(importlib.import_module(module), name)
-    return function
+def command(verb: str) -> Callable[..., Any]:
+    """The function `doit <verb>` runs, called with its variables by name. Imported
+    when the verb runs: `doit check` never imports what `doit build` needs."""
+    if verb == "check":
+        from kiln.commands import check
+
+        return check.check
+    if verb == "plan":
+        from kiln.commands import plan
+
+        return plan.show_plan
+    if verb == "diff":
+        from kiln.commands import diff
+
+        return diff.diff
+    if verb == "run":
+        from kiln.commands import run
+
+        return run.generate
+    if verb == "schema":
+        from kiln.commands import schema
+
+        return schema.regenerate
+    if verb == "verify":
+        from kiln.commands import verify
+
+        return verify.verify
+    if verb == "gc":
+        from kiln.commands import gc
+
+        return gc.gc
+    if verb == "site":
+        from kiln import site
+
+        return site.command
+    if verb == "serve":
+        from kiln.site import serve
+
+        return serve.command
+    if verb == "replay":
+        from kiln.replay import driver
+
+        return driver.command
+    raise KeyError(verb)  # build runs its steps (task_build)
 
 
 def run_verb(verb: str, values: dict[str, str]) -> TaskFailed | None:
@@ -208,7 +228,7 @@ def run_verb(verb: str, values: dict[str, str]) -> TaskFailed | None:
     KilnError is a clean task failure (a message, no traceback)."""
     spec = VERBS[verb]
     try:
-        code = _command(spec)(**resolve(spec.vars, values, spec.name, ALSO.get(verb, ())))
+        code = command(verb)(**resolve(spec.vars, values, spec.name, ALSO.get(verb, ())))
     except KilnError as exc:
         return TaskFailed(f"error: {exc}")
     if isinstance(code, int) and not isinstance(code, bool) and code:
@@ -250,7 +270,7 @@ def run_replay(values: dict[str, str]) -> TaskFailed | TaskError | bool:
     failure or a replay that could not start (TaskError): doit's own exit codes for
     a failed and an erroring task."""
     try:
-        code, path = _command(REPLAY)(**resolve(REPLAY.vars, values, REPLAY.name))
+        code, path = command("replay")(**resolve(REPLAY.vars, values, REPLAY.name))
     except KilnError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return TaskError(f"replay could not run: {exc}")

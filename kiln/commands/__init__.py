@@ -7,7 +7,9 @@ check.py      the catalog, its manifests and its rules, every problem at once
 plan.py       what a build would run, with step keys and why each is stale
 diff.py       what a PR changes, as Markdown
 run.py        run a recipe's bundle (runtime.open, imported inside the function)
-upkeep.py     verify and gc
+verify.py     re-hash the store against its records and the manifests' locks
+gc.py         remove what no manifest and no current plan references
+upkeep.py     what verify and gc both need: the keys manifests and plans reference
 schema.py     the editor JSON Schemas in schema/
 review.py     staleness and the PR diff, shared by check, plan and diff
 
