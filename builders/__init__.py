@@ -9,6 +9,12 @@ validate step writes `writer.evidence(...)`, which the core stamps with date and
 host. Builders import their heavy libraries inside functions, and from kiln only
 the contract's types, under `TYPE_CHECKING`.
 
+Which module builds a step (kiln.plan.toolchain.builder_module): `builders.fetch` for
+the one shared step; for a text-generation engine, the backend module
+`builders.causal_lm.backends.<backend>`; otherwise `builders.<family>.<kind>`, the
+family being the recipe task's (kiln.schema.FAMILY). A step's key covers that
+module's import closure, so a new helper needs no table edit.
+
 fetch.py     the one step every family shares
 common/      what the families share (loading, encoder helpers, ONNX graph, measuring)
 causal_lm/   text-generation, with backends/ (onnxruntime, aoti, tensorrt)

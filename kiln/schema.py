@@ -14,10 +14,8 @@ from pydantic import (
     Field,
     StringConstraints,
     field_validator,
-    model_serializer,
     model_validator,
 )
-from pydantic_core.core_schema import SerializerFunctionWrapHandler
 
 Revision = Annotated[
     str,
@@ -121,11 +119,8 @@ KV_CACHE = ("auto", "fp16", "bf16", "fp8")
 COMPUTE = ("fp32", "fp16", "bf16")
 BACKENDS = ("onnxruntime", "aoti", "tensorrt")
 TARGETS = ("cpu", "sm80", "sm86", "sm89", "sm90", "sm100", "sm120")
-# text-generation, text-classification, text2text-generation,
-# automatic-speech-recognition and feature-extraction (sentence embeddings) are built
-# today (all but the first by their own builders: kiln.plan.toolchain.TASK_BUILDERS); the others
-# plan (so real recipes check and plan) and build to an honest unsupported-here
-# verdict until their export, runtime path and metric exist.
+# The tasks kiln builds, each by the builder family (builders/<family>/) named in FAMILY;
+# kiln.plan.toolchain.builder_module dispatches on it.
 TASKS = (
     "text-generation",
     "text-classification",
@@ -133,6 +128,13 @@ TASKS = (
     "automatic-speech-recognition",
     "feature-extraction",
 )
+FAMILY: dict[str, str] = {
+    "text-generation": "causal_lm",
+    "text-classification": "classify",
+    "feature-extraction": "embed",
+    "text2text-generation": "seq2seq",
+    "automatic-speech-recognition": "seq2seq",
+}
 VARIANTS = ("ordinary", "draft", "ngram", "lora", "mtp", "eagle3", "dflash", "dspark")
 Tag = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9_.:-]{0,39}$")]
 
@@ -535,6 +537,10 @@ class Host(Strict):
     gpu: str | None = Field(None, description="GPU model, when the run used one.")
 
 
+def _unrecorded(value: Any) -> bool:
+    return value is None
+
+
 class Evidence(Strict):
     date: str = Field(description="UTC time the validation ran, ISO 8601.")
     host: Host = Field(description="Where it ran.")
@@ -544,8 +550,10 @@ class Evidence(Strict):
     gates: list[GateResult] = Field(description="The gates applied, with their outcome.")
     verdict: Verdict = Field(description="pass, quality-fail, build-fail, unsupported-here, ...")
     reason: str = Field("", description="Why, when the verdict is not 'pass'.")
+    # Written only when recorded: a `doit build` record has neither.
     attempt: int | None = Field(
         None,
+        exclude_if=_unrecorded,
         ge=1,
         description="Which try of this run produced the record (1 = first); a replay retries "
         "infrastructure errors and lost workers, never quality failures. Absent on records "
@@ -553,19 +561,10 @@ class Evidence(Strict):
     )
     durations: dict[str, float] | None = Field(
         None,
+        exclude_if=_unrecorded,
         description="Seconds each step took to build the artifact this record stands on, by "
         "step (kind, or role:kind for companions). Absent when not recorded.",
     )
-
-    @model_serializer(mode="wrap")
-    def _omit_unrecorded(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        # Fields added after schema version 1 are written only when set, so records
-        # written before them keep their exact bytes when a manifest is rewritten.
-        data: dict[str, Any] = handler(self)
-        for name in ("attempt", "durations"):
-            if data.get(name) is None:
-                data.pop(name, None)
-        return data
 
 
 class Manifest(Strict):

@@ -22,36 +22,64 @@ this and the dispatch).
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
-from typing import Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar, overload
 
-from runtime.causal_lm import TASK as TEXT_GENERATION
-from runtime.causal_lm import Bundle, Generation
-from runtime.classify import TASK as TEXT_CLASSIFICATION
-from runtime.classify import Classifier
-from runtime.embed import TASK as FEATURE_EXTRACTION
-from runtime.embed import Embedder
 from runtime.format import BUNDLE_SCHEMA, BundleError, read_meta, task_of
 from runtime.sampling import Sampler
-from runtime.seq2seq import SPEECH, Seq2Seq, Speech
-from runtime.seq2seq import TASK as TEXT2TEXT
-from runtime.speculative import SPECULATIVE, SpeculativeBundle
 
-Runner = Bundle | Classifier | Embedder | Seq2Seq
+if TYPE_CHECKING:
+    from runtime.causal_lm import Bundle, Generation
+    from runtime.classify import Classifier
+    from runtime.embed import Embedder
+    from runtime.seq2seq import Seq2Seq, Speech
+    from runtime.speculative import SpeculativeBundle
+
+Runner: TypeAlias = "Bundle | Classifier | Embedder | Seq2Seq"
 R = TypeVar("R", bound=Runner)
 
-# task -> variant -> runner. Other tasks build the ordinary variant only (builders/*/bundle.py).
-RUNNERS: dict[str, dict[str, type[Runner]]] = {
-    TEXT_GENERATION: {
-        "ordinary": Bundle,
-        "lora": Bundle,  # the adapter is merged into the graph at export
-        **dict.fromkeys(SPECULATIVE, SpeculativeBundle),
+# task -> variant -> "module:Class" of its runner. The runner's module is imported when a
+# bundle needs it, so this package imports no runner: a step's key covers the static
+# import closure of its builder (kiln.plan.toolchain), and a builder that opens one
+# family's bundles imports that family's runner itself (a test checks that every runner
+# named here is in the closure of its family's validate step). Other tasks build the
+# ordinary variant only (builders/*/bundle.py).
+_SPECULATIVE = ("draft", "ngram", "mtp", "eagle3", "dflash", "dspark")
+RUNNERS: dict[str, dict[str, str]] = {
+    "text-generation": {
+        "ordinary": "runtime.causal_lm:Bundle",
+        "lora": "runtime.causal_lm:Bundle",  # the adapter is merged into the graph at export
+        **dict.fromkeys(_SPECULATIVE, "runtime.speculative:SpeculativeBundle"),
     },
-    TEXT_CLASSIFICATION: {"ordinary": Classifier},
-    FEATURE_EXTRACTION: {"ordinary": Embedder},
-    TEXT2TEXT: {"ordinary": Seq2Seq},
-    SPEECH: {"ordinary": Speech},
+    "text-classification": {"ordinary": "runtime.classify:Classifier"},
+    "feature-extraction": {"ordinary": "runtime.embed:Embedder"},
+    "text2text-generation": {"ordinary": "runtime.seq2seq:Seq2Seq"},
+    "automatic-speech-recognition": {"ordinary": "runtime.seq2seq:Speech"},
 }
+_PUBLIC = {
+    "Bundle": "runtime.causal_lm",
+    "Generation": "runtime.causal_lm",
+    "Classifier": "runtime.classify",
+    "Embedder": "runtime.embed",
+    "Seq2Seq": "runtime.seq2seq",
+    "Speech": "runtime.seq2seq",
+    "SpeculativeBundle": "runtime.speculative",
+}
+
+
+def resolve(name: str) -> type[Any]:
+    """The class a RUNNERS entry ("module:Class") names, its module imported now."""
+    module, _, cls = name.partition(":")
+    found: type[Any] = getattr(importlib.import_module(module), cls)
+    return found
+
+
+def __getattr__(name: str) -> Any:
+    """runtime.Bundle, runtime.Classifier, ...: each imported on first use."""
+    if name in _PUBLIC:
+        return getattr(importlib.import_module(_PUBLIC[name]), name)
+    raise AttributeError(f"module 'runtime' has no attribute {name!r}")
 
 
 @overload
@@ -76,12 +104,13 @@ def open(
             f"{path}: bundle.json names task {task!r}; this runtime runs {', '.join(RUNNERS)}"
         )
     variant = meta.get("variant")
-    runner = variants.get(variant) if isinstance(variant, str) else None
-    if runner is None:
+    named = variants.get(variant) if isinstance(variant, str) else None
+    if named is None:
         raise BundleError(
             f"{path}: bundle.json names variant {variant!r}; a {task} bundle runs as "
             f"{', '.join(variants)}"
         )
+    runner = resolve(named)
     if expect is not None and not issubclass(runner, expect):
         raise BundleError(
             f"{path} is a {task} bundle, run by {runner.__name__}, not by {expect.__name__}"
@@ -103,4 +132,5 @@ __all__ = [
     "SpeculativeBundle",
     "Speech",
     "open",
+    "resolve",
 ]

@@ -3,11 +3,11 @@
 export.py     torch -> ONNX with an explicit KV cache (and hidden-state outputs)
 quantize.py   modelopt fake-quantization with calibration
 onnx.py       graph optimizer, full check, the I/O contract (io.json)
-engine.py     dispatches to backends/: a graph (or the checkpoint) -> an engine
 drafter.py    the drafter engines of speculative variants (MTP, EAGLE-3, DFlash/DSpark)
 bundle.py     engines + tokenizer + bundle.json
 reference.py  the independent fp32 transformers reference
 validate.py   runs the bundle through runtime/ and measures it against the reference
-backends/     onnxruntime, aoti, tensorrt
+backends/     the engine step, one builder per backend: onnxruntime (fp32 and quantized),
+              aoti, tensorrt; a graph (or the checkpoint) -> an engine
 _adapter _bundle_variants _cache _capture _drafters _qdq _text _tracefix   private helpers
 """

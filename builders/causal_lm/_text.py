@@ -8,10 +8,11 @@ assumes is exactly what the recipe asks for. Shared by reference and validate.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
-TEXT = Path(__file__).resolve().parent.parent / "data" / "texts" / "eval.txt"
+from builders.data import texts
+
+TEXT = texts.path("eval")
 WINDOW = 128  # well inside every bundle's max_seq_len
 
 

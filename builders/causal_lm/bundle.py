@@ -33,6 +33,7 @@ class Options(BaseModel):
         description="Drafting parameters (max_draft_len, ...); empty when the variant "
         "does not draft.",
     )
+    task: str = Field(pattern="^text-generation$", description="The recipe's task.")
 
 
 def build(request: Request, writer: Writer) -> None:

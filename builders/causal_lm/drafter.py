@@ -30,6 +30,7 @@ class Options(BaseModel):
     model_config = ConfigDict(extra="forbid")
     variant: str = Field(pattern="^(mtp|eagle3|dflash|dspark)$", description="Drafter kind.")
     opset: int = Field(17, ge=17, le=23, description="ONNX opset to export.")
+    task: str = Field(pattern="^text-generation$", description="The recipe's task.")
 
 
 def read_tensors(checkpoint: Path) -> dict[str, Any]:

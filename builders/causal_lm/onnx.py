@@ -25,11 +25,12 @@ if TYPE_CHECKING:
 class Options(BaseModel):
     model_config = ConfigDict(extra="forbid")
     optimize: bool = Field(True, description="Run onnxscript's graph optimizer.")
-    qdq: str | None = Field(
-        None,
-        pattern="^(standard|tensorrt)$",
-        description="Quantized graphs only: standard ONNX Q/DQ, or TensorRT's own ops.",
+    qdq: str = Field(
+        pattern="^(none|standard|tensorrt)$",
+        description="How a quantized graph writes Q/DQ: standard ONNX, or TensorRT's own "
+        "ops; 'none' for an fp32 graph.",
     )
+    task: str = Field(pattern="^text-generation$", description="The recipe's task.")
 
 
 def build(request: Request, writer: Writer) -> None:
@@ -43,7 +44,7 @@ def build(request: Request, writer: Writer) -> None:
     model = onnx.load(str(source / "model.onnx"))
     before = len(model.graph.node)
     if opts.optimize:  # quantized graphs: fold the weight subgraphs around the Q/DQ ops too
-        model = graph.tidy(model, fold_weights=bool(opts.qdq))
+        model = graph.tidy(model, fold_weights=opts.qdq != "none")
     if opts.qdq == "standard":
         model = _standard(request, model)
     # TensorRT's own ops have no ONNX schema; the checker cannot infer through them
@@ -57,7 +58,7 @@ def build(request: Request, writer: Writer) -> None:
             "this is a kiln bug in builders/causal_lm/export.py; please report it",
         )
     onnx.save(model, str(writer.path("model.onnx")))
-    if opts.qdq:
+    if opts.qdq != "none":
         from builders.causal_lm._qdq import trt_ops
 
         exported["qdq"] = {"form": opts.qdq, "trt_ops": trt_ops(model)}

@@ -20,15 +20,14 @@ from __future__ import annotations
 
 import copy
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from builders.data import texts
+
 if TYPE_CHECKING:
     from kiln.store.api import Request, Writer
-
-TEXTS = Path(__file__).resolve().parent.parent / "data" / "texts"
 
 # recipe weights -> modelopt config name (modelopt.torch.quantization.config)
 CONFIGS = {
@@ -49,6 +48,7 @@ class Options(BaseModel):
     kv_cache: str = Field(pattern="^(auto|fp8)$", description="fp8: quantize K and V too.")
     samples: int = Field(ge=1, description="Calibration texts.")
     max_tokens: int = Field(ge=8, description="Tokens per calibration text.")
+    task: str = Field(pattern="^text-generation$", description="The recipe's task.")
 
 
 def config(mtq: Any, weights: str, kv_cache: str) -> dict[str, Any]:
@@ -65,7 +65,7 @@ def config(mtq: Any, weights: str, kv_cache: str) -> dict[str, Any]:
 
 
 def calibration_ids(tokenizer: Any, samples: int, max_tokens: int) -> list[list[int]]:
-    lines = [ln for ln in (TEXTS / "calibration.txt").read_text().splitlines() if ln.strip()]
+    lines = [ln for ln in texts.path("calibration").read_text().splitlines() if ln.strip()]
     chosen = [lines[i % len(lines)] for i in range(samples)]  # repeat when asked for more
     return [tokenizer(t)["input_ids"][:max_tokens] for t in chosen]
 
@@ -84,17 +84,17 @@ def build(request: Request, writer: Writer) -> None:
     device = "cuda" if cuda else "cpu"
     torch.manual_seed(0)
     model = load_causal_lm(checkpoint).to(device)
-    texts = calibration_ids(
+    calibration = calibration_ids(
         AutoTokenizer.from_pretrained(checkpoint), opts.samples, opts.max_tokens
     )
 
     def forward_loop(m: Any) -> None:
         with torch.no_grad():
-            for ids in texts:
+            for ids in calibration:
                 m(torch.tensor([ids], device=device))
 
     cfg = config(mtq, opts.weights, opts.kv_cache)
-    request.log(f"{CONFIGS[opts.weights] or 'FP8_KV_CFG'} on {device}, {len(texts)} texts")
+    request.log(f"{CONFIGS[opts.weights] or 'FP8_KV_CFG'} on {device}, {len(calibration)} texts")
     started = time.monotonic()
     try:
         mtq.quantize(model, cfg, forward_loop)
@@ -119,8 +119,8 @@ def build(request: Request, writer: Writer) -> None:
             "kv_cache": opts.kv_cache,
             "config": CONFIGS[opts.weights],
             "device": torch.cuda.get_device_name() if cuda else "cpu",
-            "calibration_texts": len(texts),
-            "calibration_tokens": sum(len(t) for t in texts),
+            "calibration_texts": len(calibration),
+            "calibration_tokens": sum(len(t) for t in calibration),
             "quantizers": enabled,
             "seconds": round(seconds, 3),
         },

@@ -30,6 +30,7 @@ class Options(BaseModel):
     scored_positions: int = Field(
         0, ge=0, description="Evaluation-text positions (must equal the reference's)."
     )
+    task: str = Field(pattern="^text-generation$", description="The recipe's task.")
 
 
 def compare(
@@ -111,10 +112,11 @@ def build(request: Request, writer: Writer) -> None:
     import runtime
     from builders.common import measure
     from runtime import Sampler
+    from runtime.causal_lm import Bundle
     from runtime.speculative import diagnostics
 
     opts = Options.model_validate(request.options)
-    m = measure.start(request, lambda path: runtime.open(path, expect=runtime.Bundle))
+    m = measure.start(request, lambda path: runtime.open(path, expect=Bundle))
     bundle, ref = m.bundle, m.reference
     prompt_ids, tokenizer_agree = m.tokenize(opts.prompts)
     gen, per_s = m.generate(

@@ -1,8 +1,8 @@
 """Builders for task text-classification (an encoder with a classification head).
 
 One module per step kind, like builders/: kiln.store.execute runs `builders.classify.<kind>`
-for a step whose options say `task: text-classification` (kiln.plan.toolchain.TASK_BUILDERS),
-and those steps hash this package's files, so text-generation keys never depend on it.
+for a step whose options say `task: text-classification` (kiln.schema.FAMILY), and
+each step's key covers the import closure of its module (kiln.plan.toolchain).
 
 The graph's contract, which runtime/classify.py relies on:
 

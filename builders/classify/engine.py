@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -20,6 +20,9 @@ class Options(BaseModel):
     max_batch_size: int = Field(ge=1, description="Largest batch the engine serves.")
     max_seq_len: int = Field(ge=1, description="Longest input, in tokens.")
     task: str = Field(pattern="^text-classification$", description="The recipe's task.")
+    target: str = Field(pattern="^cpu$", description="Build target; this task builds for cpu.")
+    max_input_len: int = Field(ge=1, description="Longest prompt; max_seq_len bounds inputs here.")
+    quantized: Literal[False] = Field(description="fp32 graphs only: nothing quantized to keep.")
 
 
 def build(request: Request, writer: Writer) -> None:

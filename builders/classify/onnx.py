@@ -16,6 +16,7 @@ class Options(BaseModel):
     model_config = ConfigDict(extra="forbid")
     optimize: bool = Field(True, description="Run onnxscript's graph optimizer.")
     task: str = Field(pattern="^text-classification$", description="The recipe's task.")
+    qdq: str = Field(pattern="^none$", description="fp32 graphs only: no Q/DQ to write.")
 
 
 def build(request: Request, writer: Writer) -> None:

@@ -40,9 +40,10 @@ def compare(ref: dict[str, Any], ref_logits: Any, logits: Any) -> dict[str, floa
 def build(request: Request, writer: Writer) -> None:
     import runtime
     from builders.common import measure
+    from runtime.classify import Classifier
 
     opts = Options.model_validate(request.options)
-    m = measure.start(request, lambda path: runtime.open(path, expect=runtime.Classifier))
+    m = measure.start(request, lambda path: runtime.open(path, expect=Classifier))
     ids, agree = m.tokenize(opts.prompts)
     logits, per_s = m.rows(ids, m.bundle.logits)
     metrics = compare(m.reference, m.arrays("logits.npz"), logits)

@@ -4,4 +4,5 @@ hf.py       loading checkpoints with transformers, cache keyword, token ids, qua
 encoder.py  the encoder families' export, graph check, engine and bundle helpers
 graph.py    ONNX graph tidy (onnxscript's optimizer) and check (checker, I/O value info)
 measure.py  a validate step's prologue: reference, bundle, batched and timed runs
+ort.py      onnxruntime engines: provider, offline optimization, smoke run, engine.json
 """

@@ -24,6 +24,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from kiln.store.api import Request, Writer
 
+from builders.common import ort
+
 BUNDLE_SCHEMA = 1
 
 
@@ -126,49 +128,24 @@ def check_graph(request: Request, writer: Writer, optimize: bool, output: str, w
 
 
 def engine(request: Any, writer: Any, opts: Any, output: str, shape: tuple[int, ...]) -> None:
-    """onnxruntime's offline optimization, saved, and a smoke run at the largest batch,
-    right-padded, whose `output` must have `shape` (batch and seq 4 filled in for -1, -2).
-
-    The same optimization level as builders/causal_lm/engine.py (ORT_ENABLE_EXTENDED, portable
-    across CPUs)."""
+    """onnxruntime's offline optimization, saved (builders/common/ort.py), and a smoke run
+    at the largest batch, right-padded, whose `output` must have `shape` (batch and seq 4
+    filled in for -1, -2)."""
     import numpy as np
-    import onnxruntime as ort
 
     source = request.inputs["onnx"]
     io = json.loads((source / "io.json").read_text())
-    limit = io["max_position_embeddings"]
-    if opts.max_seq_len > limit:
-        raise request.error(
-            f"build.max_seq_len {opts.max_seq_len} exceeds the model's "
-            f"max_position_embeddings {limit}",
-            f"set build.max_seq_len to {limit} or less",
-        )
-    so = ort.SessionOptions()
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
-    so.optimized_model_filepath = str(writer.path("engine.onnx"))
-    provider = "CPUExecutionProvider"
-    session = ort.InferenceSession(str(source / "model.onnx"), so, providers=[provider])
+    ort.check_limits(request, opts.max_seq_len, io)
+    provider = ort.provider(request, opts.target)
+    session = ort.optimize(source / "model.onnx", writer.path("engine.onnx"), provider)
     batch, seq = opts.max_batch_size, 4
     feeds = {name: np.zeros((batch, seq), np.int64) for name in io["graph_inputs"]}
     feeds["attention_mask"] = np.ones((batch, seq), np.int64)
     feeds["attention_mask"][-1, 2:] = 0
-    got = session.run([output], feeds)[0]
     want = tuple({-1: batch, -2: seq}.get(d, d) for d in shape)
-    if got.shape != want or not np.isfinite(got).all():
-        raise request.error(f"engine smoke run gave {output} of shape {got.shape}", "kiln bug")
+    ort.smoke(request, session, output, feeds, want)
     shutil.copyfile(source / "io.json", writer.path("io.json"))
-    writer.write_json(
-        "engine.json",
-        {
-            "backend": "onnxruntime",
-            "version": ort.__version__,
-            "provider": provider,
-            "graph_optimization_level": "ORT_ENABLE_EXTENDED",
-            "file": "engine.onnx",
-            "max_batch_size": opts.max_batch_size,
-            "max_seq_len": opts.max_seq_len,
-        },
-    )
+    ort.engine_json(writer, provider, batch, opts.max_seq_len, file="engine.onnx")
 
 
 def _pad_id(ckpt: Any, tokenizer: Any) -> int:

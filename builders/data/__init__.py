@@ -1,7 +1,12 @@
 """Data files the builders read; their bytes are part of the keys of the steps that read them.
 
+texts.py               where the texts are: builders reach texts/ through it
 texts/calibration.txt  quantization calibration text
 texts/eval.txt         the text scored for perplexity and next-token agreement
+audio.py               the clips' paths, and the formulas that wrote them
+                       (`python -m builders.data.audio`)
 audio/*.wav            the clips speech recipes validate on
-audio.py               the formulas that wrote those clips (`python -m builders.data.audio`)
+
+A module's data is the folder of its name beside it (kiln.plan.toolchain): importing
+builders.data.texts puts texts/ into a step's code digest, builders.data.audio audio/.
 """

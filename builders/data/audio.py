@@ -2,9 +2,10 @@
 
 Four short mono 16-bit PCM WAV files at 16 kHz, synthesized by the numpy formulas
 below (no recording, no licence question), and committed next to this file so a
-reader can play them and `doit run` can transcribe them. Their bytes are hashed
-into the steps' code (kiln.plan.toolchain TASK_CODE), so changing a clip rebuilds the
-reference and validation. tests/builds/test_speech.py regenerates them and compares.
+reader can play them and `doit run` can transcribe them. Their bytes are hashed into
+the code digest of every step whose builder imports this module (kiln.plan.toolchain:
+a module's data is the folder of its name), so changing a clip rebuilds those steps.
+tests/builds/test_speech.py regenerates them and compares.
 
 `python -m builders.data.audio` rewrites the files. Lengths differ (0.5 s to 1.25 s), so
 padding to the feature extractor's chunk and cutting a longer clip are both used.

@@ -2,7 +2,7 @@
 
 One module per step kind, like builders/classify: kiln.store.execute runs
 `builders.embed.<kind>` for a step whose options say `task: feature-extraction`
-(kiln.plan.toolchain.TASK_BUILDERS), and those steps hash this package's files, so
+(kiln.schema.FAMILY), and those steps hash their modules' import closures, so
 text-generation keys never depend on it.
 
 The graph (builders/common/encoder.py's contract) outputs every token's state,

@@ -27,6 +27,7 @@ class Options(BaseModel):
     opset: int = Field(17, ge=17, le=23, description="ONNX opset to export.")
     exporter: str = Field("torchscript", pattern="^torchscript$", description="torch exporter.")
     task: str = Field(pattern="^feature-extraction$", description="The recipe's task.")
+    hidden: str = Field(pattern="^none$", description="No drafter reads this task's graph.")
 
 
 def load_encoder(checkpoint: Any) -> Any:

@@ -38,9 +38,10 @@ def build(request: Request, writer: Writer) -> None:
 
     import runtime
     from builders.common import measure
+    from runtime.embed import Embedder
 
     opts = Options.model_validate(request.options)
-    m = measure.start(request, lambda path: runtime.open(path, expect=runtime.Embedder))
+    m = measure.start(request, lambda path: runtime.open(path, expect=Embedder))
     stored = m.arrays("embeddings.npz")
     want = np.stack([stored[f"p{i}"] for i in range(len(m.reference["records"]))])
     ids, agree = m.tokenize(opts.prompts)

@@ -2,7 +2,7 @@
 automatic-speech-recognition (Whisper: the same decoding, audio features in).
 
 One module per step kind, picked by kiln.store.execute from the step's `task` option
-(kiln.plan.toolchain.TASK_BUILDERS); their code is hashed under `<task>/<kind>`.
+(kiln.schema.FAMILY); each step's key covers its module's import closure.
 speech.py holds what speech exports and references do differently, and _graph.py
 what the text and speech exports share (the decoder's cache and dynamic axes).
 

@@ -90,9 +90,10 @@ def _inputs(m: Measurement, opts: Options) -> tuple[list[Any], dict[str, float]]
 def build(request: Request, writer: Writer) -> None:
     import runtime
     from builders.common import measure
+    from runtime.seq2seq import Seq2Seq
 
     opts = Options.model_validate(request.options)
-    m = measure.start(request, lambda path: runtime.open(path, expect=runtime.Seq2Seq))
+    m = measure.start(request, lambda path: runtime.open(path, expect=Seq2Seq))
     bundle = m.bundle
     inputs, agreement = _inputs(m, opts)
     gen, per_s = m.generate(

@@ -23,7 +23,7 @@ from kiln.evidence import manifest
 from kiln.paths import Paths
 from kiln.plan import plan
 from kiln.plan.step import Plan, Step
-from kiln.plan.toolchain import Toolchain, code_digests, current
+from kiln.plan.toolchain import Toolchain, current
 from kiln.schema import Lock, StepLock
 
 
@@ -173,9 +173,9 @@ def _problem_ids(problems: list[Problem]) -> dict[str, Problem]:
 def diff(rev: str, repo: Path, head_root: Path) -> str:
     """Markdown for a PR comment: what changes between `rev` and the working tree."""
     versions = current().versions
-    head_tools = Toolchain(versions, code_digests(head_root))
-    with checkout(rev, repo) as base_root:
-        base = side(base_root, Toolchain(versions, code_digests(base_root)), cache=False)
+    head_tools = Toolchain(versions, head_root)
+    with checkout(rev, repo) as base_root:  # planned inside: the digests read its files
+        base = side(base_root, Toolchain(versions, base_root), cache=False)
     head = side(head_root, head_tools)
     return render(rev, base, head, head_tools)
 

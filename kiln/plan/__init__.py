@@ -94,9 +94,9 @@ def quantize_step(
     calibration: Calibration | None,
     fetch: Step,
     tools: Toolchain,
+    task: str,
 ) -> Step | None:
-    """The quantize step, or None: an fp32 checkpoint has nothing to quantize, so its
-    plan (and every key in it) stays exactly what it was before quantization existed."""
+    """The quantize step, or None: an fp32 checkpoint has nothing to quantize."""
     if precision is None or not quantize_needed(precision):
         return None
     cal = calibration or Calibration()
@@ -105,6 +105,7 @@ def quantize_step(
         "kv_cache": precision.kv_cache,
         "samples": cal.samples,
         "max_tokens": cal.max_tokens,
+        "task": task,
     }
     return _step(
         "quantize",
@@ -125,30 +126,12 @@ def quantize_needed(precision: Precision) -> bool:
     return bool(precision.weights != "fp32" or precision.kv_cache != "auto")
 
 
-def onnx_form(quantize: Step | None, build: Build) -> dict[str, str]:
+def qdq_form(quantize: Step | None, build: Build) -> str:
     """How the onnx step writes quantization: TensorRT's own ops for tensorrt, standard
-    ONNX (float8 and blocked int4 Q/DQ) for everything else. Absent for fp32."""
+    ONNX (float8 and blocked int4 Q/DQ) for everything else, none for fp32."""
     if quantize is None:
-        return {}
-    return {"qdq": "tensorrt" if build.backend == "tensorrt" else "standard"}
-
-
-def engine_target(build: Build) -> dict[str, Any]:
-    """Options only non-default backends need; the onnxruntime CPU engine keeps its
-    options (and key) unchanged."""
-    if build.backend == "onnxruntime" and build.target == "cpu":
-        return {}
-    return {
-        "target": build.target,
-        "max_input_len": build.max_input_len or build.max_seq_len,
-    }
-
-
-def kept_weights(quantize: Step | None, build: Build) -> dict[str, bool]:
-    """An onnxruntime engine of a quantized graph keeps its int8/float8/int4 weights
-    (builders/causal_lm/qengine.py, chosen by this option through toolchain.OPTION_BUILDERS).
-    Absent for fp32 and other backends, whose engine keys stay as they were."""
-    return {"quantized": True} if quantize is not None and build.backend == "onnxruntime" else {}
+        return "none"
+    return "tensorrt" if build.backend == "tensorrt" else "standard"
 
 
 def scoring(recipe: Recipe) -> dict[str, int]:
@@ -235,33 +218,27 @@ GENERATES = ("text-generation", "text2text-generation", "automatic-speech-recogn
 AUDIO_CLIPS = ("chirp", "noise", "tone", "vowel")
 
 
-def _task(recipe: Recipe) -> dict[str, Any]:
-    """The task, in the options of the steps it changes. text-generation, the
-    default, adds nothing, so its keys stay what they were before tasks existed."""
-    return {} if recipe.task == "text-generation" else {"task": recipe.task}
-
-
 def _engine_chain(
     role: str,
     checkpoint: Checkpoint | Companion,
     build: Build,
     tools: Toolchain,
-    export_options: dict[str, Any] | None = None,
+    task: str,
+    hidden: str = "none",
     export_inputs: dict[str, Step] | None = None,
     precision: Precision | None = None,
     calibration: Calibration | None = None,
-    task: dict[str, Any] | None = None,
 ) -> list[Step]:
     """fetch -> [quantize ->] export -> onnx -> engine for one checkpoint. Companions
     (a draft model, an adapter's base) get their own chain; equal inputs give equal
     keys, so a checkpoint used by many recipes is fetched and exported once. A variant
-    may add export options (hidden-state outputs) and inputs (an adapter, a drafter's
-    config); a precision may add a quantize step."""
+    may add hidden-state outputs and export inputs (an adapter, a drafter's config);
+    a precision may add a quantize step."""
     at = f"{checkpoint.repo}@{checkpoint.revision[:7]}"
     fetch = _fetch(role, checkpoint, tools)
-    quantize = quantize_step(role, at, precision, calibration, fetch, tools)
+    quantize = quantize_step(role, at, precision, calibration, fetch, tools, task)
     if build.backend == "aoti":  # compiles the checkpoint itself: no ONNX steps
-        return [fetch, _engine(role, at, build, {"checkpoint": fetch}, tools, task)]
+        return [fetch, _engine(role, at, build, {"checkpoint": fetch}, tools, task, quantize)]
     label = "" if precision is None or quantize is None else f" {precision_label(precision)}"
     label += "".join(f" +{s.role}" for s in (export_inputs or {}).values())
     export = _step(
@@ -270,7 +247,8 @@ def _engine_chain(
         {
             "opset": OPSET if quantize is None else QUANTIZED_OPSET,
             "exporter": "torchscript",
-            **(export_options or {}),
+            "task": task,
+            "hidden": hidden,
         },
         {
             "checkpoint": fetch,
@@ -283,12 +261,12 @@ def _engine_chain(
     graph = _step(
         "onnx",
         f"onnx {at}",
-        {"optimize": True, **onnx_form(quantize, build), **(task or {})},
+        {"optimize": True, "qdq": qdq_form(quantize, build), "task": task},
         {"export": export},
         tools,
         role,
     )
-    engine = _engine(role, at, build, {"onnx": graph}, tools, task, kept_weights(quantize, build))
+    engine = _engine(role, at, build, {"onnx": graph}, tools, task, quantize)
     return [fetch, *([quantize] if quantize else []), export, graph, engine]
 
 
@@ -298,16 +276,18 @@ def _engine(
     build: Build,
     inputs: dict[str, Step],
     tools: Toolchain,
-    task: dict[str, Any] | None = None,
-    extra: dict[str, Any] | None = None,
+    task: str,
+    quantize: Step | None,
 ) -> Step:
+    """`quantized`: the graph stores quantized weights, which an onnxruntime engine keeps."""
     options = {
-        **(task or {}),
+        "task": task,
         "backend": build.backend,
         "max_batch_size": build.max_batch_size,
         "max_seq_len": build.max_seq_len,
-        **engine_target(build),
-        **(extra or {}),
+        "target": build.target,
+        "max_input_len": build.max_input_len or build.max_seq_len,
+        "quantized": quantize is not None,
     }
     return _step("engine", f"engine {at} {build.backend}", options, inputs, tools, role)
 
@@ -318,18 +298,16 @@ def plan(name: str, recipe: Recipe, prompts: PromptSet, tools: Toolchain) -> Pla
     companions: dict[str, Step] = {
         r: _fetch(r, c, tools) for r, c in sorted(recipe.companions.items())
     }
-    export_inputs = variants.export_inputs(recipe, companions)
-    export_options = {**_task(recipe), **variants.export_options(recipe)}
     chain = _engine_chain(
         "model",
         recipe.model,
         recipe.build,
         tools,
-        export_options,
-        export_inputs,
+        recipe.task,
+        variants.hidden(recipe),
+        variants.export_inputs(recipe, companions),
         recipe.precision,
         recipe.calibration,
-        _task(recipe),
     )
     fetch, engine = chain[0], chain[-1]
     extra, bundle_inputs = _variant_steps(recipe, fetch, companions, tools)
@@ -340,7 +318,7 @@ def plan(name: str, recipe: Recipe, prompts: PromptSet, tools: Toolchain) -> Pla
     )
     if recipe.task in GENERATES:  # a classifier generates nothing: no tokens to count
         check["max_new_tokens"] = recipe.validation.max_new_tokens
-    check.update({**scoring(recipe), **_task(recipe)})
+    check.update({**scoring(recipe), "task": recipe.task})
     at = f"{recipe.model.repo}@{recipe.model.revision[:7]}"
     reference = _step(
         "reference",
@@ -349,12 +327,16 @@ def plan(name: str, recipe: Recipe, prompts: PromptSet, tools: Toolchain) -> Pla
         {"checkpoint": fetch, **variants.reference_inputs(recipe, companions)},
         tools,
     )
-    options = {"variant": recipe.execution.variant, "precision": recipe.precision.model_dump()}
+    options = {
+        "variant": recipe.execution.variant,
+        "precision": recipe.precision.model_dump(),
+        "task": recipe.task,
+    }
     speculative = variants.speculative(recipe)
     bundle = _step(
         "bundle",
         f"bundle {name}",
-        {**options, **({"speculative": speculative} if speculative else {}), **_task(recipe)},
+        {**options, **({"speculative": speculative} if speculative else {})},
         {"engine": engine, "checkpoint": fetch, **bundle_inputs},
         tools,
     )
@@ -371,7 +353,7 @@ def _variant_steps(
     """The steps a variant adds after the target's engine, and what the bundle takes
     from them: a draft model's own engine chain, or a drafter's engines."""
     if recipe.execution.variant == "draft":
-        chain = _engine_chain("draft", recipe.companions["draft"], recipe.build, tools)
+        chain = _engine_chain("draft", recipe.companions["draft"], recipe.build, tools, recipe.task)
         return chain, {"draft": chain[-1], "draft_checkpoint": chain[0]}
     kind = variants.drafter_kind(recipe)
     if kind is None:
@@ -381,7 +363,7 @@ def _variant_steps(
     drafter = _step(
         "drafter",
         f"drafter {kind} {at}",
-        {"variant": kind, "opset": OPSET},
+        {"variant": kind, "opset": OPSET, "task": recipe.task},
         {"checkpoint": source, "target": fetch},
         tools,
         source.role,

@@ -48,10 +48,9 @@ def drafter_kind(recipe: Recipe) -> str | None:
     return None
 
 
-def export_options(recipe: Recipe) -> dict[str, Any]:
-    """Extra target-export options; none for ordinary graphs, so their keys stay put."""
-    kind = drafter_kind(recipe)
-    return {"hidden": kind} if kind else {}
+def hidden(recipe: Recipe) -> str:
+    """The drafter whose hidden states the target's graph also outputs, or 'none'."""
+    return drafter_kind(recipe) or "none"
 
 
 def export_inputs(recipe: Recipe, companions: dict[str, Step]) -> dict[str, Step]:

@@ -12,10 +12,9 @@ import subprocess
 from collections.abc import Iterable
 from pathlib import Path
 
-from kiln import paths
 from kiln.catalog import Catalog
 from kiln.errors import KilnError, did_you_mean
-from kiln.plan import toolchain
+from kiln.plan import plan, toolchain
 
 
 def shard_of(name: str, count: int) -> int:
@@ -46,16 +45,21 @@ def _split(text: str | None) -> list[str]:
 
 def recipe_files(cat: Catalog, name: str) -> set[str]:
     """Files (relative to the catalog root) whose change can change what `name` measures:
-    the recipe, its parents (extends), its thresholds and prompts, and the builder
-    code its steps run (toolchain.CODE)."""
+    the recipe, its parents (extends), its thresholds and prompts, and the code its
+    steps run (the union of their builders' import closures, kiln.plan.toolchain)."""
     recipe = cat.recipe(name)
     files = {s.file for s in cat.sources.get(name, [])}  # the recipe and its parents
     files.add(cat.paths.rel(cat.paths.recipes / f"{name}.yaml"))
     files.add(cat.paths.rel(cat.paths.thresholds / f"{recipe.validation.thresholds}.yaml"))
     files.add(cat.paths.rel(cat.paths.prompts / f"{recipe.validation.prompts}.yaml"))
-    for sources in toolchain.CODE.values():
-        for rel in sources:
-            target = paths.ROOT / rel
+    tools = toolchain.current()
+    try:
+        steps = plan(name, recipe, cat.prompts[recipe.validation.prompts], tools).steps
+    except KilnError:
+        return files  # unbuildable: no builder runs, so no builder's code matters
+    for step in steps:
+        for rel in tools.files(step.kind, step.options):
+            target = tools.root / rel
             if target.is_relative_to(cat.paths.root):  # the code lives in this repository
                 files.add(target.relative_to(cat.paths.root).as_posix())
     return files

@@ -1,8 +1,9 @@
 """Run one step: take its lock, reuse or build its artifact, publish it atomically.
 
-This is the only place that calls builders. A builder is a module's `build(request,
-writer)` (the contract: kiln.store.api); it is imported here, inside the call, so
-the core never imports the heavy libraries a builder uses.
+This is the only place that calls builders. A builder is a module with `build(request,
+writer)`, the one that kiln.plan.toolchain.builder_module names for the step (the same
+rule the step's code digest follows); it is imported here, inside the call, so the
+core never imports the heavy libraries a builder uses.
 """
 
 from __future__ import annotations
@@ -121,7 +122,7 @@ def _build(
         with store.publish(step.key, meta, replace) as writer:
             writer.write_json(unsupported.MARKER, upstream)
         return
-    module = toolchain.builder_module(step.kind, step.options.get("task"), step.options)
+    module = toolchain.builder_module(step.kind, step.options)
     builder: Callable[[api.Request, api.Writer], None] = importlib.import_module(module).build
     try:
         with store.publish(step.key, meta, replace) as writer:

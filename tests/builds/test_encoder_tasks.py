@@ -38,35 +38,10 @@ def _plan(name: str) -> Any:
     return plan(name, recipe, cat.prompts[recipe.validation.prompts], toolchain.current())
 
 
-def test_the_task_picks_builders_and_code_and_text_generation_keys_ignore_it() -> None:
-    llama, bert = _plan("tiny-llama"), _plan("tiny-bert-classifier")
-    tools = toolchain.current()
-    for step in llama.steps:  # text-generation: no task option, the shared builders' code
-        assert "task" not in step.options
-        name = toolchain.code_name(step.kind, None, step.options.get("backend"))
-        assert name == step.kind or name == "engine@onnxruntime"  # plus its backend's module
-        assert step.material["code"] == tools.code[name]
-        assert toolchain.builder_module(step.kind, None) == f"builders.{step.kind}"
-    for step in bert.steps[1:]:  # everything after the shared fetch is the classifier's
-        assert step.options["task"] == "text-classification"
-        assert step.material["code"] == tools.code[f"text-classification/{step.kind}"]
-        assert step.material["code"] != tools.code[step.kind]
+def test_a_classifier_generates_nothing() -> None:
+    # which builders and code the task picks: tests/unit/test_toolchain.py
+    bert = _plan("tiny-bert-classifier")
     assert "max_new_tokens" not in bert.step("validate").options  # nothing is generated
-    assert toolchain.builder_module("export", "text-classification") == "builders.classify.export"
-    assert bert.step("fetch").material["code"] == tools.code["fetch"]
-
-
-def test_every_task_builder_file_exists_and_is_hashed() -> None:
-    for kinds in toolchain.TASK_CODE.values():
-        for paths in kinds.values():
-            # a folder (builders/data/audio: the speech clips) hashes what it holds
-            assert all((ROOT / p).is_file() or (ROOT / p).is_dir() for p in paths), paths
-    # The runtime directory's other-task files are not in text-generation's validate key.
-    assert "runtime" not in toolchain.CODE["validate"]
-    listed = set(toolchain.CODE["validate"]).union(
-        *(kinds["validate"] for kinds in toolchain.TASK_CODE.values())
-    )
-    assert {f"runtime/{p.name}" for p in (ROOT / "runtime").glob("*.py")} <= listed
 
 
 @pytest.fixture(scope="module")
@@ -187,18 +162,10 @@ def test_classifier_runtime_refuses_what_it_cannot_serve(classifier_world: World
 SEQ2SEQ = {"tiny-t5": "kiln-tiny/t5", "tiny-bart": "kiln-tiny/bart"}
 
 
-def test_seq2seq_plans_use_their_own_builders() -> None:
+def test_seq2seq_plans_generate_the_recipes_tokens() -> None:
+    # which builders and code the task picks: tests/unit/test_toolchain.py
     t5 = _plan("tiny-t5")
-    tools = toolchain.current()
-    for step in t5.steps[1:]:
-        assert step.options["task"] == "text2text-generation"
-        assert step.material["code"] == tools.code[f"text2text-generation/{step.kind}"]
     assert t5.step("validate").options["max_new_tokens"] == 32
-    assert toolchain.builder_module("bundle", "text2text-generation") == "builders.seq2seq.bundle"
-    # Whisper shares the package (tests/builds/test_speech.py), with its own code digests.
-    assert toolchain.builder_module("export", "automatic-speech-recognition") == (
-        "builders.seq2seq.export"
-    )
 
 
 @pytest.fixture(scope="module")

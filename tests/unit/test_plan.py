@@ -81,15 +81,16 @@ def test_description_changes_no_key(tmp_path: Path) -> None:
 
 
 def test_code_version_is_in_the_key(tmp_path: Path) -> None:
-    from dataclasses import replace
-
-    from kiln.canonical import key_of
+    import shutil
 
     recipe = load_yaml_model(Recipe, ROOT / "recipes" / "tiny-llama.yaml")
-    tools = current()
-    edited = replace(tools, code={**tools.code, "export": key_of("edited export.py")})
-    a = {s.kind: s.key for s in plan("r", recipe, PROMPTS, tools).steps}
-    b = {s.kind: s.key for s in plan("r", recipe, PROMPTS, edited).steps}
+    edited = tmp_path / "edited"
+    for folder in ("builders", "runtime"):
+        shutil.copytree(ROOT / folder, edited / folder)
+    export = edited / "builders" / "causal_lm" / "export.py"
+    export.write_text(export.read_text() + "\nEDITED = 1\n")
+    a = {s.kind: s.key for s in plan("r", recipe, PROMPTS, current()).steps}
+    b = {s.kind: s.key for s in plan("r", recipe, PROMPTS, current(edited)).steps}
     assert {k for k in a if a[k] != b[k]} == {"export", "onnx", "engine", "bundle", "validate"}
 
 
@@ -100,19 +101,34 @@ import pytest  # noqa: E402
 from kiln.errors import KilnError  # noqa: E402
 
 
-def test_an_fp32_recipe_plans_exactly_what_it_did_before_quantization(tmp_path: Path) -> None:
+def test_an_fp32_recipe_plans_no_quantize_step_and_writes_every_option(tmp_path: Path) -> None:
     got = steps(base(), tmp_path)
     assert list(got) == ["fetch", "reference", "export", "onnx", "engine", "bundle", "validate"]
     options = {kind: s.options for kind, s in got.items()}
-    assert options["export"] == {"opset": 17, "exporter": "torchscript"}
-    assert options["onnx"] == {"optimize": True}
-    assert options["engine"] == {"backend": "onnxruntime", "max_batch_size": 4, "max_seq_len": 256}
+    task = "text-generation"
+    assert options["export"] == {
+        "opset": 17,
+        "exporter": "torchscript",
+        "task": task,
+        "hidden": "none",
+    }
+    assert options["onnx"] == {"optimize": True, "qdq": "none", "task": task}
+    assert options["engine"] == {
+        "task": task,
+        "backend": "onnxruntime",
+        "max_batch_size": 4,
+        "max_seq_len": 256,
+        "target": "cpu",
+        "max_input_len": 256,
+        "quantized": False,
+    }
     assert options["bundle"] == {
         "variant": "ordinary",
         "precision": {"weights": "fp32", "kv_cache": "auto", "compute": "fp32"},
+        "task": task,
     }
-    assert set(options["reference"]) == {"prompts", "max_new_tokens", "dtype"}
-    assert set(options["validate"]) == {"prompts", "max_new_tokens"}
+    assert set(options["reference"]) == {"prompts", "max_new_tokens", "dtype", "task"}
+    assert set(options["validate"]) == {"prompts", "max_new_tokens", "task"}
     assert got["engine"].material["libraries"] == {"onnxruntime": current().versions["onnxruntime"]}
     assert got["export"].inputs == {"checkpoint": got["fetch"].key}
 
@@ -131,12 +147,19 @@ def test_a_quantized_recipe_quantizes_before_export(tmp_path: Path) -> None:
         "validate",
     ]
     q = got["quantize"]
-    assert q.options == {"weights": "fp8", "kv_cache": "auto", "samples": 32, "max_tokens": 64}
+    assert q.options == {
+        "weights": "fp8",
+        "kv_cache": "auto",
+        "samples": 32,
+        "max_tokens": 64,
+        "task": "text-generation",
+    }
     assert q.inputs == {"checkpoint": got["fetch"].key}
     assert "nvidia-modelopt" in q.material["libraries"]
     assert got["export"].inputs == {"checkpoint": got["fetch"].key, "quantized": q.key}
     assert got["export"].options["opset"] == 19
-    assert got["onnx"].options == {"optimize": True, "qdq": "standard"}
+    assert got["onnx"].options == {"optimize": True, "qdq": "standard", "task": "text-generation"}
+    assert got["engine"].options["quantized"] is True
     # the checkpoint is the same: fetch and the fp32 reference are shared
     assert got["fetch"].key == fp32["fetch"].key
     assert got["reference"].key == fp32["reference"].key

@@ -97,6 +97,20 @@ def test_changed_since_follows_extends_thresholds_and_prompts(tmp_path: Path) ->
     assert select(cat, changed_since="HEAD") == ["new-d"]
 
 
+def test_a_recipe_depends_on_the_code_its_steps_import() -> None:
+    from kiln.replay.select import recipe_files
+
+    cat = catalog_mod.load(catalog_mod.Paths(ROOT))
+    llama, bert = recipe_files(cat, "tiny-llama"), recipe_files(cat, "tiny-bert-classifier")
+    assert {"builders/causal_lm/export.py", "builders/common/hf.py", "runtime/causal_lm.py"} < llama
+    assert "builders/data/texts/eval.txt" in llama  # the reference reads it
+    assert not any(f.startswith("builders/classify/") for f in llama)
+    assert {"builders/classify/export.py", "builders/common/encoder.py"} < bert
+    assert "builders/fetch.py" in llama & bert  # the shared step
+    assert "builders/causal_lm/quantize.py" in recipe_files(cat, "tiny-llama-fp8")
+    assert "builders/causal_lm/quantize.py" not in llama
+
+
 def test_changed_since_an_unknown_revision_is_one_clear_error(tmp_path: Path) -> None:
     cat = _catalog(tmp_path, ["a-1"])
     _git(tmp_path, "init", "-q")

@@ -90,6 +90,15 @@ def test_without_tensorrt_the_engine_step_is_unsupported_not_built(tmp_path: obj
     from kiln.store.execute import Request
     from kiln.store.unsupported import Unsupported
 
-    request = Request("engine", "0" * 64, "engine", {}, {"onnx": Path(str(tmp_path))})
+    options = {
+        "task": "text-generation",
+        "backend": "tensorrt",
+        "max_batch_size": 4,
+        "max_seq_len": 256,
+        "target": "sm90",
+        "max_input_len": 256,
+        "quantized": True,
+    }
+    request = Request("engine", "0" * 64, "engine", options, {"onnx": Path(str(tmp_path))})
     with pytest.raises(Unsupported, match="import tensorrt"):
-        tensorrt.build(request, None, SimpleNamespace())
+        tensorrt.build(request, None)

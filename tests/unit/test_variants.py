@@ -1,5 +1,5 @@
 """What each execution variant adds to a plan, without building anything: companions
-get their own steps, drafters read the target's hidden states, ordinary graphs keep
+get their own steps, drafters read the target's hidden states, ordinary graphs share
 their keys, and a checkpoint's MTP engines are built only when asked for."""
 
 from __future__ import annotations
@@ -50,10 +50,27 @@ def test_a_draft_model_has_its_own_pinned_engine_chain(tmp_path: Path) -> None:
     assert p.step("fetch", "draft").options["repo"] == "kiln-tiny/llama-draft"
 
 
-def test_ordinary_graphs_keep_their_export_options_and_keys(tmp_path: Path) -> None:
+def test_a_draft_models_chain_is_the_one_its_own_recipe_plans(tmp_path: Path) -> None:
+    """Equal options give equal keys: a model used as a draft and built alone is
+    exported and optimized once."""
+    data = recipe_data("tiny-llama-draft")
+    p = plan_of(data, tmp_path, "a")
+    alone = dict(data, model=data["companions"]["draft"], execution={"variant": "ordinary"})
+    del alone["companions"]
+    q = plan_of(alone, tmp_path, "b")
+    for kind in ("fetch", "export", "onnx", "engine"):
+        assert p.step(kind, "draft").key == q.step(kind).key, kind
+
+
+def test_ordinary_graphs_output_no_hidden_states_and_share_their_keys(tmp_path: Path) -> None:
     ordinary = plan_of(recipe_data("tiny-llama"), tmp_path, "a")
     ngram = plan_of(recipe_data("tiny-llama-ngram"), tmp_path, "b")
-    assert ordinary.step("export").options == {"opset": 17, "exporter": "torchscript"}
+    assert ordinary.step("export").options == {
+        "opset": 17,
+        "exporter": "torchscript",
+        "task": "text-generation",
+        "hidden": "none",
+    }
     for kind in ("fetch", "reference", "export", "onnx", "engine"):
         assert ordinary.step(kind).key == ngram.step(kind).key  # n-gram drafts need no model
 
@@ -79,7 +96,7 @@ def test_mtp_engines_are_built_only_when_asked_for(tmp_path: Path) -> None:
     data["execution"] = {"variant": "ordinary"}
     ordinary = plan_of(data, tmp_path, "ordinary")
     assert "drafter" not in [k for k, _ in kinds(ordinary)]
-    assert "hidden" not in ordinary.step("export").options
+    assert ordinary.step("export").options["hidden"] == "none"
     data["build"]["mtp_engines"] = True
     with_mtp = plan_of(data, tmp_path, "with-mtp")
     assert with_mtp.step("drafter").options["variant"] == "mtp"

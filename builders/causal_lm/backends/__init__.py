@@ -1,1 +1,33 @@
-"""Engine backends behind one interface: `build(request, writer, options)`."""
+"""engine (text-generation): one builder per backend, `build(request, writer)`, chosen
+by the step's `backend` option (kiln.plan.toolchain.builder_module). Each writes the
+engine file, `io.json` (the KV-cache I/O contract) and `engine.json` (backend,
+version, device, file, limits), which the bundle step and runtime/ read. Nothing
+else in kiln knows which backend built an engine.
+
+  onnxruntime  the ONNX graph after onnxruntime's offline optimization (CPU here;
+               the CUDA provider where onnxruntime-gpu is installed); a quantized
+               graph keeps its quantized weights
+  aoti         torch.export + AOTInductor: a compiled .pt2 package (CPU or CUDA)
+  tensorrt     the TensorRT Python API: ONNX parser, strongly typed network,
+               optimization profiles from the build options, timing cache
+
+Options is what every backend's step carries.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Options(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    task: str = Field(pattern="^text-generation$", description="The recipe's task.")
+    backend: str = Field(pattern="^(onnxruntime|aoti|tensorrt)$", description="Engine backend.")
+    max_batch_size: int = Field(ge=1, description="Largest batch the engine serves.")
+    max_seq_len: int = Field(ge=1, description="Largest prompt plus generated length.")
+    target: str = Field(description="cpu, or the NVIDIA SM version to build for.")
+    max_input_len: int = Field(ge=1, description="Longest prompt, in tokens.")
+    quantized: bool = Field(
+        description="The graph stores quantized weights (int8, float8, int4) behind "
+        "DequantizeLinear (onnxruntime keeps them quantized)."
+    )

@@ -16,8 +16,9 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from builders.causal_lm.engine import Options
     from kiln.store.api import Request, Writer
+
+from builders.causal_lm.backends import Options
 
 
 def _dynamic_shapes(entries: list[dict[str, Any]]) -> tuple[Any, ...]:
@@ -30,11 +31,10 @@ def _dynamic_shapes(entries: list[dict[str, Any]]) -> tuple[Any, ...]:
     return ({0: d, 1: d}, {0: d, 1: d}, {0: d, 1: d}, past)
 
 
-def build(request: Request, writer: Writer, opts: Options) -> None:
+def build(request: Request, writer: Writer) -> None:
     import torch
 
     from builders.causal_lm import _cache, _tracefix
-    from builders.causal_lm.engine import check_limits
     from builders.causal_lm.export import (
         describe,
         example_inputs,
@@ -42,7 +42,9 @@ def build(request: Request, writer: Writer, opts: Options) -> None:
         value_info,
     )
     from builders.common.hf import load_for_export
+    from builders.common.ort import check_limits
 
+    opts = Options.model_validate(request.options)
     device = "cpu" if opts.target == "cpu" else "cuda"
     if device == "cuda" and not torch.cuda.is_available():
         raise request.unsupported(f"aoti for {opts.target} needs a CUDA device; this host has none")
@@ -50,7 +52,7 @@ def build(request: Request, writer: Writer, opts: Options) -> None:
     entries = _cache.observe(request, model)
     model.to(device)
     meta = describe(model, entries)
-    check_limits(request, opts, meta)
+    check_limits(request, opts.max_seq_len, meta)
     module = explicit_cache_module(model, entries)
     example = example_inputs(entries, device)
     request.log(f"torch.export + AOTInductor for {device}")

@@ -1,7 +1,18 @@
 """onnxruntime: the engine is the graph after onnxruntime's own offline optimization
-(fusions at ORT_ENABLE_EXTENDED, which stays portable across CPUs; the layout
-optimizations of ORT_ENABLE_ALL are hardware-specific), saved so the runtime loads
-it without re-optimizing. A smoke run at the largest batch proves it loads.
+(builders/common/ort.py), saved so the runtime loads it without re-optimizing. A
+smoke run at the largest batch proves it loads.
+
+A quantized graph (option `quantized`) keeps its quantized weights. onnxruntime's
+`session.disable_quant_qdq` would keep Q/DQ as written, but that same switch makes
+ConstantFolding fold DequantizeLinear too: graph_transformer_utils.cc builds
+`ConstantFolding(cpu_ep, !disable_quant_qdq, ...)`, whose second argument is
+`skip_dequantize_linear`. Every int8/float8/int4 weight then came back as fp32, and a
+quantized bundle was no smaller than the fp32 one (tiny-llama: 0.64 MB fp32, 0.65-0.70
+MB quantized). So the Q/DQ transformers stay enabled at the session level, and
+ConstantFolding skips DequantizeLinear, while each transformer that would fuse or
+rewrite Q/DQ is disabled by name (QDQ_TRANSFORMERS). The saved graph keeps
+`DQ(int8|float8|int4 weight) -> MatMul`: exactly the fake-quant arithmetic validate
+compares, with quantized initializers on disk.
 
 GPU targets use the CUDA provider, which only onnxruntime-gpu has; where it is not
 installed the step ends `unsupported-here`.
@@ -13,54 +24,67 @@ import json
 import shutil
 from typing import Any
 
+from builders.causal_lm.backends import Options
+from builders.common import ort
 
-def build(request: Any, writer: Any, opts: Any) -> None:
-    import numpy as np
-    import onnxruntime as ort
+# onnxruntime 1.32 graph transformers (graph_transformer_utils.cc) that fuse, move or
+# rewrite Q/DQ when `session.disable_quant_qdq` is off. Disabled so the graph computes
+# exactly DQ -> MatMul (DQMatMulToMatMulNBits, inside QDQSelectorActionTransformer,
+# would otherwise make int8/int4 weights MatMulNBits with int8-quantized activations
+# at accuracy level 4, and MatMulIntegerToFloat rejects float8).
+QDQ_TRANSFORMERS = (
+    "DoubleQDQPairsRemover",
+    "QDQPropagationTransformer",
+    "WeightBiasQuantization",
+    "QDQS8ToU8Transformer",
+    "QDQSelectorActionTransformer",
+    "MatMulIntegerToFloatFusion",
+    "DynamicQuantizeMatMulFusion",
+    "MatMulNBitsFusion",
+    "QDQFinalCleanupTransformer",
+)
 
-    from builders.causal_lm.engine import check_limits
 
+def build(request: Any, writer: Any) -> None:
+    opts = Options.model_validate(request.options)
     source = request.inputs["onnx"]
     io = json.loads((source / "io.json").read_text())
-    check_limits(request, opts, io)
-    provider = "CPUExecutionProvider" if opts.target == "cpu" else "CUDAExecutionProvider"
-    if provider not in ort.get_available_providers():
-        raise request.unsupported(
-            f"onnxruntime {ort.__version__} here has no {provider} "
-            f"(available: {', '.join(ort.get_available_providers())})"
-        )
-    so = ort.SessionOptions()
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
-    so.optimized_model_filepath = str(writer.path("engine.onnx"))
-    if io.get("quantization"):
-        # Keep Q/DQ as written: onnxruntime 1.30 fuses float8 DQ -> MatMul into
-        # MatMulIntegerToFloat, which rejects float8 (measured on the GPU host), and
-        # unfused DQ -> MatMul is exactly the fake-quant arithmetic validate compares.
-        so.add_session_config_entry("session.disable_quant_qdq", "1")
-    session = ort.InferenceSession(str(source / "model.onnx"), so, providers=[provider])
-    kv = io["kv_cache"]
+    ort.check_limits(request, opts.max_seq_len, io)
+    provider = ort.provider(request, opts.target)
+    disabled = QDQ_TRANSFORMERS if opts.quantized else ()
+    session = ort.optimize(source / "model.onnx", writer.path("engine.onnx"), provider, disabled)
     batch = opts.max_batch_size
+    ort.smoke(request, session, "logits", _feeds(io, batch), (batch, 4, io["vocab_size"]))
+    shutil.copyfile(source / "io.json", writer.path("io.json"))
+    kept = {"disabled_optimizers": list(disabled)} if disabled else {}
+    ort.engine_json(writer, provider, batch, opts.max_seq_len, file="engine.onnx", **kept)
+    if opts.quantized:
+        request.log(f"kept quantized weights: {_stored(writer.path('engine.onnx'))}")
+
+
+def _feeds(io: dict[str, Any], batch: int) -> dict[str, Any]:
+    """A prefill of 4 tokens at `batch` rows with an empty cache, as the runtime feeds it."""
+    import numpy as np
+
     feeds = {
         "input_ids": np.zeros((batch, 4), np.int64),
         "attention_mask": np.ones((batch, 4), np.int64),
         "position_ids": np.tile(np.arange(4, dtype=np.int64), (batch, 1)),
     }
-    for entry in kv["entries"]:  # shapes observed at export (builders/causal_lm/_cache.py)
+    for entry in io["kv_cache"]["entries"]:  # shapes observed at export (causal_lm/_cache.py)
         shape = [{"batch": batch, "seq": 0}.get(d, d) for d in entry["shape"]]
         feeds[entry["past"]] = np.zeros(shape, np.float32)
-    logits = session.run(["logits"], feeds)[0]
-    if logits.shape != (batch, 4, io["vocab_size"]) or not np.isfinite(logits).all():
-        raise request.error(f"engine smoke run gave logits of shape {logits.shape}", "kiln bug")
-    shutil.copyfile(source / "io.json", writer.path("io.json"))
-    writer.write_json(
-        "engine.json",
-        {
-            "backend": "onnxruntime",
-            "version": ort.__version__,
-            "provider": provider,
-            "graph_optimization_level": "ORT_ENABLE_EXTENDED",
-            "file": "engine.onnx",
-            "max_batch_size": opts.max_batch_size,
-            "max_seq_len": opts.max_seq_len,
-        },
+    return feeds
+
+
+def _stored(path: Any) -> str:
+    """Initializer count per data type, e.g. 'FLOAT 24, INT8 17' (for the build log)."""
+    import collections
+
+    import onnx
+
+    model = onnx.load(str(path), load_external_data=False)
+    types = collections.Counter(
+        onnx.TensorProto.DataType.Name(t.data_type) for t in model.graph.initializer
     )
+    return ", ".join(f"{k} {v}" for k, v in sorted(types.items()))

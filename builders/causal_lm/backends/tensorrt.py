@@ -23,8 +23,10 @@ import json
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from builders.causal_lm.engine import Options
     from kiln.store.api import Request, Writer
+
+from builders.causal_lm.backends import Options
+from builders.common.ort import check_limits
 
 WORKSPACE = 1 << 30
 # Precision flags a TensorRT 10.x builder needs for a graph whose Q/DQ ops carry
@@ -77,7 +79,8 @@ def builder_flags(trt: Any, weights: str, strongly_typed: bool) -> list[Any]:
     return [getattr(trt.BuilderFlag, n) for n in names if hasattr(trt.BuilderFlag, n)]
 
 
-def build(request: Request, writer: Writer, opts: Options) -> None:
+def build(request: Request, writer: Writer) -> None:
+    opts = Options.model_validate(request.options)
     try:
         import tensorrt as trt
     except ImportError as exc:
@@ -85,11 +88,9 @@ def build(request: Request, writer: Writer, opts: Options) -> None:
             f"TensorRT is not installed here (import tensorrt: {exc}); no TensorRT native "
             "library installs on this project's machines (FIELD_NOTES)"
         ) from None
-    from builders.causal_lm.engine import check_limits
-
     source = request.inputs["onnx"]
     io = json.loads((source / "io.json").read_text())
-    check_limits(request, opts, io)
+    check_limits(request, opts.max_seq_len, io)
     logger = trt.Logger(trt.Logger.WARNING)
     builder = trt.Builder(logger)
     flags = network_flags(trt)
@@ -104,9 +105,8 @@ def build(request: Request, writer: Writer, opts: Options) -> None:
     for flag in builder_flags(trt, weights, strongly_typed=flags != 0):
         config.set_flag(flag)
     profile = builder.create_optimization_profile()
-    max_input = opts.max_input_len or opts.max_seq_len
     for name, (lo, mid, hi) in profile_shapes(
-        io, opts.max_batch_size, max_input, opts.max_seq_len
+        io, opts.max_batch_size, opts.max_input_len, opts.max_seq_len
     ).items():
         profile.set_shape(name, lo, mid, hi)
     config.add_optimization_profile(profile)

@@ -1,0 +1,87 @@
+"""What every onnxruntime engine step shares (text generation, the encoders, seq2seq).
+
+check_limits  build.max_seq_len within the model's max_position_embeddings (every backend)
+provider      the execution provider for a build target; unsupported-here where missing
+optimize      onnxruntime's offline optimization, saved to a file; returns the session
+smoke         one run at the largest batch: the output has the expected shape, is finite
+engine_json   engine.json, which the bundle step and runtime/ read
+
+The optimization level is ORT_ENABLE_EXTENDED (fusions, which stay portable across
+CPUs; the layout optimizations of ORT_ENABLE_ALL are hardware-specific), and the
+saved graph is what the runtime loads, without optimizing again.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+LEVEL = "ORT_ENABLE_EXTENDED"
+
+
+def check_limits(request: Any, max_seq_len: int, io: dict[str, Any]) -> None:
+    """A model without max_position_embeddings (None in io.json) has no such bound."""
+    limit = io["max_position_embeddings"]
+    if limit is not None and max_seq_len > limit:
+        raise request.error(
+            f"build.max_seq_len {max_seq_len} exceeds the model's max_position_embeddings {limit}",
+            f"set build.max_seq_len to {limit} or less",
+        )
+
+
+def provider(request: Any, target: str) -> str:
+    """CPU for target cpu, CUDA otherwise: only onnxruntime-gpu has the CUDA provider,
+    and where it is not installed the step ends `unsupported-here`."""
+    import onnxruntime as ort
+
+    name = "CPUExecutionProvider" if target == "cpu" else "CUDAExecutionProvider"
+    if name not in ort.get_available_providers():
+        raise request.unsupported(
+            f"onnxruntime {ort.__version__} here has no {name} "
+            f"(available: {', '.join(ort.get_available_providers())})"
+        )
+    return name
+
+
+def optimize(source: Path, saved: Path, provider: str, disabled: tuple[str, ...] = ()) -> Any:
+    """Optimize the graph at `source` offline, save it as `saved`, and return the
+    session; `disabled` names graph transformers to leave out."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+    so.optimized_model_filepath = str(saved)
+    extra = {"disabled_optimizers": list(disabled)} if disabled else {}
+    return ort.InferenceSession(str(source), so, providers=[provider], **extra)
+
+
+def smoke(
+    request: Any, session: Any, output: str, feeds: dict[str, Any], shape: tuple[int, ...]
+) -> None:
+    """Run the session once; `output` must have `shape` and be finite."""
+    import numpy as np
+
+    got = session.run([output], feeds)[0]
+    if got.shape != shape or not np.isfinite(got).all():
+        raise request.error(f"engine smoke run gave {output} of shape {got.shape}", "kiln bug")
+
+
+def engine_json(
+    writer: Any, provider: str, max_batch_size: int, max_seq_len: int, **fields: Any
+) -> None:
+    """engine.json: the backend and where it runs, the limits, and `fields` (the
+    engine's file or files, and any disabled optimizers)."""
+    import onnxruntime as ort
+
+    writer.write_json(
+        "engine.json",
+        {
+            "backend": "onnxruntime",
+            "version": ort.__version__,
+            "provider": provider,
+            "graph_optimization_level": LEVEL,
+            "max_batch_size": max_batch_size,
+            "max_seq_len": max_seq_len,
+            **fields,
+        },
+    )
