@@ -393,7 +393,7 @@ def task_generate() -> Task:
     return _verb_task(RUN)
 
 
-@create_after(executed=None)
+@create_after(executed=None, creates=["site"])
 def task_site() -> Task:
     from kiln import site
 
