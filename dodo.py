@@ -1,6 +1,8 @@
 """doit entry point, thin: doit commands -> the tasks in tasks.py.
 
-doit build recipe=NAME     build one recipe (or all), incrementally
+Every verb's variables, with their types and defaults: `doit help TASK`.
+
+doit build recipe=NAME     build one recipe (or all), incrementally; -n 2 builds in parallel
 doit check                 validate the catalog
 doit plan recipe=NAME      what a build would run, with step keys
 doit run recipe=NAME prompt="..."   (a speech recipe: audio=FILE.wav or a folder of them)
@@ -13,7 +15,14 @@ doit replay [recipes=..] [tags=..] [changed_since=REV] [shard=i/n] [executor=loc
                            re-measure recipes, report regressions (exit 0/1/2)
 """
 
+import os
+
 from doit import get_var
+
+# kiln validates with pydantic and uses no pydantic plugin; looking for plugins reads
+# the entry points of every installed distribution, 80 ms of each `doit check` with
+# the build extra installed. A user who does use one sets the variable themselves.
+os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
 
 import tasks
 
@@ -23,8 +32,9 @@ globals().update({name: f for name, f in vars(tasks).items() if name.startswith(
 
 DOIT_CONFIG = {
     # `run` is doit's own command: `doit run recipe=X prompt=...` names no task, so
-    # the default task decides. With a prompt (or audio) it generates; otherwise it checks.
-    "default_tasks": ["generate"] if {get_var("prompt"), get_var("audio")} != {None} else ["check"],
+    # the default task decides: given any variable of `run`, it generates (and says
+    # what is missing); otherwise it checks.
+    "default_tasks": ["generate"] if any(get_var(v.name) for v in tasks.RUN.vars) else ["check"],
     # sqlite3 tolerates several doit processes at once; dbm does not. Either way the
     # DB is only a hint: up-to-date is decided by the store.
     "backend": "sqlite3",

@@ -12,7 +12,6 @@ from __future__ import annotations
 import re
 import typing
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import yaml
@@ -37,13 +36,25 @@ def snippet(text: str, line: int, column: int) -> str:
     return f"{gutter}{src}\n{' ' * (len(gutter) + column - 1)}^"
 
 
-@dataclass(frozen=True)
 class Source:
-    """One YAML file as composed: where its keys are."""
+    """One YAML file as composed: where its keys are.
 
-    file: str
-    text: str
-    node: yaml.Node
+    A file read from the parse cache (kiln/catalog/cache.py) comes with its text
+    only; its node tree is composed from that text the first time a location is
+    asked for, which only an error does."""
+
+    __slots__ = ("_node", "file", "text")
+
+    def __init__(self, file: str, text: str, node: yaml.Node | None = None) -> None:
+        self.file, self.text, self._node = file, text, node
+
+    @property
+    def node(self) -> yaml.Node:
+        if self._node is None:
+            from kiln.catalog.yaml import compose
+
+            self._node = compose(self.file, self.text)
+        return self._node
 
     def location(self, node: yaml.Node, path: tuple[str | int, ...] = ()) -> Location:
         line, col = node.start_mark.line + 1, node.start_mark.column + 1

@@ -6,14 +6,19 @@ language. Each violation cites the rule id and points at the recipe line.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from kiln.errors import Problem
 from kiln.paths import ROOT
+
+if TYPE_CHECKING:
+    from kiln.catalog.diagnose import Source
 
 # This checkout's rules: a catalog root without its own (a test world) uses them.
 RULES_FILE = ROOT / "catalog" / "rules.yaml"
@@ -44,11 +49,16 @@ class Violation:
 
 def get(data: Any, dotted: str) -> Any:
     """A dotted path into a recipe model (attributes) or dict (keys)."""
-    for part in dotted.split("."):
+    for part in _parts(dotted):
         data = data.get(part, MISSING) if isinstance(data, dict) else getattr(data, part, MISSING)
         if data is MISSING:
             return MISSING
     return data
+
+
+@cache
+def _parts(dotted: str) -> tuple[str, ...]:
+    return tuple(dotted.split("."))
 
 
 def matches(value: Any, matcher: Any, allowlists: dict[str, list[str]]) -> bool:
@@ -75,21 +85,38 @@ class Rules:
     table: RuleTable
 
     def check(self, recipe: BaseModel) -> list[Violation]:
-        data = recipe
         out = []
-        for rule in self.table.rules:
-            lists = self.table.allowlists
-            if all(matches(get(data, p), m, lists) for p, m in rule.when.items()):
-                failed = [p for p, m in rule.then.items() if not matches(get(data, p), m, lists)]
+        lists = self.table.allowlists
+        values: dict[str, Any] = {}  # rules share paths: each is read once per recipe
+        for rule in self.table.rules:  # plain loops: doit check runs this per recipe
+            for path, matcher in rule.when.items():
+                if path not in values:
+                    values[path] = get(recipe, path)
+                if not matches(values[path], matcher, lists):
+                    break
+            else:
+                failed = []
+                for path, matcher in rule.then.items():
+                    if path not in values:
+                        values[path] = get(recipe, path)
+                    if not matches(values[path], matcher, lists):
+                        failed.append(path)
                 if failed:
                     out.append(Violation(rule, tuple(failed[0].split("."))))
         return out
 
 
-def load(path: Path | None = None) -> Rules:
-    from kiln.catalog.yaml import load_yaml_model
+def load(
+    path: Path | None = None,
+    read: Callable[[Path, str], tuple[Source, Any]] | None = None,
+) -> Rules:
+    """The rules of `path` (default: this checkout's), read by `read` (the catalog's
+    parse cache) or parsed afresh."""
+    from kiln.catalog.diagnose import validate
+    from kiln.catalog.yaml import read_source
 
-    return Rules(load_yaml_model(RuleTable, path or RULES_FILE, "catalog/rules.yaml"))
+    source, data = (read or read_source)(path or RULES_FILE, "catalog/rules.yaml")
+    return Rules(validate(RuleTable, data, [source]))
 
 
 def problem(v: Violation, location: Any) -> Problem:

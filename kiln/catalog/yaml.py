@@ -28,6 +28,7 @@ try:  # the C loader is ~10x faster; PyYAML wheels ship it
 except ImportError:  # pragma: no cover - only on exotic builds
     from yaml import SafeLoader as _Loader  # type: ignore[assignment]
 
+LOADER = _Loader.__name__  # the parse cache keys on it (kiln/catalog/cache.py)
 M = TypeVar("M", bound=BaseModel)
 
 NO_ALIASES = "YAML anchors and aliases are not allowed"

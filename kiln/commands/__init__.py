@@ -1,6 +1,18 @@
 """One module per doit verb: what the verb does, with no doit in it (tasks.py wires them).
 
-review.py   staleness and the PR diff, shared by check, plan and diff
-upkeep.py   verify and gc
-schema.py   the editor JSON Schemas in schema/
+workspace.py  the catalog and store of this process, plans, errors pinned to recipe lines
+variables.py  command-line variables: declared per verb, typed, no unknown name ignored
+build.py      plan recipes, ready the hub (tinyhub), run steps, record manifests, ensure_bundle
+check.py      the catalog, its manifests and its rules, every problem at once
+plan.py       what a build would run, with step keys and why each is stale
+diff.py       what a PR changes, as Markdown
+run.py        run a recipe's bundle (runtime.open, imported inside the function)
+verify.py     re-hash the store against its records and the manifests' locks
+gc.py         remove what no manifest and no current plan references
+upkeep.py     what verify and gc both need: the keys manifests and plans reference
+schema.py     the editor JSON Schemas in schema/
+review.py     staleness and the PR diff, shared by check, plan and diff
+
+`doit site`/`doit serve` are kiln/site (its command() functions); `doit replay` is
+kiln/replay (driver.command).
 """

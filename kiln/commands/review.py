@@ -95,19 +95,24 @@ def staleness(p: Plan, lock: Lock | None) -> Staleness:
 
 
 def manifest_staleness(cat: catalog_mod.Catalog, tools: Toolchain) -> list[Staleness]:
-    """Every committed manifest whose lock no longer matches its recipe."""
+    """Every committed manifest whose lock no longer matches its recipe. Only recipes
+    that have a manifest are planned: a catalog of new recipes costs nothing here."""
     out = []
+    present = {p.stem for p in cat.paths.manifests.glob("*.json")}
     for name, recipe in sorted(cat.recipes.items()):
+        if name not in present:
+            continue
         path = cat.paths.manifest(name)
         try:
             found = manifest.read(path, cat.paths.rel(path))
+            if found is None:
+                continue
             p = plan(name, recipe, cat.prompts[recipe.validation.prompts], tools)
         except KilnError:
             continue  # reported elsewhere: an invalid manifest, an unbuildable recipe
-        if found is not None:
-            s = staleness(p, found.lock)
-            if s.stale:
-                out.append(s)
+        s = staleness(p, found.lock)
+        if s.stale:
+            out.append(s)
     return out
 
 
@@ -144,8 +149,9 @@ class Side:
     problems: list[Problem]
 
 
-def side(root: Path, tools: Toolchain) -> Side:
-    cat = catalog_mod.load(Paths(root))
+def side(root: Path, tools: Toolchain, cache: bool = True) -> Side:
+    """One side of a diff; `cache` off for a throwaway checkout (nothing to reuse)."""
+    cat = catalog_mod.load(Paths(root), cache=cache)
     plans, problems = {}, cat.all_problems()
     for name, recipe in cat.recipes.items():
         try:
@@ -169,7 +175,7 @@ def diff(rev: str, repo: Path, head_root: Path) -> str:
     versions = current().versions
     head_tools = Toolchain(versions, head_root)
     with checkout(rev, repo) as base_root:  # planned inside: the digests read its files
-        base = side(base_root, Toolchain(versions, base_root))
+        base = side(base_root, Toolchain(versions, base_root), cache=False)
     head = side(head_root, head_tools)
     return render(rev, base, head, head_tools)
 

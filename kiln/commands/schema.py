@@ -38,6 +38,15 @@ def render() -> dict[str, bytes]:
     return out
 
 
+def regenerate() -> None:
+    """`doit schema`: rewrite the schemas in <root>/schema/ that changed."""
+    from kiln.paths import Paths
+
+    folder = Paths.from_env().root / "schema"
+    changed = write(folder)
+    print(f"   schema: {len(changed)} of {len(MODELS)} files changed in {folder}")
+
+
 def write(folder: Path) -> list[Path]:
     from kiln.store import atomic_write
 

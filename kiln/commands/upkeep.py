@@ -1,6 +1,5 @@
-"""What `doit verify` and `doit gc` do with a catalog and its store (tasks.py only
-wires them to doit): find what the manifests and the current plans reference, then
-audit the store against it, or collect what nothing references."""
+"""What `doit verify` and `doit gc` both need: what the manifests and the current
+plans reference (verify audits the store against it, gc collects the rest)."""
 
 from __future__ import annotations
 
@@ -9,8 +8,6 @@ from kiln.errors import KilnError
 from kiln.evidence import manifest
 from kiln.plan import plan, toolchain
 from kiln.schema import Manifest
-from kiln.store import Store, gc
-from kiln.store import verify as audit
 
 
 def manifests(cat: Catalog) -> tuple[dict[str, Manifest], list[str]]:
@@ -35,33 +32,3 @@ def planned_keys(cat: Catalog) -> set[str]:
         if prompts is not None:
             keys |= {s.key for s in plan(name, recipe, prompts, tools).steps}
     return keys
-
-
-def verify(cat: Catalog, store: Store, repair: bool) -> int:
-    """Print what verify found; return its exit code (kiln.store.verify.EXIT)."""
-    parsed, broken = manifests(cat)
-    report = audit.audit(store, parsed, planned_keys(cat))
-    report.corrupt += broken
-    if repair:
-        for key in sorted(report.damaged):
-            store.remove(key)
-            print(f"   removed damaged artifact {key[:12]}; the next build rebuilds it")
-    print(report.render())
-    return report.exit_code()
-
-
-def collect(cat: Catalog, store: Store, dry_run: bool) -> None:
-    parsed, broken = manifests(cat)
-    if broken or cat.problems:
-        raise KilnError.one(
-            "not collecting garbage: a manifest or recipe is invalid, so what it uses is unknown",
-            None,
-            "fix what `doit check` reports first",
-        )
-    keep = planned_keys(cat) | {s.key for m in parsed.values() for s in m.lock.steps}
-    gone = gc.collect(store, keep, [cat.paths.manifests], dry_run=dry_run)
-    verb = "would remove" if dry_run else "removed"
-    for c in gone:
-        print(f"   {verb} {c.path} ({c.size / 1e6:.1f} MB): {c.why}")
-    total = sum(c.size for c in gone) / 1e6
-    print(f"gc: {verb} {len(gone)} entries, {total:.1f} MB; kept {len(keep)} referenced keys")

@@ -13,8 +13,8 @@ from pathlib import Path
 from kiln.canonical import pretty
 from kiln.catalog.yaml import load_json_model
 from kiln.errors import KilnError
+from kiln.fsio import atomic_write
 from kiln.schema import Evidence, Lock, Manifest
-from kiln.store import atomic_write
 
 
 def read(path: Path, display: str | None = None) -> Manifest | None:

@@ -1,7 +1,8 @@
 """The replay driver: select, run every chain (here or on Ray), record, compare, report.
 
 The driver is the only writer of manifests and the report; chains (local or on Ray
-workers) only build into the shared store and return results.
+workers) only build into the shared store and return results. It plans and gets
+the hub ready through kiln.commands.build and records through kiln.evidence.record.
 """
 
 from __future__ import annotations
@@ -11,15 +12,15 @@ import os
 import secrets
 import shutil
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from kiln.catalog import Catalog
+from kiln.commands import build, workspace
 from kiln.errors import KilnError
-from kiln.evidence import manifest
-from kiln.plan.step import Plan, Step
+from kiln.evidence import manifest, record
+from kiln.plan.step import Plan
 from kiln.replay import report
 from kiln.replay.chain import RunSpec, run_chain
 from kiln.replay.compare import Outcome, Settings, classify, exit_code, previous
@@ -45,16 +46,36 @@ class Options:
     settings: Settings = field(default_factory=Settings)
 
 
-@dataclass(frozen=True)
-class Hooks:
-    """What only the doit layer knows: how to plan a recipe, each step's context, how
-    to get the hub ready, and how to judge and record a measurement."""
-
-    plan: Callable[[str], Plan]
-    context: Callable[[str, Step], dict[str, Any]]
-    prepare: Callable[[list[Plan]], None]
-    record: Callable[[str, Plan, dict[str, Any]], Evidence]
-    fetchable: Callable[[Plan], bool] = lambda _p: True  # its checkpoints can be had here
+def command(
+    recipes: str | None,
+    recipe: str | None,
+    tags: str | None,
+    changed_since: str | None,
+    shard: str | None,
+    executor: str,
+    address: str | None,
+    report: str,
+    timeout: float,
+    retries: int,
+    ray_timeout: float,
+    slower: float,
+    slower_min_s: float,
+) -> tuple[int, Path]:
+    """`doit replay`, on the catalog of KILN_ROOT: (exit code, report path)."""
+    opts = Options(
+        recipes=recipes or recipe,
+        tags=tags,
+        changed_since=changed_since,
+        shard=shard,
+        executor=executor,
+        address=address,
+        report=Path(report),
+        timeout=timeout,
+        retries=retries,
+        ray_timeout=ray_timeout,
+        settings=Settings(slower=slower, slower_min_s=slower_min_s),
+    )
+    return replay(workspace.catalog(), opts)
 
 
 def brief(exc: KilnError) -> str:
@@ -84,7 +105,7 @@ def _jsonable(context: dict[str, Any]) -> dict[str, Any]:
 
 
 def _plan_all(
-    cat: Catalog, names: list[str], opts: Options, hooks: Hooks
+    cat: Catalog, names: list[str], opts: Options
 ) -> tuple[list[Job], dict[str, Plan], dict[str, Outcome]]:
     jobs, plans, early = [], {}, {}
     for name in names:
@@ -94,11 +115,11 @@ def _plan_all(
             early[name] = Outcome(name, "build-fail", f"invalid recipe: {why}")
             continue
         try:
-            p = hooks.plan(name)
+            p = workspace.plan_in(cat, name)
         except KilnError as exc:
             early[name] = Outcome(name, "unsupported-here", brief(exc))
             continue
-        if not hooks.fetchable(p):
+        if not build.fetchable_here(p):
             pins = ", ".join(
                 f"{s.options['repo']}@{s.options['revision'][:7]}"
                 for s in p.steps
@@ -116,7 +137,7 @@ def _plan_all(
                 "executor runs cpu recipes only: use executor=ray with such a node",
             )
             continue
-        contexts = {s.key: _jsonable(hooks.context(name, s)) for s in p.steps}
+        contexts = {s.key: _jsonable(build.context(name, s, cat.paths)) for s in p.steps}
         jobs.append(Job(name, list(p.steps), contexts, need))
         plans[name] = p
     return jobs, plans, early
@@ -135,14 +156,14 @@ def _execute(jobs: list[Job], spec: RunSpec, opts: Options) -> list[dict[str, An
 
 
 def _outcome(
-    result: dict[str, Any], p: Plan, store: Store, history: list[Evidence], hooks: Hooks
+    cat: Catalog, result: dict[str, Any], p: Plan, store: Store, history: list[Evidence]
 ) -> Outcome:
     name = result["recipe"]
     base = {"seconds": float(result.get("seconds", 0.0)), "built": result.get("built", [])}
     if result["status"] == "measured":
         extra = {"attempt": result["attempt"], "durations": _durations(p, store)}
         try:
-            evidence = hooks.record(name, p, extra)
+            evidence = record.record(cat, store, name, p, extra)
         except KilnError as exc:  # e.g. a manifest that no longer parses: this recipe only
             reason = f"measured, but its manifest could not be updated: {brief(exc)}"
             return Outcome(name, "not-run", reason, infra=True, attempt=result["attempt"], **base)
@@ -174,14 +195,14 @@ def _outcome(
     )
 
 
-def replay(cat: Catalog, opts: Options, hooks: Hooks) -> tuple[int, Path]:
+def replay(cat: Catalog, opts: Options) -> tuple[int, Path]:
     """Run the replay; returns (exit code, report path)."""
     if opts.executor not in ("local", "ray"):
         raise KilnError.one(f"executor={opts.executor!r}", None, "use executor=local or ray")
     started = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
     names = select(cat, opts.recipes, opts.tags, opts.changed_since, opts.shard)
-    jobs, plans, early = _plan_all(cat, names, opts, hooks)
-    hooks.prepare(list(plans.values()))
+    jobs, plans, early = _plan_all(cat, names, opts)
+    build.prepare(list(plans.values()))
     store = Store(cat.paths.store)
     run_id = f"{started.replace(':', '')}-{secrets.token_hex(4)}"
     spec = RunSpec(
@@ -201,9 +222,7 @@ def replay(cat: Catalog, opts: Options, hooks: Hooks) -> tuple[int, Path]:
     wall = time.monotonic() - clock
     outcomes = dict(early)
     for r in results:
-        outcomes[r["recipe"]] = _outcome(
-            r, plans[r["recipe"]], store, histories[r["recipe"]], hooks
-        )
+        outcomes[r["recipe"]] = _outcome(cat, r, plans[r["recipe"]], store, histories[r["recipe"]])
     ordered = []
     for name in names:
         o = outcomes[name]

@@ -33,7 +33,7 @@ from kiln.canonical import dumps
 from kiln.catalog import Catalog
 from kiln.errors import KilnError
 from kiln.evidence.gates import bound
-from kiln.paths import ROOT
+from kiln.paths import ROOT, Paths
 from kiln.schema import METRICS
 from kiln.site import api as siteapi
 from kiln.site import plot as siteplot
@@ -58,6 +58,26 @@ def sources() -> list[Path]:
     files = [*TEMPLATES.rglob("*"), *STATIC.rglob("*")]
     files += [SCHEMAS / f"{n}.schema.json" for n in API_SCHEMA_FILES]
     return sorted(p for p in [*code, *files] if p.is_file())
+
+
+def inputs(paths: Paths) -> list[Path]:
+    """What `doit site` reads: the catalog's files (found by name, not loaded) and
+    `sources()`; doit's file_dep, so an unchanged site is not rendered again."""
+    data = [
+        *paths.recipes.glob("*.yaml"),
+        *paths.thresholds.glob("*.yaml"),
+        *paths.prompts.glob("*.yaml"),
+        *paths.manifests.glob("*.json"),
+    ]
+    return sorted({p for p in data if p.is_file()} | set(sources()))
+
+
+def command() -> None:
+    """`doit site`: the catalog of KILN_ROOT rendered into KILN_SITE."""
+    from kiln.catalog import load
+
+    paths = Paths.from_env()
+    build(load(paths), paths.site)
 
 
 @dataclass(frozen=True)

@@ -65,3 +65,10 @@ def serve(directory: Path, port: int) -> None:
         pass
     finally:
         httpd.server_close()
+
+
+def command(port: int) -> None:
+    """`doit serve`: the site of KILN_SITE on 127.0.0.1:`port`, until interrupted."""
+    from kiln.paths import Paths
+
+    serve(Paths.from_env().site, port)

@@ -91,3 +91,24 @@ def test_gc_refuses_when_a_manifest_is_unreadable(tmp_path: Path) -> None:
     proc = world.doit("gc")
     assert proc.returncode != 0 and "not collecting garbage" in proc.stdout + proc.stderr
     assert Store(world.store).has(key_of("kept"))
+
+
+def test_gc_dry_run_yes_removes_nothing_and_a_bad_bool_is_refused(tmp_path: Path) -> None:
+    """`dry_run=yes` is a bool like `dry_run=1`: it lists and never deletes. Anything
+    that is not a bool, and any misspelt name, stops gc before it looks."""
+    world = make_world(tmp_path, tmp_path / "hub", ("tiny-llama",))
+    store = Store(world.store)
+    unreferenced = key_of("unreferenced")
+    publish(store, unreferenced)
+    dry = world.doit("gc", "dry_run=yes", check=True).stdout
+    assert f"would remove {store.object_dir(unreferenced)} " in dry and store.has(unreferenced)
+    for args, message in (
+        (("dry_run=maybe",), "command line: dry_run: 'maybe' is not a bool"),
+        (("dryrun=1",), "unknown variable 'dryrun' for gc; did you mean 'dry_run'?"),
+    ):
+        proc = world.doit("gc", *args)
+        out = proc.stdout + proc.stderr
+        assert proc.returncode != 0 and message in out and "Traceback" not in out, out
+        assert store.has(unreferenced)
+    world.doit("gc", "dry_run=no", check=True)
+    assert not store.has(unreferenced)

@@ -1,0 +1,153 @@
+"""A no-op `doit build` of 50 up-to-date recipes: what doit and kiln cost when nothing
+has to run (target: <= 0.3 s on an idle 2-core machine).
+
+    .venv/bin/python bench/noop_build.py [--recipes 50] [--repeat 5]
+
+The catalog is the shipped tiny recipes that build on a CPU host (topped up with
+variants of tiny-llama), about 300 steps. Every step's artifact is put into a fresh
+store directly, with the files a manifest's lock reads (files.json, config.json,
+evidence.json), and every manifest is recorded through kiln.evidence.record: the
+store and the manifests are exactly what a finished build leaves, without the
+hours of real builds. Then `doit build` runs as a user runs it (a subprocess), once
+to warm doit's DB and the parse cache, and --repeat times measured; it must execute
+nothing. Prints wall and CPU (user + sys) seconds next to `python -c pass`.
+
+The issue compared this with DVC's no-op `dvc repro` of the same stages (kiln
+about 11x faster). No DVC comparison is kept in bench/, and DVC is not part of
+kiln's environment: this bench says so instead of measuring it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import re
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+EXECUTED = re.compile(r"^\.  ", re.MULTILINE)  # doit prints ".  title" for tasks it runs
+
+
+def catalog_root(base: Path, n: int) -> Path:
+    """n recipes that plan on a CPU host from the shipped checkpoints' pins."""
+    from kiln import catalog
+
+    shipped = catalog.load(catalog.Paths(ROOT), save=False)
+    names = [
+        name
+        for name, r in sorted(shipped.recipes.items())
+        if name.startswith("tiny-") and "gpu" not in r.tags and r.build.target == "cpu"
+    ][:n]
+    root = base / "catalog"
+    for folder in ("thresholds", "prompts"):
+        shutil.copytree(ROOT / folder, root / folder)
+    (root / "recipes").mkdir(parents=True)
+    (root / "manifests").mkdir()
+    for name in names:
+        shutil.copy(ROOT / "recipes" / f"{name}.yaml", root / "recipes")
+    base_text = (ROOT / "recipes" / "tiny-llama.yaml").read_text()
+    for i in range(n - len(names)):
+        text = base_text.replace("max_seq_len: 256", f"max_seq_len: {64 + 8 * i}")
+        (root / "recipes" / f"tiny-llama-s{i:02d}.yaml").write_text(text)
+    return root
+
+
+def finished_build(root: Path, store_root: Path) -> int:
+    """Put every planned artifact into the store and record every manifest, as a
+    finished build leaves them. Returns the number of steps."""
+    from kiln import catalog
+    from kiln.commands.workspace import plan_in
+    from kiln.evidence import record
+    from kiln.store import Store
+
+    shipped = json.loads((ROOT / "manifests" / "tiny-llama.json").read_text())["evidence"][-1]
+    cat = catalog.load(catalog.Paths(root))
+    store = Store(store_root)
+    plans = [plan_in(cat, name) for name in sorted(cat.recipes)]
+    steps = {s.key: s for p in plans for s in p.steps}
+    for s in steps.values():
+        meta = {"kind": s.kind, "name": s.name, "material": s.material}
+        with store.publish(s.key, meta) as w:
+            if s.kind == "fetch":
+                config = json.dumps({"architectures": ["LlamaForCausalLM"]}).encode()
+                w.write_bytes("checkpoint/config.json", config)
+                entry = {"path": "config.json", "sha256": hashlib.sha256(config).hexdigest()}
+                pin = {k: s.options[k] for k in ("repo", "revision")}
+                w.write_json("files.json", {**pin, "files": [{**entry, "size": len(config)}]})
+            elif s.kind == "validate":
+                fields = ("date", "host", "backend", "metrics")
+                w.write_json("evidence.json", {k: shipped[k] for k in fields})
+            else:
+                w.write_bytes("artifact.bin", s.key.encode())
+    for p in plans:
+        record.record(cat, store, p.recipe, p)
+    return len(steps)
+
+
+def run(args: list[str], env: dict[str, str]) -> tuple[float, float, str]:
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    proc = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if proc.returncode != 0:
+        sys.exit(f"{' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}")
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu, proc.stdout
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--recipes", type=int, default=50)
+    parser.add_argument("--repeat", type=int, default=5)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        root = catalog_root(Path(tmp), args.recipes)
+        store = Path(tmp) / "store"
+        env = dict(os.environ, KILN_ROOT=str(root), KILN_STORE=str(store), KILN_HUB_ONLINE="1")
+        env["KILN_HUB_CACHE"] = str(Path(tmp) / "hub")
+        env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+        env.pop("PYTHONDONTWRITEBYTECODE", None)  # time a normal install, with bytecode
+        with open(os.devnull, "w") as quiet:
+            stdout, sys.stdout = sys.stdout, quiet
+            try:
+                steps = finished_build(root, store)
+            finally:
+                sys.stdout = stdout
+        build = [sys.executable, "-m", "doit", "-f", str(ROOT / "dodo.py"), "-d", str(root)]
+        build.append("build")
+        run(build, env)  # doit's DB and the parse cache, as after any build
+        load = os.getloadavg()
+        passes = [run([sys.executable, "-c", "pass"], env) for _ in range(args.repeat)]
+        noops = [run(build, env) for _ in range(args.repeat)]
+        load = max(load, os.getloadavg())
+        for _wall, _cpu, out in noops:
+            if EXECUTED.search(out):
+                sys.exit(f"the no-op build executed something:\n{out}")
+    wall, cpu = min(r[0] for r in noops), min(r[1] for r in noops)
+    p_wall = min(r[0] for r in passes)
+    print(
+        f"no-op doit build: {args.recipes} recipes, {steps} steps, all up to date; best of "
+        f"{args.repeat}; load average {load[0]:.1f} on {os.cpu_count()} cores"
+    )
+    print(f"  doit build       {wall:6.3f} s wall  {cpu:6.3f} s cpu  (target <= 0.3 s idle)")
+    print(f"  python -c pass   {p_wall:6.3f} s wall  ({wall / p_wall:.1f}x)")
+    dvc = shutil.which("dvc")
+    print(
+        f"  dvc repro        not measured: {'dvc is at ' + dvc if dvc else 'DVC is not installed'}"
+        "; no DVC comparison exists in bench/"
+    )
+
+
+if __name__ == "__main__":
+    main()

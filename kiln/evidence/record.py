@@ -1,0 +1,88 @@
+"""Judge a validation against the recipe's gates and append it to manifests/<recipe>.json.
+
+The one writer of evidence: `doit build` records the run it built, `doit replay`
+the run it re-measured (with the attempt and step durations). A manifest is written
+last, under a lock, and only when every artifact it names is in the store.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from kiln.canonical import key_of
+from kiln.catalog import Catalog
+from kiln.errors import KilnError
+from kiln.evidence import manifest
+from kiln.evidence.gates import judge
+from kiln.evidence.lock import lock
+from kiln.plan.step import Plan, Step
+from kiln.schema import Evidence
+from kiln.store import Store, unsupported
+
+
+def measured(cat: Catalog, store: Store, validate: Step, name: str) -> dict[str, Any]:
+    """What the validate step measured (its evidence.json in the store), or, for an
+    unsupported recipe, the reason with the date and host it was found on."""
+    artifact = store.get(validate.key).path
+    found = unsupported.marker_of(artifact)
+    if found is not None:
+        build = cat.recipe(name).build
+        backend = {"name": build.backend, "device": build.target}  # the target it was built for
+        return {**found, "unsupported": found["reason"], "backend": backend, "metrics": {}}
+    data: dict[str, Any] = json.loads((artifact / "evidence.json").read_text())
+    return data
+
+
+def is_recorded(cat: Catalog, store: Store, name: str, p: Plan) -> bool:
+    """Is the run in the store already in the manifest, under this exact lock?"""
+    if not all(store.has(s.key) for s in p.steps):
+        return False
+    validate = p.step("validate")
+    date = measured(cat, store, validate, name)["date"]
+    return manifest.has_evidence(cat.paths.manifest(name), validate.key, date, lock(store, p))
+
+
+def record(
+    cat: Catalog, store: Store, name: str, p: Plan, extra: dict[str, Any] | None = None
+) -> Evidence:
+    """Judge the validation against the recipe's gates and append the evidence.
+    `extra`: what a replay adds (attempt, step durations)."""
+    validate = p.step("validate")
+    found = measured(cat, store, validate, name)
+    thresholds = cat.thresholds[cat.recipe(name).validation.thresholds]
+    gates, verdict, reason = judge(thresholds, found["metrics"])
+    if "unsupported" in found:  # no metrics were measured, and none are claimed
+        gates, verdict, reason = [], "unsupported-here", found["unsupported"]
+    evidence = Evidence(
+        date=found["date"],
+        host=found["host"],
+        backend=found["backend"],
+        step_key=validate.key,
+        metrics=found["metrics"],
+        gates=gates,
+        verdict=verdict,
+        reason=reason,
+        **(extra or {}),
+    )
+    path = cat.paths.manifest(name)
+    # Concurrent builds of one recipe record one run once (issue 7), and a manifest
+    # never names an artifact that is not there (it is written last).
+    with store.lock(key_of({"manifest": str(path.resolve())}), f"manifest {name}"):
+        if manifest.has_evidence(path, validate.key, found["date"], lock(store, p)):
+            print(f"   {name}: this run is already recorded in {cat.paths.rel(path)}")
+            return recorded(path, validate.key, found["date"])
+        absent = [s.name for s in p.steps if not store.has(s.key)]
+        if absent:
+            raise KilnError.one(f"not writing the manifest: {', '.join(absent)} missing")
+        manifest.record(path, name, lock(store, p), evidence)
+    print(f"   {name}: {verdict}{' (' + reason + ')' if reason else ''} -> {cat.paths.rel(path)}")
+    return evidence
+
+
+def recorded(path: Path, step_key: str, date: str) -> Evidence:
+    """The evidence record of one run, from the manifest that holds it."""
+    found = manifest.read(path)
+    assert found is not None  # has_evidence found it there
+    return next(e for e in found.evidence if (e.step_key, e.date) == (step_key, date))

@@ -1,0 +1,119 @@
+"""Command-line variables: one table per verb, typed, and no unknown name ignored."""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+
+import pytest
+from conftest import make_world
+
+import tasks
+from kiln.commands.variables import Var, resolve
+from kiln.errors import KilnError
+
+TABLE = (
+    Var("temperature", float, 0.0, "sampling temperature", minimum=0),
+    Var("top_k", int, 0, "k"),
+    Var("dry_run", bool, False, "list only"),
+    Var("recipe", str, None, "a recipe"),
+)
+
+
+def test_defaults_and_typed_values() -> None:
+    assert resolve(TABLE, {}, "run") == {
+        "temperature": 0.0,
+        "top_k": 0,
+        "dry_run": False,
+        "recipe": None,
+    }
+    got = resolve(TABLE, {"temperature": "0.7", "top_k": "5", "recipe": "x"}, "run")
+    assert got == {"temperature": 0.7, "top_k": 5, "dry_run": False, "recipe": "x"}
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [("1", True), ("0", False), ("true", True), ("False", False), ("yes", True), ("NO", False)],
+)
+def test_bools_are_spelled_explicitly(text: str, value: bool) -> None:
+    assert resolve(TABLE, {"dry_run": text}, "gc")["dry_run"] is value
+
+
+@pytest.mark.parametrize("text", ["", "y", "on", "2", "maybe", "nein"])
+def test_anything_else_is_not_a_bool(text: str) -> None:
+    with pytest.raises(KilnError) as err:
+        resolve(TABLE, {"dry_run": text}, "gc")
+    assert str(err.value) == (
+        f"command line: dry_run: {text!r} is not a bool; write dry_run=1 or dry_run=0"
+    )
+
+
+@pytest.mark.parametrize(
+    ("given", "message"),
+    [
+        ({"top_k": "1.5"}, "command line: top_k: '1.5' is not an integer; e.g. top_k=0"),
+        ({"temperature": "hot"}, "command line: temperature: 'hot' is not a number"),
+        ({"temperature": "nan"}, "command line: temperature: 'nan' is not a finite number"),
+        ({"temperature": "-1"}, "command line: temperature: -1 is below 0"),
+    ],
+)
+def test_bad_numbers_are_located_errors(given: dict[str, str], message: str) -> None:
+    with pytest.raises(KilnError) as err:
+        resolve(TABLE, given, "run")
+    assert str(err.value).startswith(message)
+
+
+def test_an_unknown_variable_is_an_error_with_a_did_you_mean() -> None:
+    with pytest.raises(KilnError) as err:
+        resolve(TABLE, {"temprature": "0.7", "top_k": "x"}, "run")
+    text = str(err.value)
+    assert "unknown variable 'temprature' for run; did you mean 'temperature'?" in text
+    assert "top_k: 'x' is not an integer" in text and "2 errors" in text  # all at once
+    with pytest.raises(KilnError, match="run takes temperature, top_k, dry_run, recipe"):
+        resolve(TABLE, {"zzz": "1"}, "run")
+    with pytest.raises(KilnError, match="schema takes no variables"):
+        resolve((), {"zzz": "1"}, "schema")
+
+
+def test_each_verb_names_its_commands_parameters_and_documents_them() -> None:
+    """One table per verb: its names are exactly what its command takes, and the task's
+    one line of doc (what `doit help TASK` prints) lists every one."""
+    for verb in tasks.ALL:
+        doc = verb.doc()
+        assert "\n" not in doc
+        for var in verb.vars:
+            assert f"{var.name}=" in doc and var.help in doc, (verb.name, var.name)
+        if verb.name != "build":  # build's actions are its steps
+            params = inspect.signature(tasks.command(verb.name)).parameters
+            assert list(params) == [v.name for v in verb.vars], verb.name
+
+
+def test_doit_run_with_a_misspelt_variable_fails_before_running_anything(tmp_path: Path) -> None:
+    world = make_world(tmp_path, tmp_path / "hub", ("tiny-llama",))
+    proc = world.doit("run", "recipe=tiny-llama", "prompt=hi", "temprature=0.7")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out
+    assert "unknown variable 'temprature' for run; did you mean 'temperature'?" in out
+    assert "Traceback" not in out
+    assert not (world.store / "objects").exists()  # nothing was built, nothing generated
+
+
+def test_doit_help_lists_a_tasks_variables(tmp_path: Path) -> None:
+    world = make_world(tmp_path, tmp_path / "hub", ("tiny-llama",))
+    for task, verb in (("generate", tasks.RUN), ("build", tasks.BUILD), ("gc", tasks.GC)):
+        out = world.doit("help", task).stdout
+        for var in verb.vars:
+            assert f"{var.name}=" in out and var.help in out, (task, var.name, out)
+    proc = world.doit("build", "recipes=tiny-llama")
+    assert proc.returncode != 0
+    assert "unknown variable 'recipes' for build; did you mean 'recipe'?" in proc.stdout
+    assert not (world.store / "objects").exists()
+
+
+def test_run_takes_sampling_values_within_their_bounds() -> None:
+    got = resolve(tasks.RUN.vars, {"temperature": "0.7", "top_p": "0.5", "top_k": "3"}, "run")
+    assert (got["temperature"], got["top_p"], got["top_k"]) == (0.7, 0.5, 3)
+    with pytest.raises(KilnError, match=r"top_p: 1\.5 is over 1"):
+        resolve(tasks.RUN.vars, {"top_p": "1.5"}, "run")
+    with pytest.raises(KilnError, match="port: 70000 is over 65535"):
+        resolve(tasks.SERVE.vars, {"port": "70000"}, "serve")
