@@ -13,6 +13,13 @@ The graph's contract, which runtime/classify.py relies on:
 
 Batches are right-padded: absolute position embeddings then see each real token at
 the position it has alone, and the mask hides the padding from attention.
+
+  export.py     the checkpoint -> ONNX, with the contract above
+  onnx.py       graph tidy and check (builders/common/graph.py)
+  engine.py     onnxruntime's offline optimization and a smoke run (builders/common/ort.py)
+  bundle.py     engine + tokenizer + bundle.json
+  reference.py  the independent fp32 transformers reference
+  validate.py   the bundle through runtime/, measured against the reference
 """
 
 TASK = "text-classification"

@@ -9,6 +9,13 @@ The graph (builders/common/encoder.py's contract) outputs every token's state,
 `last_hidden_state [batch, seq, hidden] float32`; runtime/embed.py pools it into
 one vector per text as the checkpoint's sentence-transformers modules say
 (export.pooling), and the reference pools transformers' states the same way.
+
+  export.py     the checkpoint -> ONNX, with the contract above
+  onnx.py       graph tidy and check (builders/common/graph.py)
+  engine.py     onnxruntime's offline optimization and a smoke run (builders/common/ort.py)
+  bundle.py     engine + tokenizer + bundle.json
+  reference.py  the independent fp32 transformers reference
+  validate.py   the bundle through runtime/, measured against the reference
 """
 
 TASK = "feature-extraction"

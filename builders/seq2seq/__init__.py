@@ -34,6 +34,15 @@ There the cross-attention keys and values are computed once per input, by the
 encoder graph, and fed to every decoder step unchanged: a 30 s Whisper input is
 1500 encoder positions, too many to project again at every token. Features have a
 fixed length (the preprocessor pads or cuts the audio), so no mask is needed.
+
+  export.py     the checkpoint -> ONNX, with the contract above
+  onnx.py       graph tidy and check (builders/common/graph.py)
+  engine.py     onnxruntime's offline optimization and a smoke run (builders/common/ort.py)
+  bundle.py     engine + tokenizer + bundle.json
+  reference.py  the independent fp32 transformers reference
+  validate.py   the bundle through runtime/, measured against the reference
+  speech.py     what speech exports and references do differently
+  _graph.py     what the text and speech exports share (decoder cache, dynamic axes)
 """
 
 TASK = "text2text-generation"

@@ -17,6 +17,14 @@ then make the directory itself read-only. A killed build leaves only a temp dir,
 which `gc` removes; a reader never sees half an artifact. Removing goes the other
 way: rename out of `objects/` first, then delete, so a kill mid-delete leaves no
 half artifact either.
+
+  __init__.py     Store, Writer, Artifact: the layout above and the publish protocol
+  api.py          Request and Writer protocols: the whole builder contract
+  execute.py      run one step: lock, reuse or build, publish (the only caller of builders)
+  keylock.py      per-key build locks (filelock) and who holds them
+  unsupported.py  the unsupported-here marker a step publishes instead of an output
+  verify.py       re-hash artifacts against their sealed records
+  gc.py           remove stale temp dirs and unreferenced artifacts (rename, then delete)
 """
 
 from __future__ import annotations
