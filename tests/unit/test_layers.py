@@ -334,3 +334,17 @@ def test_every_package_maps_its_modules_in_its_docstring() -> None:
                 if (module or is_package) and name not in doc:
                     missing.append(f"{init.relative_to(ROOT)}: {name}")
     assert missing == []
+
+
+def test_unit_tests_need_no_build_extra() -> None:
+    """tests/unit/ runs without torch, transformers, onnx and onnxruntime: real builds
+    live in tests/builds/ (and site checks of built recipes in tests/e2e/)."""
+    unit = sorted((ROOT / "tests" / "unit").glob("test_*.py"))
+    assert len(unit) > 10
+    marked = []
+    for path in unit:
+        tree = ast.parse(path.read_text())
+        names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+        if "heavy" in names:  # the build-extra marker (conftest.heavy), used or applied
+            marked.append(path.name)
+    assert marked == []
