@@ -19,16 +19,15 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from _process import ROOT, timed
+
 RAW = """
 import sys, yaml
 for f in sys.argv[1:]:
@@ -59,14 +58,8 @@ def generate(root: Path, n: int) -> None:
 
 def run(args: list[str], env: dict[str, str]) -> tuple[float, float]:
     """(wall, cpu) seconds of one process."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    start = time.perf_counter()
-    proc = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True)
-    wall = time.perf_counter() - start
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if proc.returncode != 0:
-        sys.exit(f"{' '.join(args[:4])} failed:\n{proc.stdout}\n{proc.stderr}")
-    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    wall, cpu, _ = timed(args, env)
+    return wall, cpu
 
 
 def best(fn: Callable[[], tuple[float, float]], repeat: int) -> tuple[float, float]:

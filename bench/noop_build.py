@@ -24,15 +24,13 @@ import hashlib
 import json
 import os
 import re
-import resource
 import shutil
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from _process import ROOT, catalog_copy, timed
+
 sys.path.insert(0, str(ROOT))
 
 EXECUTED = re.compile(r"^\.  ", re.MULTILINE)  # doit prints ".  title" for tasks it runs
@@ -48,13 +46,7 @@ def catalog_root(base: Path, n: int) -> Path:
         for name, r in sorted(shipped.recipes.items())
         if name.startswith("tiny-") and "gpu" not in r.tags and r.build.target == "cpu"
     ][:n]
-    root = base / "catalog"
-    for folder in ("thresholds", "prompts"):
-        shutil.copytree(ROOT / folder, root / folder)
-    (root / "recipes").mkdir(parents=True)
-    (root / "manifests").mkdir()
-    for name in names:
-        shutil.copy(ROOT / "recipes" / f"{name}.yaml", root / "recipes")
+    root = catalog_copy(base, names)
     base_text = (ROOT / "recipes" / "tiny-llama.yaml").read_text()
     for i in range(n - len(names)):
         text = base_text.replace("max_seq_len: 256", f"max_seq_len: {64 + 8 * i}")
@@ -94,18 +86,6 @@ def finished_build(root: Path, store_root: Path) -> int:
     return len(steps)
 
 
-def run(args: list[str], env: dict[str, str]) -> tuple[float, float, str]:
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    start = time.perf_counter()
-    proc = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True)
-    wall = time.perf_counter() - start
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if proc.returncode != 0:
-        sys.exit(f"{' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}")
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return wall, cpu, proc.stdout
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--recipes", type=int, default=50)
@@ -126,10 +106,10 @@ def main() -> None:
                 sys.stdout = stdout
         build = [sys.executable, "-m", "doit", "-f", str(ROOT / "dodo.py"), "-d", str(root)]
         build.append("build")
-        run(build, env)  # doit's DB and the parse cache, as after any build
+        timed(build, env)  # doit's DB and the parse cache, as after any build
         load = os.getloadavg()
-        passes = [run([sys.executable, "-c", "pass"], env) for _ in range(args.repeat)]
-        noops = [run(build, env) for _ in range(args.repeat)]
+        passes = [timed([sys.executable, "-c", "pass"], env) for _ in range(args.repeat)]
+        noops = [timed(build, env) for _ in range(args.repeat)]
         load = max(load, os.getloadavg())
         for _wall, _cpu, out in noops:
             if EXECUTED.search(out):

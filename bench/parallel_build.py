@@ -17,31 +17,20 @@ import argparse
 import os
 import re
 import resource
-import shutil
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from _process import ROOT, catalog_copy
+
 sys.path.insert(0, str(ROOT))
 RECIPES = ("tiny-llama", "tiny-qwen3", "tiny-mistral", "tiny-qwen2")
 
 
-def catalog(base: Path, names: list[str]) -> Path:
-    root = base / "catalog"
-    for folder in ("thresholds", "prompts"):
-        shutil.copytree(ROOT / folder, root / folder)
-    (root / "recipes").mkdir(parents=True)
-    (root / "manifests").mkdir()
-    for name in names:
-        shutil.copy(ROOT / "recipes" / f"{name}.yaml", root / "recipes")
-    return root
-
-
 def build(base: Path, hub: Path, names: list[str], jobs: list[str]) -> tuple[float, float]:
-    root = catalog(base, names)
+    root = catalog_copy(base, names)
     env = dict(os.environ, KILN_ROOT=str(root), KILN_STORE=str(base / "store"))
     env.update(KILN_HUB_CACHE=str(hub), KILN_SITE=str(base / "_site"))
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])

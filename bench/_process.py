@@ -1,0 +1,42 @@
+"""What the whole-process benchmarks share: timing one command, and a catalog copy.
+
+Imported by bench/check_catalog.py, noop_build.py and parallel_build.py (run as
+scripts, so this folder is on sys.path).
+"""
+
+from __future__ import annotations
+
+import resource
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def timed(args: list[str], env: dict[str, str]) -> tuple[float, float, str]:
+    """(wall, cpu, stdout) of one process run in the repository; a failure stops the bench."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    proc = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if proc.returncode != 0:
+        sys.exit(f"{' '.join(args[:4])} failed:\n{proc.stdout}\n{proc.stderr}")
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu, proc.stdout
+
+
+def catalog_copy(base: Path, names: list[str]) -> Path:
+    """A catalog of its own under `base`: the shipped thresholds and prompts, the named
+    recipes, and an empty manifests/."""
+    root = base / "catalog"
+    for folder in ("thresholds", "prompts"):
+        shutil.copytree(ROOT / folder, root / folder)
+    (root / "recipes").mkdir(parents=True)
+    (root / "manifests").mkdir()
+    for name in names:
+        shutil.copy(ROOT / "recipes" / f"{name}.yaml", root / "recipes")
+    return root
