@@ -8,6 +8,7 @@ from typing import Any
 import yaml
 from conftest import ROOT
 
+from kiln import catalog
 from kiln.canonical import key_of
 from kiln.catalog.yaml import load_yaml_model
 from kiln.plan import plan
@@ -56,3 +57,19 @@ def sample_manifest(n: int) -> Manifest:
             "evidence": [],
         }
     )
+
+
+TEXTS = [
+    "Hello",
+    "The quick brown fox",
+    "What is the capital of France? Paris, of course, and it is lovely in spring.",
+    "def add(a, b): return a + b",
+    "3.14159",
+]
+
+
+def shipped_plan(name: str) -> Any:
+    """The plan of a recipe of the repository's own catalog."""
+    cat = catalog.load(catalog.Paths(ROOT))
+    recipe = cat.recipe(name)
+    return plan(name, recipe, cat.prompts[recipe.validation.prompts], current())

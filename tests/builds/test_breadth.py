@@ -31,7 +31,7 @@ UNSUPPORTED = {
     "tiny-glm-moe-dsa": "indexer keys",
 }
 
-# Recipes of other tasks pass on their own metrics (tests/builds/test_encoder_tasks.py).
+# Recipes of other tasks pass on their own metrics (tests/builds/test_classify.py, test_seq2seq.py).
 CLASSIFIERS = {"tiny-bert-classifier"}
 EMBEDDERS = {"tiny-bert-embed"}
 
