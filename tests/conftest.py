@@ -55,18 +55,22 @@ class World:
         path.write_text(data if isinstance(data, str) else yaml.safe_dump(data, sort_keys=False))
         return path
 
+    def argv(self, *args: str) -> list[str]:
+        """`doit ARGS` on this world's catalog, as a user runs it."""
+        return [
+            sys.executable,
+            "-m",
+            "doit",
+            "-f",
+            str(ROOT / "dodo.py"),
+            "-d",
+            str(self.root),
+            *args,
+        ]
+
     def doit(self, *args: str, check: bool = False) -> subprocess.CompletedProcess[str]:
         proc = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "doit",
-                "-f",
-                str(ROOT / "dodo.py"),
-                "-d",
-                str(self.root),
-                *args,
-            ],
+            self.argv(*args),
             env=self.env,
             capture_output=True,
             text=True,

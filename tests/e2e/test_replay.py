@@ -9,7 +9,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -217,17 +216,7 @@ def _descends(pid: int, ancestor: int, stat: str) -> bool:
 def test_a_killed_step_is_retried_and_the_evidence_says_which_attempt(replay_world: World) -> None:
     w = replay_world
     driver = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "doit",
-            "-f",
-            str(ROOT / "dodo.py"),
-            "-d",
-            str(w.root),
-            "replay",
-            "recipes=tiny-llama",
-        ],
+        w.argv("replay", "recipes=tiny-llama"),
         env=w.env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

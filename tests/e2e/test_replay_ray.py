@@ -16,14 +16,13 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import ROOT, World, heavy
+from conftest import World, heavy
 from replaying import copy_world, junit, outcome, recipes
 
 pytestmark = [heavy, pytest.mark.ray]
@@ -93,19 +92,7 @@ def test_ray_replay_survives_a_killed_worker(tmp_path: Path, built: World, clust
 
     env = {**w.env, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
     driver = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "doit",
-            "-f",
-            str(ROOT / "dodo.py"),
-            "-d",
-            str(w.root),
-            "replay",
-            "executor=ray",
-            f"address={cluster.address}",
-            "ray_timeout=240",
-        ],
+        w.argv("replay", "executor=ray", f"address={cluster.address}", "ray_timeout=240"),
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
