@@ -58,8 +58,15 @@ BUILD = Verb(
             "the recipes to build, comma-separated (default: every recipe this host can build)",
             metavar="NAMES",
         ),
+        Var(
+            "allow_quality_fail",
+            bool,
+            False,
+            "a recipe that fails its gates is recorded and exits 0 (default: exit 1)",
+        ),
     ),
-    "Build recipes incrementally, each step once.",
+    "Build recipes incrementally, each step once "
+    "(exit 0 built: pass or unsupported-here; 1 a step failed or a recipe failed its gates).",
 )
 CHECK = Verb(
     "check",
@@ -94,7 +101,7 @@ RUN = Verb(
             "a speech recipe's input: a .wav file or a folder of them",
             metavar="PATH",
         ),
-        Var("max_new_tokens", int, 32, "how many tokens to generate", minimum=0),
+        Var("max_new_tokens", int, 32, "how many tokens to generate", minimum=1),
         Var("temperature", float, 0.0, "the sampling temperature; 0 decodes greedily", minimum=0),
         Var("top_k", int, 0, "sample from the k likeliest tokens; 0: from all", minimum=0),
         Var(
@@ -318,6 +325,7 @@ def task_build() -> Iterator[Task]:
         yield _failing("variables", str(exc))
         return
     targets = build.targets(values["recipe"])
+    allow = values["allow_quality_fail"]
     for name, message in targets.notes:
         yield _note(name, message)
     hub = Paths.from_env().hub
@@ -362,9 +370,9 @@ def task_build() -> Iterator[Task]:
             "name": f"manifest-{p.recipe}",
             "meta": {"title": f"manifest  {p.recipe} -> {path}"},
             "title": _title,
-            "actions": [(run_build, [build.manifest, p.recipe, p])],
+            "actions": [(run_build, [build.manifest, p.recipe, p, allow])],
             "task_dep": [f"build:{_task_name(p.step('validate'))}"],
-            "uptodate": [(build.recorded, [p.recipe, p])],
+            "uptodate": [(build.recorded, [p.recipe, p, allow])],
             "verbosity": 2,
         }
     for name, error in targets.failures:

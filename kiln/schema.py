@@ -6,10 +6,12 @@ the error messages, the editor JSON Schema and the site.
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     StringConstraints,
@@ -108,7 +110,23 @@ SAMPLE_SIZE: dict[str, str] = {
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    """Unknown keys are errors, and values are what they say: a boolean is `true` or
+    `false` (not 1, not 'false'), an integer is not a boolean (YAML 1.1 reads `yes` as
+    one), text is not a number, and a float is finite."""
+
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, populate_by_name=True, strict=True, allow_inf_nan=False
+    )
+
+
+def _exactly_one(value: Any) -> Any:
+    # Literal[1] takes `true` and `1.0` (both == 1); a version is the integer itself.
+    if type(value) is not int:
+        raise ValueError(f"schema_version must be the integer 1, not {json.dumps(value)}")
+    return value
+
+
+SchemaVersion = Annotated[Literal[1], BeforeValidator(_exactly_one)]
 
 
 # ---------------------------------------------------------------- recipes
@@ -322,7 +340,7 @@ class Validation(Strict):
 
 
 class Recipe(Strict):
-    schema_version: Literal[1] = Field(description="Recipe schema version; this is version 1.")
+    schema_version: SchemaVersion = Field(description="Recipe schema version; this is version 1.")
     extends: Name | None = Field(
         None,
         description="Parent recipe (file stem) this one deep-merges onto; one chain, depth <= 8.",
@@ -439,7 +457,9 @@ class Gate(Strict):
 
 
 class Thresholds(Strict):
-    schema_version: Literal[1] = Field(description="Thresholds schema version; this is version 1.")
+    schema_version: SchemaVersion = Field(
+        description="Thresholds schema version; this is version 1."
+    )
     description: str = Field(max_length=2000, description="What these gates are for.")
     family_alpha: float | None = Field(
         None,
@@ -458,7 +478,9 @@ class Thresholds(Strict):
 
 
 class PromptSet(Strict):
-    schema_version: Literal[1] = Field(description="Prompt set schema version; this is version 1.")
+    schema_version: SchemaVersion = Field(
+        description="Prompt set schema version; this is version 1."
+    )
     description: str = Field(max_length=2000, description="What the prompts exercise.")
     prompts: list[Annotated[str, StringConstraints(min_length=1, max_length=2000)]] = Field(
         min_length=8, description="Fixed prompts; at least 8."
@@ -541,6 +563,14 @@ def _unrecorded(value: Any) -> bool:
     return value is None
 
 
+class GatesRef(Strict):
+    name: Name = Field(description="The thresholds file: thresholds/<name>.yaml.")
+    sha256: Sha256 = Field(
+        description="sha256 of the canonical JSON of its gates and family_alpha (what "
+        "judging reads; descriptions excluded): another digest is another verdict."
+    )
+
+
 class Evidence(Strict):
     date: str = Field(description="UTC time the validation ran, ISO 8601.")
     host: Host = Field(description="Where it ran.")
@@ -550,6 +580,12 @@ class Evidence(Strict):
     gates: list[GateResult] = Field(description="The gates applied, with their outcome.")
     verdict: Verdict = Field(description="pass, quality-fail, build-fail, unsupported-here, ...")
     reason: str = Field("", description="Why, when the verdict is not 'pass'.")
+    thresholds: GatesRef | None = Field(
+        None,
+        exclude_if=_unrecorded,
+        description="The gates the verdict was judged under. Absent on records made before "
+        "gates were recorded: such a verdict is stale until re-judged.",
+    )
     # Written only when recorded: a `doit build` record has neither.
     attempt: int | None = Field(
         None,
@@ -568,7 +604,7 @@ class Evidence(Strict):
 
 
 class Manifest(Strict):
-    schema_version: Literal[1] = Field(description="Manifest schema version; this is version 1.")
+    schema_version: SchemaVersion = Field(description="Manifest schema version; this is version 1.")
     recipe: Name = Field(description="The recipe this manifest belongs to.")
     lock: Lock = Field(description="What was built, exactly.")
     evidence: list[Evidence] = Field(description="One record per validation run, oldest first.")

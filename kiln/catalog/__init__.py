@@ -13,6 +13,7 @@ Recipes are data: nothing is templated.
   cache.py          parsed YAML cached in the store by (path, size, mtime_ns), checked
   diagnose.py       pydantic errors -> file:line:col, key path, snippet, did-you-mean
   rules.py          the compatibility rules of catalog/rules.yaml, applied to recipes
+  buildable.py      what no builder makes yet, and gates a validation cannot feed
   architectures.py  catalog/architectures.yaml and the CI subset it implies
 
 Parsing is cached in the store (cache.py): loading an unchanged catalog again parses
@@ -26,10 +27,11 @@ import os
 import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
+from kiln.catalog import buildable
 from kiln.catalog import rules as rules_mod
 from kiln.catalog.cache import ParseCache
 from kiln.catalog.diagnose import Source, find, validate
@@ -200,7 +202,11 @@ def _load(catalog: Catalog, cache: bool, save: bool) -> Catalog:
         except KilnError as exc:
             catalog.add(file, exc.problems)
             continue
-        problems = _cross_check(catalog, name, recipe) + _apply_rules(catalog, name, recipe, rules)
+        problems = [
+            *_cross_check(catalog, name, recipe),
+            *_apply_rules(catalog, name, recipe, rules),
+            *_buildable(catalog, name, recipe),
+        ]
         if problems:
             catalog.add(file, problems)
         else:
@@ -220,6 +226,19 @@ def _apply_rules(
             where = catalog.locate(name, first)
         out.append(rules_mod.problem(v, where))
     return out
+
+
+def _buildable(catalog: Catalog, name: str, recipe: Recipe) -> list[Problem]:
+    """What the planner would refuse, and gates the validation cannot feed, located."""
+    problems = buildable.refusals(recipe)
+    which = recipe.validation.thresholds
+    if which in catalog.thresholds:
+        problems += buildable.gate_problems(recipe, which, catalog.thresholds[which])
+    return [replace(p, location=catalog.locate(name, _key_path(p))) for p in problems]
+
+
+def _key_path(p: Problem) -> tuple[str, ...]:
+    return tuple(map(str, p.location.key_path)) if p.location else ()
 
 
 def _written(catalog: Catalog, name: str, path: Sequence[str]) -> bool:

@@ -154,6 +154,32 @@ def _describe(err: Any, root: type[BaseModel]) -> tuple[str, str]:
     return err["msg"][0].lower() + err["msg"][1:], ""
 
 
+_TYPED = {"string_type", "bool_type", "int_type", "float_type"}
+_WANTED = {"bool_type": "a boolean", "int_type": "an integer", "float_type": "a number"}
+_READ_AS = {bool: "a boolean", int: "an integer", float: "a number", str: "text"}
+
+
+def _typed(kind: str, node: yaml.ScalarNode, value: Any) -> tuple[str, str] | None:
+    """Say what YAML read a scalar as, and how to write what the key wants."""
+    written = node.value
+    read_as = _READ_AS.get(type(value))
+    if read_as is None:
+        return None
+    if kind == "string_type":
+        # YAML 1.1 reads 0123, 1e5, yes and off as numbers and booleans.
+        read = type(value).__name__
+        return f"{written!r} is read by YAML as {read}, not text", f"quote it: '{written}'"
+    wanted = _WANTED[kind]
+    if kind == "bool_type":
+        fix = "write true or false, unquoted"
+    elif kind == "int_type":
+        fix = "write a whole number, unquoted"
+    else:
+        fix = "write a number, unquoted"
+    quoted = " (it is quoted)" if node.style in ("'", '"') else ""
+    return f"{written!r} is read by YAML as {read_as}{quoted}, not {wanted}", fix
+
+
 def _union_of(root: type[BaseModel], loc: Sequence[Any]) -> Any:
     """The annotation of the union field that holds the tagged member at `loc`."""
     models = [root]
@@ -185,10 +211,8 @@ def problems_of(
         source, (target, key_node, _n) = max(
             ((s, find(s.node, loc)) for s in sources), key=lambda pair: pair[1][2]
         )
-        if err["type"] == "string_type" and isinstance(target, yaml.ScalarNode):
-            # YAML 1.1 reads 0123, 1e5, yes and off as numbers and booleans.
-            cause = f"{target.value!r} is read by YAML as {type(err['input']).__name__}, not text"
-            fix = f"quote it: '{target.value}'"
+        if isinstance(target, yaml.ScalarNode) and err["type"] in _TYPED:
+            cause, fix = _typed(err["type"], target, err["input"]) or (cause, fix)
         mark = key_node if err["type"] == "extra_forbidden" and key_node else target
         out.append(Problem(cause, source.location(mark, path), fix))
     return out

@@ -222,13 +222,25 @@ def _context_of(name: str, paths: Paths, s: Step) -> dict[str, Any]:
     return context(name, s, paths)
 
 
-def manifest(name: str, p: Plan) -> None:
-    """Judge the recipe's validation and append it to its manifest."""
-    record.record(catalog(), store(), name, p)
+def manifest(name: str, p: Plan, allow_quality_fail: bool = False) -> None:
+    """Judge the recipe's validation and append it to its manifest; a quality-fail is
+    recorded, then fails the build (CI gates on it) unless `allow_quality_fail`: the
+    seed's rule that a recipe failing its gates stays runnable."""
+    evidence = record.record(catalog(), store(), name, p)
+    if evidence.verdict == "quality-fail" and not allow_quality_fail:
+        raise KilnError.one(
+            f"{name}: quality-fail: {evidence.reason}",
+            None,
+            "the evidence is recorded; fix the recipe or its gates, or build with "
+            "allow_quality_fail=1 to exit 0",
+        )
 
 
-def recorded(name: str, p: Plan) -> bool:
-    return record.is_recorded(catalog(), store(), name, p)
+def recorded(name: str, p: Plan, allow_quality_fail: bool = False) -> bool:
+    """Is this run recorded under the current gates? A recorded quality-fail is not
+    up to date unless allowed: every build of it says so and exits non-zero."""
+    found = record.find_recorded(catalog(), store(), name, p)
+    return found is not None and (found.verdict != "quality-fail" or allow_quality_fail)
 
 
 def ensure_bundle(name: str) -> Plan:

@@ -13,7 +13,7 @@ from kiln.canonical import key_of
 from kiln.catalog import Catalog
 from kiln.commands.workspace import catalog
 from kiln.errors import KilnError, Location, Problem
-from kiln.evidence import manifest
+from kiln.evidence import gates, manifest
 
 
 def manifest_problems(cat: Catalog, path: Path) -> list[Problem]:
@@ -42,6 +42,39 @@ def manifest_problems(cat: Catalog, path: Path) -> list[Problem]:
     return problems
 
 
+def regated(cat: Catalog, manifests: list[Path]) -> list[tuple[str, str]]:
+    """(recipe, why) for each manifest whose latest verdict was judged under other
+    gates than its recipe's thresholds file holds now (kiln/evidence/gates.py)."""
+    out = []
+    for path in manifests:
+        recipe = cat.recipes.get(path.stem)
+        try:
+            found = manifest.read(path)
+        except KilnError:
+            continue  # reported by manifest_problems
+        if recipe is None or found is None or not found.evidence:
+            continue
+        latest = found.evidence[-1]
+        which = recipe.validation.thresholds
+        now = gates.ref(which, cat.thresholds[which])
+        if latest.thresholds == now:
+            continue
+        if latest.thresholds is None:
+            why = f"its {latest.verdict} of {latest.date[:10]} names no gates"
+        elif latest.thresholds.name != which:
+            why = (
+                f"its {latest.verdict} of {latest.date[:10]} was judged under "
+                f"thresholds/{latest.thresholds.name}.yaml; the recipe names {which}"
+            )
+        else:
+            why = (
+                f"its {latest.verdict} of {latest.date[:10]} was judged under other gates: "
+                f"thresholds/{which}.yaml changed since"
+            )
+        out.append((path.stem, why))
+    return out
+
+
 def check(strict: bool) -> None:
     """Print what is stale and the counts; KilnError with every problem found."""
     cat = catalog()
@@ -55,6 +88,10 @@ def check(strict: bool) -> None:
         from kiln.plan import toolchain
 
         stale = review.manifest_staleness(cat, toolchain.current())
+    rejudge = regated(cat, manifests)
+    for name, why in rejudge:
+        print(f"stale: manifests/{name}.json: {why}")
+        print(f"       re-judge with: doit build recipe={name}")
     for s in stale:
         why = "; ".join(f"{step.kind} ({', '.join(reasons)})" for step, reasons in s.steps)
         print(f"stale: manifests/{s.recipe}.json: its lock no longer matches the recipe: {why}")
@@ -66,6 +103,7 @@ def check(strict: bool) -> None:
     )
     if problems:
         raise KilnError(problems)
-    if stale and strict:
-        raise KilnError.one(f"{len(stale)} stale manifests", None, "rebuild them")
-    print(f"ok: {counts}; {len(stale)} stale manifests")
+    count = len({s.recipe for s in stale} | {name for name, _ in rejudge})
+    if count and strict:
+        raise KilnError.one(f"{count} stale manifests", None, "rebuild them")
+    print(f"ok: {counts}; {count} stale manifests")

@@ -21,6 +21,11 @@ failures. A thresholds file may set `family_alpha`; each of its k statistical ga
 then runs at family_alpha / k (Bonferroni), which bounds the chance that any of them
 fails a bundle as good as the reference by family_alpha, whatever their correlation.
 Threshold-only gates are deterministic bounds and spend no alpha.
+
+A verdict is only as current as the gates it was judged by: every evidence record
+names its thresholds file and the digest of what judging reads from it (`ref`: the
+gates and family_alpha, not the prose), so an edited gate re-judges the recorded
+metrics and `doit check` calls a verdict judged under other gates stale.
 """
 
 from __future__ import annotations
@@ -28,8 +33,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from statistics import NormalDist
+from typing import Any
 
-from kiln.schema import SAMPLE_SIZE, Gate, GateResult, Thresholds, Verdict
+from kiln.canonical import key_of
+from kiln.schema import SAMPLE_SIZE, Gate, GateResult, GatesRef, Thresholds, Verdict
 
 DEFAULT_ALPHA = 0.05
 
@@ -91,7 +98,7 @@ def _judge_one(gate: Gate, b: Bound, metrics: dict[str, float]) -> GateResult:
     passes = measured and (
         value >= b.threshold if gate.direction == "higher" else value <= b.threshold  # type: ignore[operator]
     )
-    stats: dict[str, float | int | None] = {}
+    stats: dict[str, Any] = {}
     if gate.statistical:
         size = metrics.get(SAMPLE_SIZE[gate.metric])
         measured_n = int(size) if size is not None and math.isfinite(size) else None
@@ -134,3 +141,17 @@ def judge(
     if not failed:
         return results, "pass", ""
     return results, "quality-fail", "; ".join(_why(r) for r in failed)
+
+
+def material(thresholds: Thresholds) -> dict[str, object]:
+    """What a verdict depends on: the gates and family_alpha; descriptions and `why`
+    are for reviewers and re-judge nothing."""
+    return {
+        "family_alpha": thresholds.family_alpha,
+        "gates": [g.model_dump(mode="json", exclude={"why"}) for g in thresholds.gates],
+    }
+
+
+def ref(name: str, thresholds: Thresholds) -> GatesRef:
+    """The thresholds a verdict is judged under, as its evidence record names them."""
+    return GatesRef(name=name, sha256=key_of(material(thresholds)))

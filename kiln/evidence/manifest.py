@@ -14,7 +14,7 @@ from kiln.canonical import pretty
 from kiln.catalog.yaml import load_json_model
 from kiln.errors import KilnError
 from kiln.fsio import atomic_write
-from kiln.schema import Evidence, Lock, Manifest
+from kiln.schema import Evidence, GatesRef, Lock, Manifest
 
 
 def read(path: Path, display: str | None = None) -> Manifest | None:
@@ -27,17 +27,27 @@ def write(path: Path, manifest: Manifest) -> None:
     atomic_write(path, pretty(manifest.model_dump(mode="json")))
 
 
-def has_evidence(path: Path, step_key: str, date: str, lock: Lock) -> bool:
-    """Is this validation run (its step key and the date it ran) recorded under this
-    exact lock? Evidence is one record per run: a fresh clone that validates again
-    on another machine appends its own record, even for the same step key."""
+def find_evidence(
+    path: Path, step_key: str, date: str, lock: Lock, gates: GatesRef
+) -> Evidence | None:
+    """The record of this validation run (its step key and the date it ran) under this
+    exact lock, judged under these gates, if the manifest has one. Evidence is one
+    record per run and judgement: a fresh clone that validates again on another
+    machine appends its own record, and so does a run re-judged under edited gates."""
     try:
         current = read(path)
     except KilnError:
-        return False
+        return None
     if current is None or current.lock != lock:
-        return False
-    return any(e.step_key == step_key and e.date == date for e in current.evidence)
+        return None
+    return next(
+        (
+            e
+            for e in reversed(current.evidence)
+            if (e.step_key, e.date, e.thresholds) == (step_key, date, gates)
+        ),
+        None,
+    )
 
 
 def record(path: Path, recipe: str, lock: Lock, evidence: Evidence) -> Manifest:

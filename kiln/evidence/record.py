@@ -8,17 +8,16 @@ last, under a lock, and only when every artifact it names is in the store.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 from kiln.canonical import key_of
 from kiln.catalog import Catalog
 from kiln.errors import KilnError
+from kiln.evidence import gates as gates_mod
 from kiln.evidence import manifest
-from kiln.evidence.gates import judge
 from kiln.evidence.lock import lock
 from kiln.plan.step import Plan, Step
-from kiln.schema import Evidence
+from kiln.schema import Evidence, GatesRef
 from kiln.store import Store, unsupported
 
 
@@ -35,13 +34,22 @@ def measured(cat: Catalog, store: Store, validate: Step, name: str) -> dict[str,
     return data
 
 
-def is_recorded(cat: Catalog, store: Store, name: str, p: Plan) -> bool:
-    """Is the run in the store already in the manifest, under this exact lock?"""
+def _gates(cat: Catalog, name: str) -> GatesRef:
+    which = cat.recipe(name).validation.thresholds
+    return gates_mod.ref(which, cat.thresholds[which])
+
+
+def find_recorded(cat: Catalog, store: Store, name: str, p: Plan) -> Evidence | None:
+    """The manifest's record of the run in the store, under this exact lock and judged
+    under the recipe's current gates; None when it has none (then record() appends
+    one: for edited gates, the same metrics judged again, no step rerun)."""
     if not all(store.has(s.key) for s in p.steps):
-        return False
+        return None
     validate = p.step("validate")
     date = measured(cat, store, validate, name)["date"]
-    return manifest.has_evidence(cat.paths.manifest(name), validate.key, date, lock(store, p))
+    return manifest.find_evidence(
+        cat.paths.manifest(name), validate.key, date, lock(store, p), _gates(cat, name)
+    )
 
 
 def record(
@@ -51,8 +59,9 @@ def record(
     `extra`: what a replay adds (attempt, step durations)."""
     validate = p.step("validate")
     found = measured(cat, store, validate, name)
+    judged_by = _gates(cat, name)
     thresholds = cat.thresholds[cat.recipe(name).validation.thresholds]
-    gates, verdict, reason = judge(thresholds, found["metrics"])
+    gates, verdict, reason = gates_mod.judge(thresholds, found["metrics"])
     if "unsupported" in found:  # no metrics were measured, and none are claimed
         gates, verdict, reason = [], "unsupported-here", found["unsupported"]
     evidence = Evidence(
@@ -64,25 +73,20 @@ def record(
         gates=gates,
         verdict=verdict,
         reason=reason,
+        thresholds=judged_by,
         **(extra or {}),
     )
     path = cat.paths.manifest(name)
     # Concurrent builds of one recipe record one run once (issue 7), and a manifest
     # never names an artifact that is not there (it is written last).
     with store.lock(key_of({"manifest": str(path.resolve())}), f"manifest {name}"):
-        if manifest.has_evidence(path, validate.key, found["date"], lock(store, p)):
+        done = manifest.find_evidence(path, validate.key, found["date"], lock(store, p), judged_by)
+        if done is not None:
             print(f"   {name}: this run is already recorded in {cat.paths.rel(path)}")
-            return recorded(path, validate.key, found["date"])
+            return done
         absent = [s.name for s in p.steps if not store.has(s.key)]
         if absent:
             raise KilnError.one(f"not writing the manifest: {', '.join(absent)} missing")
         manifest.record(path, name, lock(store, p), evidence)
     print(f"   {name}: {verdict}{' (' + reason + ')' if reason else ''} -> {cat.paths.rel(path)}")
     return evidence
-
-
-def recorded(path: Path, step_key: str, date: str) -> Evidence:
-    """The evidence record of one run, from the manifest that holds it."""
-    found = manifest.read(path)
-    assert found is not None  # has_evidence found it there
-    return next(e for e in found.evidence if (e.step_key, e.date) == (step_key, date))

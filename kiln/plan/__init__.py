@@ -16,12 +16,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from kiln.errors import KilnError, Location, Problem
+from kiln.catalog import buildable
+from kiln.catalog.buildable import quantized
+from kiln.errors import KilnError
 from kiln.plan import variants
 from kiln.plan.step import Plan, Step
 from kiln.plan.toolchain import Toolchain
 from kiln.schema import (
-    VARIANTS,
     Build,
     Calibration,
     Checkpoint,
@@ -82,7 +83,6 @@ def _step(
 
 # Quantized weight precisions: modelopt fake-quantizes the torch model, then the
 # legacy exporter writes its Q/DQ nodes (dynamo fails on fake-quant models, FIELD_NOTES).
-QUANTIZED = ("int8-sq", "int8-wo", "fp8", "int4-awq", "w4a8-awq", "nvfp4")
 # modelopt's minimum opsets: int8/fp8 Q/DQ 19; blocked int4 DequantizeLinear 21 (api_facts 2).
 QUANTIZED_OPSET = 19
 
@@ -97,7 +97,7 @@ def quantize_step(
     task: str,
 ) -> Step | None:
     """The quantize step, or None: an fp32 checkpoint has nothing to quantize."""
-    if precision is None or not quantize_needed(precision):
+    if precision is None or not quantized(precision):
         return None
     cal = calibration or Calibration()
     options = {
@@ -122,10 +122,6 @@ def precision_label(precision: Precision) -> str:
     return f"{precision.weights}{kv}"
 
 
-def quantize_needed(precision: Precision) -> bool:
-    return bool(precision.weights != "fp32" or precision.kv_cache != "auto")
-
-
 def qdq_form(quantize: Step | None, build: Build) -> str:
     """How the onnx step writes quantization: TensorRT's own ops for tensorrt, standard
     ONNX (float8 and blocked int4 Q/DQ) for everything else, none for fp32."""
@@ -138,69 +134,6 @@ def scoring(recipe: Recipe) -> dict[str, int]:
     """Text metrics (perplexity, next-token agreement) when the recipe asks for them."""
     n = recipe.validation.scored_positions
     return {"scored_positions": n} if n else {}
-
-
-# What this kiln has builders for. A recipe may declare more (the schema is the
-# whole vocabulary); planning it fails with a clear error instead of pretending.
-BUILDABLE: dict[tuple[str, ...], tuple[Any, ...]] = {
-    ("precision", "weights"): ("fp32", *QUANTIZED),
-    ("precision", "kv_cache"): ("auto", "fp8"),
-    ("precision", "compute"): ("fp32",),
-    ("execution", "variant"): VARIANTS,
-    ("build", "backend"): ("onnxruntime", "aoti", "tensorrt"),
-    ("build", "target"): ("cpu", "sm89", "sm90", "sm100", "sm120"),
-    ("build", "tensor_parallel"): (1,),
-    ("build", "prefill_chunk_len"): (0,),
-}
-
-
-def _check_buildable(recipe: Recipe) -> None:
-    data = recipe.model_dump()
-    problems = []
-    for path, allowed in BUILDABLE.items():
-        value = data[path[0]][path[1]]
-        if value not in allowed:
-            problems.append(
-                Problem(
-                    f"{value!r} is valid, but this kiln has no builder for it yet",
-                    Location("", key_path=path),
-                    f"buildable today: {', '.join(map(str, allowed))}",
-                )
-            )
-    problems += variants.unused_companions(recipe)
-    if recipe.build.backend == "aoti" and quantize_needed(recipe.precision):
-        problems.append(
-            Problem(
-                "aoti compiles the fp32 checkpoint: torch.export fails on modelopt's "
-                "fake-quantized models",
-                Location("", key_path=("build", "backend")),
-                "build quantized precisions with onnxruntime or tensorrt",
-            )
-        )
-    if recipe.execution.variant != "ordinary" and (
-        recipe.build.backend != "onnxruntime" or quantize_needed(recipe.precision)
-    ):
-        problems.append(
-            Problem(
-                "speculative variants are built for fp32 onnxruntime bundles only",
-                Location("", key_path=("execution", "variant")),
-                "use precision fp32 and backend onnxruntime with this variant",
-            )
-        )
-    if recipe.task != "text-generation" and (
-        recipe.build.backend != "onnxruntime"
-        or quantize_needed(recipe.precision)
-        or recipe.execution.variant != "ordinary"
-    ):
-        problems.append(
-            Problem(
-                f"{recipe.task} recipes are built as fp32 onnxruntime bundles only",
-                Location("", key_path=("task",)),
-                "use precision fp32, backend onnxruntime and variant ordinary for this task",
-            )
-        )
-    if problems:
-        raise KilnError(problems)
 
 
 def _fetch(role: str, checkpoint: Checkpoint | Companion, tools: Toolchain) -> Step:
@@ -294,7 +227,9 @@ def _engine(
 
 def plan(name: str, recipe: Recipe, prompts: PromptSet, tools: Toolchain) -> Plan:
     """Expand one recipe. Only what decides an output goes into a step's options."""
-    _check_buildable(recipe)
+    refused = buildable.refusals(recipe)  # what `doit check` reports for the recipe too
+    if refused:
+        raise KilnError(refused)
     companions: dict[str, Step] = {
         r: _fetch(r, c, tools) for r, c in sorted(recipe.companions.items())
     }

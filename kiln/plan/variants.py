@@ -20,22 +20,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from kiln.errors import Location, Problem
 from kiln.schema import Recipe
 
 if TYPE_CHECKING:
     from kiln.plan.step import Step
 
 DRAFTERS = ("mtp", "eagle3", "dflash", "dspark")
-
-# The companion role each variant reads; any other companion would be silently unused.
-USES: dict[str, tuple[str, ...]] = {
-    "draft": ("draft",),
-    "lora": ("adapter",),
-    "eagle3": ("draft",),
-    "dflash": ("draft",),
-    "dspark": ("draft",),
-}
 
 
 def drafter_kind(recipe: Recipe) -> str | None:
@@ -74,16 +64,3 @@ def speculative(recipe: Recipe) -> dict[str, Any]:
     if recipe.execution.variant in ("dflash", "dspark"):
         params["max_draft_len"] = params["block_length"]
     return params if "max_draft_len" in params else {}
-
-
-def unused_companions(recipe: Recipe) -> list[Problem]:
-    used = USES.get(recipe.execution.variant, ())
-    return [
-        Problem(
-            f"the {recipe.execution.variant} variant does not use a {role!r} companion",
-            Location("", key_path=("companions", role)),
-            f"remove companions.{role}, or choose a variant that uses it",
-        )
-        for role in sorted(recipe.companions)
-        if role not in used
-    ]

@@ -77,7 +77,10 @@ def command() -> None:
     from kiln.catalog import load
 
     paths = Paths.from_env()
-    build(load(paths), paths.site)
+    catalog = load(paths)
+    if catalog.problems:  # a page never goes missing silently: fix the catalog first
+        raise KilnError(catalog.all_problems())
+    build(catalog, paths.site)
 
 
 @dataclass(frozen=True)

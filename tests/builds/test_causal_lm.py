@@ -215,3 +215,43 @@ def test_building_everything_leaves_gpu_recipes_to_gpu_hosts(tmp_path: Path, hub
     assert "1 recipes are tagged gpu and this host has no GPU (gpu-llama)" in proc.stdout
     assert not (world.root / "manifests" / "gpu-llama.json").exists()
     assert "validate gpu-llama" not in proc.stdout
+
+
+def test_edited_gates_rejudge_the_recorded_metrics_and_a_quality_fail_exits_1(
+    world: World,
+) -> None:
+    """Thresholds are part of a verdict's identity: an edited gate makes `doit check`
+    call the verdict stale and `doit build` judge the same metrics again, running no
+    step. A quality-fail is recorded and exits 1, every time, unless allowed."""
+    world.doit("build", "recipe=tiny-llama", check=True)
+    first = world.manifest("tiny-llama")["evidence"][-1]
+    assert first["verdict"] == "pass" and first["thresholds"]["name"] == "fp32-exact"
+    gates = world.root / "thresholds" / "fp32-exact.yaml"
+    gates.write_text(gates.read_text().replace("threshold: 0.99999", "threshold: 1.5"))
+
+    check = world.doit("check")
+    assert check.returncode == 0, check.stdout + check.stderr  # stale is not an error ...
+    assert "tiny-llama.json: its pass of " in check.stdout
+    assert "was judged under other gates: thresholds/fp32-exact.yaml changed" in check.stdout
+    assert world.doit("check", "strict=1").returncode == 1  # ... unless strict
+
+    failed = world.doit("build", "recipe=tiny-llama")
+    out = failed.stdout + failed.stderr
+    assert failed.returncode == 1, out
+    assert executed(failed.stdout) == ["manifest"], out  # judged again: no step reran
+    assert "tiny-llama: quality-fail: min_logit_cosine = " in out and "needs >= 1.5" in out
+    assert "allow_quality_fail=1" in out
+    evidence = world.manifest("tiny-llama")["evidence"]
+    assert len(evidence) == 2
+    again = evidence[-1]
+    assert again["verdict"] == "quality-fail"
+    assert (again["date"], again["metrics"]) == (first["date"], first["metrics"])
+    assert again["thresholds"]["sha256"] != first["thresholds"]["sha256"]
+
+    repeat = world.doit("build", "recipe=tiny-llama")  # a recorded fail still fails
+    assert repeat.returncode == 1 and "already recorded" in repeat.stdout
+    assert len(world.manifest("tiny-llama")["evidence"]) == 2
+    allowed = world.doit("build", "recipe=tiny-llama", "allow_quality_fail=1")
+    assert allowed.returncode == 0, allowed.stdout + allowed.stderr
+    assert world.doit("build", "recipe=tiny-llama", "allow_quality_fail=1").stdout.count(".  ") == 0
+    assert "stale" not in world.doit("check", "strict=1", check=True).stdout.split("ok:")[0]

@@ -120,12 +120,28 @@ def test_doit_site_rebuilds_only_when_its_inputs_change(tmp_path: Path) -> None:
 def test_doit_site_removes_pages_of_deleted_recipes(tmp_path: Path) -> None:
     world = copy_catalog(tmp_path)
     world.doit("site", check=True)
-    page = world.root / "_site" / "recipes" / "tiny-qwen3.html"
+    page = world.root / "_site" / "recipes" / "tiny-mistral.html"
     assert page.exists()
-    (world.root / "recipes" / "tiny-qwen3.yaml").unlink()
-    (world.root / "manifests" / "tiny-qwen3.json").unlink()
+    # a recipe no other extends: deleting a parent makes its children invalid, and the
+    # site then refuses to render (test_doit_site_refuses_an_invalid_catalog)
+    (world.root / "recipes" / "tiny-mistral.yaml").unlink()
+    (world.root / "manifests" / "tiny-mistral.json").unlink()
     world.doit("site", check=True)
     assert not page.exists() and (world.root / "_site" / "recipes" / "tiny-llama.html").exists()
+
+
+def test_doit_site_refuses_an_invalid_catalog(tmp_path: Path) -> None:
+    """A page never goes missing silently: an invalid recipe stops the render, located."""
+    world = copy_catalog(tmp_path)
+    world.doit("site", check=True)
+    (world.root / "recipes" / "tiny-qwen3.yaml").unlink()  # tiny-qwen3-* extend it
+    (world.root / "manifests" / "tiny-qwen3.json").unlink()
+    proc = world.doit("site")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1, out
+    assert "recipes/tiny-qwen3-aoti.yaml:3:10:" in out and "parent recipe 'tiny-qwen3'" in out
+    assert "Traceback" not in out
+    assert (world.root / "_site" / "recipes" / "tiny-qwen3-aoti.html").exists()  # kept as was
 
 
 def free_port() -> int:

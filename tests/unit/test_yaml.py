@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -108,3 +109,54 @@ def test_hostile_yaml_fails_cleanly_with_a_location(
     msg = errors_for(tmp_path, text)
     assert cause in msg
     assert msg.startswith("recipes/r.yaml")
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "expected"),
+    [
+        (
+            "schema_version: 1",
+            "schema_version: true",
+            "schema_version must be the integer 1, not true",
+        ),
+        (
+            "schema_version: 1",
+            "schema_version: 1.0",
+            "schema_version must be the integer 1, not 1.0",
+        ),
+        (
+            "  max_batch_size: 4",
+            "  max_batch_size: yes",
+            "'yes' is read by YAML as a boolean, not an integer; write a whole number",
+        ),
+        (
+            "schema_version: 1",
+            "schema_version: 1\nallow_pickle_weights: 1",
+            "'1' is read by YAML as an integer, not a boolean; write true or false",
+        ),
+        (
+            "schema_version: 1",
+            "schema_version: 1\ntrust_remote_code: 'false'",
+            "'false' is read by YAML as text (it is quoted), not a boolean",
+        ),
+        ("  max_seq_len: 256", "  max_seq_len: 256.0", "not an integer"),
+    ],
+)
+def test_values_are_what_they_say(tmp_path: Path, old: str, new: str, expected: str) -> None:
+    """Strict values (issue 14): no YAML 1.1 yes as 1, no 1 or 'false' as a boolean."""
+    assert old in GOOD
+    msg = errors_for(tmp_path, GOOD.replace(old, new, 1))
+    assert expected in msg, msg
+    assert msg.startswith("recipes/r.yaml:")
+
+
+def test_a_manifest_metric_must_be_finite() -> None:
+    from pydantic import ValidationError
+
+    from kiln.schema import Evidence
+
+    good = json.loads((ROOT / "manifests" / "tiny-llama.json").read_text())["evidence"][-1]
+    Evidence.model_validate(good)
+    for bad in (float("nan"), float("inf")):
+        with pytest.raises(ValidationError, match="finite"):
+            Evidence.model_validate({**good, "metrics": {**good["metrics"], "x": bad}})

@@ -1,0 +1,221 @@
+"""What this kiln can build, and what a recipe's gates can judge: refused at check.
+
+`doit check` and `doit plan` judge a recipe the same way because both run these
+functions: the catalog reports their problems as the recipe's (located at its
+lines), and the planner refuses any recipe that reaches it with one. Nothing here
+needs a build: each answer comes from the recipe and its thresholds alone.
+
+- `refusals`: a value the schema allows but no builder makes yet (the schema is the
+  whole vocabulary), and combinations the builders do not make;
+- `gate_problems`: a gate on a metric the recipe's validation never measures, and a
+  statistical gate whose sample size (validation.scored_positions) is not asked for.
+  Both would fail every build as "not measured".
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kiln.errors import Location, Problem
+from kiln.schema import SAMPLE_SIZE, VARIANTS, Precision, Recipe, Thresholds
+
+QUANTIZED = ("int8-sq", "int8-wo", "fp8", "int4-awq", "w4a8-awq", "nvfp4")
+
+# What this kiln has builders for, by recipe key.
+BUILDABLE: dict[tuple[str, str], tuple[Any, ...]] = {
+    ("precision", "weights"): ("fp32", *QUANTIZED),
+    ("precision", "kv_cache"): ("auto", "fp8"),
+    ("precision", "compute"): ("fp32",),
+    ("execution", "variant"): VARIANTS,
+    ("build", "backend"): ("onnxruntime", "aoti", "tensorrt"),
+    ("build", "target"): ("cpu", "sm89", "sm90", "sm100", "sm120"),
+    ("build", "tensor_parallel"): (1,),
+    ("build", "prefill_chunk_len"): (0,),
+}
+
+# The companion role each variant reads; any other companion would be silently unused.
+USES: dict[str, tuple[str, ...]] = {
+    "draft": ("draft",),
+    "lora": ("adapter",),
+    "eagle3": ("draft",),
+    "dflash": ("draft",),
+    "dspark": ("draft",),
+}
+
+# What each task's validate step measures (builders/<family>/validate.py); pinned
+# against every committed manifest's metrics by tests/unit/test_buildable.py.
+MEASURES: dict[str, frozenset[str]] = {
+    "text-generation": frozenset(
+        {
+            "token_match_rate",
+            "first_divergence",
+            "max_abs_logit_diff",
+            "min_logit_cosine",
+            "unexplained_divergences",
+            "tokenizer_match_rate",
+            "decode_tokens_per_s",
+        }
+    ),
+    "text2text-generation": frozenset(
+        {
+            "token_match_rate",
+            "first_divergence",
+            "max_abs_logit_diff",
+            "min_logit_cosine",
+            "unexplained_divergences",
+            "tokenizer_match_rate",
+            "decode_tokens_per_s",
+        }
+    ),
+    "automatic-speech-recognition": frozenset(
+        {
+            "token_match_rate",
+            "first_divergence",
+            "max_abs_logit_diff",
+            "min_logit_cosine",
+            "unexplained_divergences",
+            "decode_tokens_per_s",
+            "max_abs_feature_diff",
+        }
+    ),
+    "text-classification": frozenset(
+        {
+            "max_abs_logit_diff",
+            "max_abs_prob_diff",
+            "class_match_rate",
+            "classify_texts_per_s",
+            "tokenizer_match_rate",
+        }
+    ),
+    "feature-extraction": frozenset(
+        {
+            "min_embedding_cosine",
+            "max_abs_embedding_diff",
+            "embed_texts_per_s",
+            "tokenizer_match_rate",
+        }
+    ),
+}
+# A causal LM with validation.scored_positions > 0 also scores the evaluation text.
+TEXT_METRICS = frozenset(
+    {
+        "next_token_agreement",
+        "log_perplexity_ratio",
+        "perplexity",
+        "reference_perplexity",
+        "scored_positions",
+    }
+)
+# A speculative variant also compares drafting with plain decoding.
+SPECULATIVE_METRICS = frozenset({"speculative_match_rate", "acceptance_rate", "tokens_per_forward"})
+
+
+def quantized(precision: Precision) -> bool:
+    """Does this precision need a quantize step (weights or KV cache below fp32)?"""
+    return bool(precision.weights != "fp32" or precision.kv_cache != "auto")
+
+
+def measured(recipe: Recipe) -> frozenset[str]:
+    """The metrics the recipe's validate step records."""
+    out = MEASURES[recipe.task]
+    if recipe.task == "text-generation":
+        if recipe.validation.scored_positions > 0:
+            out |= TEXT_METRICS
+        if recipe.execution.variant not in ("ordinary", "lora"):  # lora merges, never drafts
+            out |= SPECULATIVE_METRICS
+    return out
+
+
+def _at(*key_path: str) -> Location:
+    return Location("", key_path=key_path)
+
+
+def refusals(recipe: Recipe) -> list[Problem]:
+    """What no builder of this kiln makes, each at the recipe key that asks for it."""
+    problems = []
+    for (section, key), allowed in BUILDABLE.items():
+        value = getattr(getattr(recipe, section), key)
+        if value not in allowed:
+            problems.append(
+                Problem(
+                    f"{value!r} is valid, but this kiln has no builder for it yet",
+                    _at(section, key),
+                    f"buildable today: {', '.join(map(str, allowed))}",
+                )
+            )
+    used = USES.get(recipe.execution.variant, ())
+    problems += [
+        Problem(
+            f"the {recipe.execution.variant} variant does not use a {role!r} companion",
+            _at("companions", role),
+            f"remove companions.{role}, or choose a variant that uses it",
+        )
+        for role in sorted(recipe.companions)
+        if role not in used
+    ]
+    if recipe.build.backend == "aoti" and quantized(recipe.precision):
+        problems.append(
+            Problem(
+                "aoti compiles the fp32 checkpoint: torch.export fails on modelopt's "
+                "fake-quantized models",
+                _at("build", "backend"),
+                "build quantized precisions with onnxruntime or tensorrt",
+            )
+        )
+    if recipe.execution.variant != "ordinary" and (
+        recipe.build.backend != "onnxruntime" or quantized(recipe.precision)
+    ):
+        problems.append(
+            Problem(
+                "speculative variants are built for fp32 onnxruntime bundles only",
+                _at("execution", "variant"),
+                "use precision fp32 and backend onnxruntime with this variant",
+            )
+        )
+    if recipe.task != "text-generation" and (
+        recipe.build.backend != "onnxruntime"
+        or quantized(recipe.precision)
+        or recipe.execution.variant != "ordinary"
+    ):
+        problems.append(
+            Problem(
+                f"{recipe.task} recipes are built as fp32 onnxruntime bundles only",
+                _at("task"),
+                "use precision fp32, backend onnxruntime and variant ordinary for this task",
+            )
+        )
+    return problems
+
+
+def gate_problems(recipe: Recipe, name: str, thresholds: Thresholds) -> list[Problem]:
+    """Gates of thresholds/<name>.yaml that this recipe's validation cannot feed."""
+    problems = []
+    has = measured(recipe)
+    scored = recipe.validation.scored_positions
+    done = set()  # gates reported for their sample size
+    for gate in thresholds.gates:
+        size = SAMPLE_SIZE.get(gate.metric)
+        needs = gate.n or 0
+        if recipe.task == "text-generation" and size == "scored_positions" and scored < needs:
+            problems.append(
+                Problem(
+                    f"thresholds/{name}.yaml gates {gate.metric} over n >= {needs} scored "
+                    f"positions; validation.scored_positions is {scored}",
+                    _at("validation", "scored_positions"),
+                    f"add 'scored_positions: {needs}' under validation:",
+                )
+            )
+            done.add(gate.metric)
+    unfed = [g.metric for g in thresholds.gates if g.metric not in has and g.metric not in done]
+    if unfed:
+        variant = recipe.execution.variant
+        problems.append(
+            Problem(
+                f"thresholds/{name}.yaml gates {', '.join(unfed)}, which a {recipe.task} "
+                f"recipe (variant {variant}) never measures: every build would fail them as "
+                "not measured",
+                _at("validation", "thresholds"),
+                f"name thresholds written for this task; it measures {', '.join(sorted(has))}",
+            )
+        )
+    return problems

@@ -1,0 +1,93 @@
+"""kiln/catalog/buildable.py: `doit check` refuses what `doit plan` would refuse, and
+gates a recipe's validation cannot feed, each located at the recipe line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import ROOT, make_world
+
+from kiln.catalog import buildable, load
+from kiln.errors import KilnError
+from kiln.paths import Paths
+from kiln.plan import plan
+from kiln.plan.toolchain import current
+from kiln.schema import Recipe
+
+
+def problems_of(
+    tmp_path: Path, name: str, edit: dict[str, str], parents: tuple[str, ...] = ()
+) -> list[str]:
+    """The rendered problems `doit check` would report for recipe `name`, edited."""
+    world = make_world(tmp_path, tmp_path / "hub", (name, *parents))
+    path = world.root / "recipes" / f"{name}.yaml"
+    text = path.read_text()
+    for old, new in edit.items():
+        assert old in text
+        text = text.replace(old, new)
+    path.write_text(text)
+    cat = load(Paths(world.root), cache=False)
+    return [p.render() for p in cat.problems.get(f"recipes/{name}.yaml", [])]
+
+
+def test_check_refuses_a_variant_the_planner_refuses(tmp_path: Path) -> None:
+    found = problems_of(tmp_path, "tiny-llama-ngram", {"weights: fp32": "weights: int8-wo"})
+    assert any("speculative variants are built for fp32 onnxruntime" in p for p in found), found
+    line = next(p for p in found if "speculative variants" in p)
+    assert line.startswith("recipes/tiny-llama-ngram.yaml:") and "execution -> variant" in line
+
+
+def test_plan_refuses_what_check_refuses_with_the_same_problem(tmp_path: Path) -> None:
+    data = yaml.safe_load((ROOT / "recipes" / "tiny-llama-ngram.yaml").read_text())
+    data["precision"] = {"weights": "int8-wo"}
+    recipe = Recipe.model_validate(data)
+    with pytest.raises(KilnError) as err:
+        plan("x", recipe, load(Paths(ROOT), cache=False).prompts["default"], current())
+    assert [p.cause for p in err.value.problems] == [p.cause for p in buildable.refusals(recipe)]
+
+
+def test_a_statistical_gate_without_scored_positions_names_the_key(tmp_path: Path) -> None:
+    found = problems_of(
+        tmp_path, "tiny-llama-int8-wo", {"  scored_positions: 512\n": ""}, ("tiny-llama",)
+    )
+    text = "\n".join(found)
+    assert "gates next_token_agreement over n >= " in text, text
+    assert "validation.scored_positions is 0" in text
+    assert "add 'scored_positions: " in text and "under validation:" in text
+
+
+def test_a_gate_on_a_metric_the_task_never_measures_is_refused(tmp_path: Path) -> None:
+    found = problems_of(
+        tmp_path, "tiny-bert-classifier", {"thresholds: classifier-fp32": "thresholds: fp32-exact"}
+    )
+    text = "\n".join(found)
+    assert "gates min_logit_cosine, unexplained_divergences, which a text-classification" in text
+    assert "it measures class_match_rate" in text
+    assert "validation -> thresholds" in text
+
+
+def test_every_shipped_recipe_is_buildable_and_its_gates_are_fed() -> None:
+    cat = load(Paths(ROOT), cache=False)
+    assert not cat.problems
+    for name, recipe in cat.recipes.items():
+        which = recipe.validation.thresholds
+        assert buildable.refusals(recipe) == [], name
+        assert buildable.gate_problems(recipe, which, cat.thresholds[which]) == [], name
+
+
+def test_measured_is_what_the_committed_manifests_recorded() -> None:
+    """The table of what each validate step measures is pinned by real evidence: every
+    committed manifest's latest measured record has exactly those metrics."""
+    cat = load(Paths(ROOT), cache=False)
+    checked = 0
+    for path in sorted((ROOT / "manifests").glob("*.json")):
+        data = json.loads(path.read_text())
+        runs = [e for e in data["evidence"] if e["metrics"]]
+        if path.stem not in cat.recipes or not runs:
+            continue
+        assert set(runs[-1]["metrics"]) == buildable.measured(cat.recipes[path.stem]), path.stem
+        checked += 1
+    assert checked >= 40
