@@ -7,8 +7,19 @@ non-zero; nobody sees a traceback for their own mistake.
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
+
+# What must never reach a terminal raw: C0 and C1 controls (an escape sequence can
+# rewrite what a reviewer sees), and the bidirectional overrides of "Trojan Source".
+_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(text: str) -> str:
+    """`text` with every control character and bidi override written as an escape."""
+    return _UNSAFE.sub(lambda m: m.group().encode("unicode_escape").decode(), text)
 
 
 @dataclass(frozen=True)
@@ -44,9 +55,22 @@ class Problem:
         text = f"{head}{path}{self.cause}"
         if self.fix:
             text += f"; {self.fix}"
+        text = printable(text.replace("\n", " "))
         if self.location and self.location.snippet:
-            text += "\n" + self.location.snippet
+            text += "\n" + "\n".join(map(printable, self.location.snippet.split("\n")))
         return text
+
+    def as_dict(self) -> dict[str, Any]:
+        """The problem for `format=json`: the same fields, nothing rendered."""
+        where = self.location
+        return {
+            "file": where.file if where else None,
+            "line": where.line if where else None,
+            "column": where.column if where else None,
+            "key_path": [str(p) for p in where.key_path] if where else [],
+            "cause": self.cause,
+            "fix": self.fix,
+        }
 
 
 @dataclass

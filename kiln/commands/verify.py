@@ -21,7 +21,7 @@ def verify(repair: bool) -> int:
 def audit(cat: Catalog, store: Store, repair: bool) -> int:
     """Print what verify found in `store`; return its exit code."""
     parsed, broken = manifests(cat)
-    report = integrity.audit(store, parsed, planned_keys(cat))
+    report = integrity.audit(store, parsed, planned_keys(cat), cat.paths.hub)
     report.corrupt += broken
     if repair:
         for key in sorted(report.damaged):

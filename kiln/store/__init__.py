@@ -73,6 +73,21 @@ def _record_intact(path: Path, record: dict[str, Any]) -> bool:
     return record["sha256"] == key_of(rest) and path.read_bytes() == pretty(record)
 
 
+@dataclass(frozen=True)
+class Damage:
+    """One file of an artifact that does not match the artifact's sealed record."""
+
+    file: str
+    why: str
+    expected: str = ""  # the record's sha256
+    got: str = ""  # the file's, when it was hashed
+
+    def __str__(self) -> str:
+        if self.got:
+            return f"{self.file}: the record says sha256 {self.expected}, the file has {self.got}"
+        return f"{self.file}: {self.why}"
+
+
 def check_key(key: str) -> str:
     if len(key) != 64 or any(c not in "0123456789abcdef" for c in key):
         raise KilnError.one(f"{key!r} is not a store key", None, "keys are 64 lowercase hex")
@@ -248,18 +263,24 @@ class Store:
                 "the artifact is complete; run `doit verify`, and check the disk",
             ) from None
 
-    def verify(self, key: str) -> list[str]:
+    def verify(self, key: str, digest: Callable[[Path], str] = sha256_file) -> list[str]:
         """Files of the artifact whose bytes no longer match its record (also files that
         are missing, unexpected, or not regular files)."""
+        return [d.file for d in self.damage(key, digest)]
+
+    def damage(self, key: str, digest: Callable[[Path], str] = sha256_file) -> list[Damage]:
+        """What differs between the artifact and its sealed record, file by file, with
+        both digests. `digest` may be a stat cache's (kiln/statcache.py): `doit verify`
+        re-hashes every byte, a build trusting an artifact need not."""
         art = self.get(key)
         try:
             record = art.record()
             files: dict[str, str] = record["files"]
             sizes: dict[str, int] = record.get("sizes", {})
         except (OSError, ValueError, KeyError, TypeError):
-            return [RECORD]
+            return [Damage(RECORD, "the artifact record is unreadable")]
         if not _record_intact(art.path / RECORD, record):
-            return [RECORD]
+            return [Damage(RECORD, "the artifact record does not match its own digest")]
         bad = []
         on_disk = {
             p.relative_to(art.path).as_posix(): p
@@ -269,12 +290,20 @@ class Store:
         on_disk.pop(RECORD, None)
         for name in sorted(set(files) | set(on_disk)):
             path = on_disk.get(name)
-            if path is None or name not in files or path.is_symlink() or not path.is_file():
-                bad.append(name)
+            if path is None:
+                bad.append(Damage(name, "missing", files[name]))
+            elif name not in files:
+                bad.append(Damage(name, "not in the record"))
+            elif path.is_symlink() or not path.is_file():
+                bad.append(Damage(name, "not a regular file", files[name]))
             elif name in sizes and path.stat().st_size != sizes[name]:
-                bad.append(name)  # cheap first: a truncated file needs no hashing
-            elif sha256_file(path) != files[name]:
-                bad.append(name)
+                # cheap first: a truncated file needs no hashing
+                why = f"{path.stat().st_size} bytes, the record says {sizes[name]}"
+                bad.append(Damage(name, why, files[name]))
+            else:
+                got = digest(path)
+                if got != files[name]:
+                    bad.append(Damage(name, "bytes differ", files[name], got))
         return bad
 
     def keys(self) -> Iterator[str]:

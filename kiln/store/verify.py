@@ -35,6 +35,8 @@ class Report:
     missing: list[str] = field(default_factory=list)
     extra: list[str] = field(default_factory=list)
     damaged: set[str] = field(default_factory=set)  # keys of corrupt or partial artifacts
+    not_here: list[str] = field(default_factory=list)  # manifests none of whose steps are here
+    hub_files: int = 0  # locked checkpoint files re-hashed in the hub cache
 
     def exit_code(self) -> int:
         for kind in ("corrupt", "partial", "missing", "extra"):
@@ -46,21 +48,36 @@ class Report:
         lines = []
         for kind in ("corrupt", "partial", "missing", "extra"):
             lines += [f"{kind}: {item}" for item in getattr(self, kind)]
+        if self.not_here:
+            shown = ", ".join(self.not_here[:5]) + (", ..." if len(self.not_here) > 5 else "")
+            lines.append(
+                f"not built here: {len(self.not_here)} manifests name artifacts this store "
+                f"never had ({shown}); nothing is damaged: `doit build` makes them"
+            )
         lines.append(
             f"verify: {self.artifacts} artifacts, {self.manifests} manifests: "
             f"{len(self.corrupt)} corrupt, {len(self.partial)} partial, "
-            f"{len(self.missing)} missing, {len(self.extra)} extra"
+            f"{len(self.missing)} missing, {len(self.extra)} extra; "
+            f"{self.hub_files} hub-cache files re-hashed"
         )
         return "\n".join(lines)
 
 
-def audit(store: Store, manifests: Mapping[str, Manifest], referenced: Iterable[str]) -> Report:
+def audit(
+    store: Store,
+    manifests: Mapping[str, Manifest],
+    referenced: Iterable[str],
+    hub: Path | None = None,
+) -> Report:
     """Check everything; never stop at the first finding. `manifests` maps a display
-    name (the file) to its parsed manifest; `referenced` are the keys of current plans."""
+    name (the file) to its parsed manifest; `referenced` are the keys of current plans;
+    `hub`: the hub cache, whose files of every locked checkpoint are re-hashed too."""
     report = Report(manifests=len(manifests))
     _check_objects(store, report)
     for where, m in sorted(manifests.items()):
         _check_manifest(store, where, m, report)
+        if hub is not None:
+            _check_hub(hub, where, m, report)
     keep = set(referenced) | {s.key for m in manifests.values() for s in m.lock.steps}
     report.extra += [
         f"{c.path} ({c.why})" for c in gc.candidates(store, keep) if c.kind != "partial"
@@ -100,17 +117,21 @@ def _check_entry(store: Store, shard: Path, entry: Path, report: Report) -> None
         report.partial.append(f"{entry}: its record is unreadable or names another key")
         report.damaged.add(key)
         return
-    bad = store.verify(key)
+    bad = store.damage(key)
     if bad:
         name = art.record().get("name", "")
-        report.corrupt.append(f"{entry} ({name}): {', '.join(bad)} differ from the record")
+        report.corrupt.append(f"{entry} ({name}): {'; '.join(map(str, bad))}")
         report.damaged.add(key)
 
 
 def _check_manifest(store: Store, where: str, m: Manifest, report: Report) -> None:
-    for s in m.lock.steps:
-        if not store.has(s.key):
-            report.missing.append(f"{where}: {s.kind} [{s.key[:12]}] is not in the store")
+    absent = [s for s in m.lock.steps if not store.has(s.key)]
+    if absent and len(absent) == len(m.lock.steps):
+        # A fresh clone, or a lock of another toolchain or host: never built here.
+        report.not_here.append(where)
+        return
+    for s in absent:  # part of a chain is here and part is gone: something removed it
+        report.missing.append(f"{where}: {s.kind} [{s.key[:12]}] is not in the store")
     fetch = next((s for s in m.lock.steps if s.kind == "fetch"), None)
     if fetch is None or not store.has(fetch.key):
         return
@@ -130,3 +151,30 @@ def _check_manifest(store: Store, where: str, m: Manifest, report: Report) -> No
                 f"{where}: checkpoint file {f.path}: the lock says sha256 {f.sha256}, "
                 f"the store has {got}"
             )
+
+
+def _check_hub(hub: Path, where: str, m: Manifest, report: Report) -> None:
+    """Re-hash the hub-cache copy of every checkpoint file the lock names (the model's
+    and each companion's), where the cache has that revision: a flipped byte there
+    would otherwise surface only at the next fetch."""
+    for role, cp in [("model", m.lock.model), *sorted(m.lock.companions.items())]:
+        # snapshots/<rev>/<file> links to ../../blobs/<sha>: both inside the repo's folder
+        repo_dir = hub / f"models--{cp.repo.replace('/', '--')}"
+        if not (repo_dir / "snapshots" / cp.revision).is_dir():
+            continue
+        for f in cp.files:
+            try:
+                path = inside(repo_dir, f"snapshots/{cp.revision}/{f.path}", "hub-cache file")
+            except KilnError as exc:
+                report.corrupt.append(f"{where}: {exc}")
+                continue
+            if not path.is_file():
+                continue  # a cache holds what was downloaded, not always every file
+            report.hub_files += 1
+            got = sha256_file(path)
+            if got != f.sha256:
+                report.corrupt.append(
+                    f"{where}: hub cache {role} {cp.repo}@{cp.revision[:7]} {f.path}: the lock "
+                    f"says sha256 {f.sha256}, the hub cache has {got} ({path}); delete it and "
+                    "fetch again"
+                )

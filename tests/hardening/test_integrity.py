@@ -147,3 +147,52 @@ def test_repair_removes_a_damaged_artifact_for_the_next_build(
     assert world.doit("verify", "repair=1").returncode == 4
     assert not store.has(key)
     assert world.doit("verify").returncode == 5  # missing now, until the next build
+
+
+def test_a_fresh_clone_is_not_built_here_not_damaged(built: World, tmp_path: Path) -> None:
+    """Manifests from elsewhere and an empty store: one summary line, exit 0."""
+    world = copy_world(built, tmp_path)
+    shutil.rmtree(world.store)
+    proc = world.doit("verify")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.count("not built here: 2 manifests") == 1
+    assert "missing:" not in proc.stdout and "is not in the store" not in proc.stdout
+
+
+def test_verify_prints_both_digests_of_a_corrupt_artifact(built: World, tmp_path: Path) -> None:
+    world = copy_world(built, tmp_path)
+    store = Store(world.store)
+    engine = next(
+        s["key"] for s in world.manifest("tiny-llama")["lock"]["steps"] if s["kind"] == "engine"
+    )
+    path = next(p for p in store.get(engine).path.rglob("*.onnx"))
+    recorded = hashlib.sha256(path.read_bytes()).hexdigest()
+    flip(path, 100)
+    now = hashlib.sha256(path.read_bytes()).hexdigest()
+    proc = world.doit("verify")
+    assert proc.returncode == 4
+    assert f"the record says sha256 {recorded}, the file has {now}" in proc.stdout
+
+
+def test_verify_rehashes_the_hub_cache_of_every_locked_checkpoint(
+    built: World, tmp_path: Path
+) -> None:
+    """A flipped byte in a mirrored checkpoint blob is reported, with both digests,
+    before any fetch reads it."""
+    world = copy_world(built, tmp_path)
+    hub = tmp_path / "hub"
+    shutil.copytree(built.hub, hub, symlinks=True)
+    world = World(root=world.root, hub=hub, store=world.store)
+    clean = world.doit("verify")
+    assert clean.returncode == 0, clean.stdout
+    counted = int(clean.stdout.split("; ")[-1].split()[0])
+    assert counted >= 10  # both tiny checkpoints' files
+    lock = world.manifest("tiny-llama")["lock"]["model"]
+    repo_dir = hub / f"models--{lock['repo'].replace('/', '--')}"
+    config = repo_dir / "snapshots" / lock["revision"] / "config.json"
+    flip(config.resolve(), 5)
+    got = hashlib.sha256(config.read_bytes()).hexdigest()
+    expected = next(f["sha256"] for f in lock["files"] if f["path"] == "config.json")
+    proc = world.doit("verify")
+    assert proc.returncode == 4, proc.stdout
+    assert f"config.json: the lock says sha256 {expected}, the hub cache has {got}" in proc.stdout
