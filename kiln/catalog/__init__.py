@@ -116,14 +116,21 @@ def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _chain(name: str, raw: dict[str, tuple[Source, Any]]) -> list[str]:
-    """[name, parent, grandparent, ...], or KilnError at the offending `extends:`."""
+def _chain(name: str, raw: dict[str, tuple[Source, Any]], broken: frozenset[str]) -> list[str]:
+    """[name, parent, grandparent, ...], or KilnError at the offending `extends:`.
+    `broken`: stems of recipe files that did not parse (a parent may be one)."""
     chain = [name]
     while True:
         source, data = raw[chain[-1]]
         parent = data.get("extends") if isinstance(data, dict) else None
         if parent is None:
             return chain
+        if isinstance(parent, str) and parent in broken:
+            raise KilnError.one(
+                f"parent recipe {parent!r} does not parse",
+                _extends_at(source),
+                f"fix recipes/{parent}.yaml first (its own errors are reported there)",
+            )
         if not isinstance(parent, str) or parent not in raw:
             raise KilnError.one(
                 f"parent recipe {parent!r} does not exist",
@@ -146,8 +153,10 @@ def _extends_at(source: Source) -> Location:
     return source.location(find(source.node, ("extends",))[0], ("extends",))
 
 
-def _resolve(name: str, raw: dict[str, tuple[Source, Any]]) -> tuple[Recipe, list[Source]]:
-    chain = _chain(name, raw)
+def _resolve(
+    name: str, raw: dict[str, tuple[Source, Any]], broken: frozenset[str] = frozenset()
+) -> tuple[Recipe, list[Source]]:
+    chain = _chain(name, raw, broken)
     data: dict[str, Any] = {}
     for link in reversed(chain):
         own = {k: v for k, v in raw[link][1].items() if k != "extends"}
@@ -185,11 +194,14 @@ def _load(catalog: Catalog, cache: bool, save: bool) -> Catalog:
     catalog.thresholds = _load_dir(catalog, catalog.paths.thresholds, Thresholds, parsed)
     catalog.prompts = _load_dir(catalog, catalog.paths.prompts, PromptSet, parsed)
     raw: dict[str, tuple[Source, Any]] = {}
+    unparsed = set()
     for stem, path, file in _yaml_files(catalog, catalog.paths.recipes):
         try:
             raw[stem] = parsed.read_source(path, file)
         except KilnError as exc:
             catalog.add(file, exc.problems)
+            unparsed.add(stem)
+    broken = frozenset(unparsed)
     own = catalog.paths.rules if catalog.paths.rules.is_file() else None
     rules = catalog.rules = rules_mod.load(own, parsed.read_source)
     if save:
@@ -198,7 +210,7 @@ def _load(catalog: Catalog, cache: bool, save: bool) -> Catalog:
     for name in raw:
         file = raw[name][0].file
         try:
-            recipe, catalog.sources[name] = _resolve(name, raw)
+            recipe, catalog.sources[name] = _resolve(name, raw, broken)
         except KilnError as exc:
             catalog.add(file, exc.problems)
             continue
