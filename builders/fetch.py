@@ -11,6 +11,7 @@ the manifest's lock is refused, and the error shows both digests.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import os
 import shutil
@@ -60,6 +61,18 @@ def _resolve(request: Request, opts: Options) -> Path:
         snapshots = hub / ("models--" + opts.repo.replace("/", "--")) / "snapshots"
         known = sorted(p.name for p in snapshots.glob("*"))
         where = "the Hub" if online else f"the hub cache {hub}"
+        if not online and not snapshots.is_dir():  # the repo itself is unknown here
+            cached = sorted(
+                p.name[len("models--") :].replace("--", "/", 1) for p in hub.glob("models--*")
+            )
+            close = difflib.get_close_matches(opts.repo, cached, n=1, cutoff=0.6)
+            raise request.error(
+                f"repo {opts.repo} is not in {where}",
+                f"did you mean {close[0]!r}?"
+                if close
+                else "check the repo id; with network access: KILN_HUB_ONLINE=1",
+                key="repo",
+            ) from None
         raise request.error(
             f"revision {opts.revision} of {opts.repo} is not in {where} ({type(exc).__name__})",
             f"pin a revision that exists; the cache has: {', '.join(known) or 'none'}"

@@ -38,8 +38,11 @@ class Request(Protocol):
     @property
     def context(self) -> dict[str, Any]: ...
 
-    def error(self, cause: str, fix: str = "", where: str | None = None) -> KilnError:
-        """An error the user can act on; a builder raises it for bad input."""
+    def error(
+        self, cause: str, fix: str = "", where: str | None = None, key: str | None = None
+    ) -> KilnError:
+        """An error the user can act on; a builder raises it for bad input. `key`: the
+        key of the step's checkpoint to blame (e.g. "repo") instead of the step's own."""
         ...
 
     def unsupported(self, reason: str) -> Unsupported:

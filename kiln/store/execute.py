@@ -36,9 +36,16 @@ class Request:
     options: dict[str, Any]
     inputs: dict[str, Path]
     context: dict[str, Any] = field(default_factory=dict)
+    origin: tuple[str, ...] = ()  # the recipe key the step comes from (Step.origin)
 
-    def error(self, cause: str, fix: str = "", where: str | None = None) -> KilnError:
-        """An error the user can act on; builders raise it for bad input."""
+    def error(
+        self, cause: str, fix: str = "", where: str | None = None, key: str | None = None
+    ) -> KilnError:
+        """An error the user can act on; builders raise it for bad input. `key`: the
+        key of the step's checkpoint to blame (e.g. "repo"), instead of the step's own."""
+        if key is not None:
+            section = self.origin[:1] if self.origin[:1] == ("model",) else self.origin[:2]
+            return KilnError.one(cause, Location(where or "", key_path=(*section, key)), fix)
         return KilnError.one(cause, Location(where) if where else None, fix)
 
     def unsupported(self, reason: str) -> unsupported.Unsupported:
@@ -114,7 +121,7 @@ def _build(
     replace: bool = False,
 ) -> None:
     inputs = {role: _sound_input(key, store, graph) for role, key in step.inputs.items()}
-    request = Request(step.kind, step.key, step.name, step.options, inputs, context)
+    request = Request(step.kind, step.key, step.name, step.options, inputs, context, step.origin)
     started = time.monotonic()
     meta = {"kind": step.kind, "name": step.name, "material": step.material, **extra}
     upstream = next(filter(None, map(unsupported.marker_of, inputs.values())), None)

@@ -148,6 +148,10 @@ def assert_clean_failure(world: World, args: tuple[str, ...], *expected: str) ->
             ("revision: 86b0c016f94ff17585b315e24e0f72b043294bed", "revision: " + "ab" * 20),
             "recipes/bad.yaml:9:13: model -> revision: revision abababab",
         ),
+        (
+            ("repo: kiln-tiny/llama\n", "repo: kiln-tiny/lama\n"),
+            "recipes/bad.yaml:8:9: model -> repo: repo kiln-tiny/lama is not in the hub cache",
+        ),
     ],
 )
 def test_bad_recipes_fail_with_file_and_line_and_write_nothing(
