@@ -10,6 +10,7 @@ Recipes are data: nothing is templated.
 
   __init__.py       load(), Catalog: every file loaded, cross-checked, problems kept
   yaml.py           guarded reading of YAML and JSON: caps, no anchors, located errors
+  indent.py         indentation mistakes, found at their line and explained
   cache.py          parsed YAML cached in the store by (path, size, mtime_ns), checked
   diagnose.py       pydantic errors -> file:line:col, key path, snippet, did-you-mean
   rules.py          the compatibility rules of catalog/rules.yaml, applied to recipes

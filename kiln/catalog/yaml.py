@@ -21,6 +21,7 @@ import yaml
 from pydantic import BaseModel
 
 from kiln.catalog.diagnose import Source, find, snippet, validate
+from kiln.catalog.indent import misindented
 from kiln.errors import MAX_PROBLEMS, KilnError, Location, Problem, capped
 
 try:  # the C loader is ~10x faster; PyYAML wheels ship it
@@ -121,12 +122,25 @@ def _check_depth(file: str, text: str) -> None:
             depth -= 1
 
 
+def _line_offset(text: str, line: int) -> int:
+    """The offset of the start of 1-based `line`."""
+    offset = 0
+    for _ in range(line - 1):
+        offset = text.index("\n", offset) + 1
+    return offset
+
+
 def compose(file: str, text: str) -> yaml.Node:
     try:
         _check_depth(file, text)
         node = yaml.compose(text, Loader=_Loader)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
+        hint = misindented(text, mark.line + 1) if mark else None
+        if hint is not None:  # PyYAML's words for it name no line a person would fix
+            at = _offset_location(file, text, _line_offset(text, hint.line) + hint.indent)
+            fix = f"indent it {hint.siblings} spaces, as its siblings are"
+            raise KilnError.one(f"YAML indentation: {hint.cause()}", at, fix) from None
         where = _location(file, text, mark) if mark else Location(file)
         raise KilnError.one(f"YAML syntax: {exc.problem or exc.context}", where) from None
     except yaml.reader.ReaderError as exc:  # a control character: it knows its offset
