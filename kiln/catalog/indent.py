@@ -23,8 +23,9 @@ class Misindent:
     siblings: int
 
     def cause(self) -> str:
+        unit = "space" if self.indent == 1 else "spaces"
         return (
-            f"line {self.line} is indented {self.indent} spaces; its siblings use {self.siblings}"
+            f"line {self.line} is indented {self.indent} {unit}; its siblings use {self.siblings}"
         )
 
 
