@@ -60,8 +60,9 @@ def diff(base: str | None, format: str = "markdown") -> None:
         print(markdown(report), end="")
     if report.new_problems:
         n = len(report.new_problems)
+        where = "new_problems" if format == "json" else "listed above"
         raise KilnError.one(
-            f"the change adds {n} new problem{'s' * (n != 1)} (listed above)",
+            f"the change adds {n} new problem{'s' * (n != 1)} ({where})",
             None,
             f"fix {'them' if n != 1 else 'it'}: `doit check` shows the same",
         )
@@ -184,5 +185,11 @@ def markdown(report: diffing.Report) -> str:
         lines += _evidence_lines(r)
     n = len(report.new_problems)
     lines += ["", f"### New problems: {n}", ""]
-    lines += _problem_lines(report.new_problems) or ["None."]
+    shown = {diffing.problem_id(p) for r in report.recipes for p in r.problems}
+    rest = [p for p in report.new_problems if diffing.problem_id(p) not in shown]
+    if n > len(rest):
+        lines += [
+            f"{n - len(rest)} shown with {'its' if n - len(rest) == 1 else 'their'} recipe above."
+        ]
+    lines += _problem_lines(rest) or ([] if n else ["None."])
     return "\n".join(lines) + "\n"
