@@ -1,7 +1,8 @@
 """`doit diff base=REV [format=markdown|json]`: what a PR changes, for its review.
 
-The comparison is kiln/commands/diffing.py's; this prints it as Markdown (a PR
-comment) or as one JSON document (a bot), and fails when the change adds problems.
+The comparison is kiln/commands/diffing.py's (what each field below means); this
+prints it as Markdown (a PR comment) or as one JSON document (a bot), and fails
+when the change adds problems.
 
 Exit status: 0 when nothing new is wrong (whatever changed), 1 when the working tree
 has problems the base did not (`error: ... new problems` on stderr with
@@ -41,6 +42,7 @@ from __future__ import annotations
 import json
 import re
 import textwrap
+from typing import Any
 
 from kiln.commands import diffing, review
 from kiln.errors import KilnError, Problem
@@ -55,7 +57,7 @@ def diff(base: str | None, format: str = "markdown") -> None:
     root = Paths.from_env().root
     report = diffing.compare(base, root, root)
     if format == "json":
-        print(json.dumps(report.to_json(), indent=2, ensure_ascii=False))
+        print(json.dumps(as_json(report), indent=2, ensure_ascii=False))
     else:
         print(markdown(report), end="")
     if report.new_problems:
@@ -77,6 +79,12 @@ def code(text: str) -> str:
     fence = "`" * (run + 1)
     pad = " " if text.startswith("`") or text.endswith("`") or not text.strip() else ""
     return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def plain(text: str) -> str:
+    """Text from a data file (a host name, a date) that Markdown shows as written."""
+    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return re.sub(r"([\\`*_\[\]|#~!])", r"\\\1", text)
 
 
 def block(text: str) -> str:
@@ -147,8 +155,8 @@ def _evidence_lines(r: diffing.RecipeChange) -> list[str]:
             )
             out.append(
                 wrap(
-                    f"- `{e.manifest}`: {e.record.verdict} on {e.host} ({e.device}), "
-                    f"{e.record.date}{again}{fix}"
+                    f"- `{e.manifest}`: {e.record.verdict} on {e.host} ({plain(e.device)}), "
+                    f"{plain(e.record.date)}{again}{fix}"
                 )
             )
     if r.gains or r.loses:
@@ -193,3 +201,83 @@ def markdown(report: diffing.Report) -> str:
         ]
     lines += _problem_lines(rest) or ([] if n else ["None."])
     return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------- JSON
+
+
+def as_json(report: diffing.Report) -> dict[str, Any]:
+    """The report as one JSON document (the shape in this module's docstring)."""
+    return {
+        "base": report.base,
+        "summary": {**report.summary, "buildable": report.buildable},
+        "recipes": [_recipe_json(r) for r in report.recipes],
+        "new_problems": [problem_json(p) for p in report.new_problems],
+    }
+
+
+def problem_json(p: Problem) -> dict[str, Any]:
+    where = p.location
+    return {
+        "file": where.file if where else None,
+        "line": where.line if where else None,
+        "column": where.column if where else None,
+        "key_path": list(where.key_path) if where else [],
+        "cause": p.cause,
+        "fix": p.fix,
+        "text": p.render(),
+    }
+
+
+def _value(value: Any) -> Any:
+    return None if value is review.UNSET else value
+
+
+def _cell_json(entry: diffing.CellEntry) -> dict[str, Any]:
+    return {"cell": entry.cell._asdict(), "recipe": entry.recipe, "evidence": entry.evidence}
+
+
+def _recipe_json(r: diffing.RecipeChange) -> dict[str, Any]:
+    return {
+        "name": r.name,
+        "status": r.status,
+        "file_changed": r.file_changed,
+        "fields": [
+            {
+                "path": c.path,
+                "old": _value(c.old),
+                "new": _value(c.new),
+                "old_yaml": review.shown(c.old),
+                "new_yaml": review.shown(c.new),
+            }
+            for c in r.fields
+        ],
+        "steps": [
+            {
+                "kind": b.step.kind,
+                "role": b.step.role,
+                "name": b.step.name,
+                "key": b.step.key,
+                "reasons": b.reasons,
+                "shared_with": b.shared_with,
+            }
+            for b in r.steps
+        ],
+        "total_steps": r.total_steps,
+        "stale_evidence": [
+            {
+                "manifest": e.manifest,
+                "verdict": e.record.verdict,
+                "host": e.host,
+                "device": e.device,
+                "date": e.record.date,
+                "already_stale": e.already_stale,
+            }
+            for e in r.stale_evidence
+        ],
+        "matrix": {
+            "gains": [_cell_json(c) for c in r.gains],
+            "loses": [_cell_json(c) for c in r.loses],
+        },
+        "problems": [problem_json(p) for p in r.problems],
+    }

@@ -18,7 +18,7 @@ differs; per recipe (`RecipeChange`):
 `new_problems` are those present now and not at base, matched by file, key path and
 cause (not line: an edit above a problem moves it). They are what `doit check` would
 newly report, manifests included, and what fails the diff (kiln/commands/diff.py).
-`Report.to_json()` is the `format=json` document (shape in kiln/commands/diff.py).
+kiln/commands/diff.py prints a Report as Markdown or JSON.
 """
 
 from __future__ import annotations
@@ -46,8 +46,6 @@ from kiln.plan import plan
 from kiln.plan.step import Plan, Step
 from kiln.plan.toolchain import Toolchain, current
 from kiln.schema import Evidence, Manifest
-
-MISSING = review.UNSET
 
 
 @contextmanager
@@ -80,7 +78,7 @@ class Side:
     plans: dict[str, Plan]  # every recipe that loads and plans
     problems: list[Problem]  # everything `doit check` reports, and what does not plan
     files: set[str]  # every recipe with a file in recipes/, valid or not
-    own: dict[str, list[Problem]]  # recipe -> its problems (its file's, its plan's)
+    errors: dict[str, list[Problem]]  # recipe -> its problems (its file's, its plan's)
     _manifests: dict[str, Manifest | None] = field(default_factory=dict)
 
     def manifest(self, name: str) -> Manifest | None:
@@ -94,23 +92,28 @@ class Side:
 
     def data(self, name: str, written: bool) -> Any:
         """The recipe's resolved values: the model's (defaults filled in) or, `written`,
-        as its files write them (extends applied), for a recipe that does not validate."""
+        as its files write them (extends applied), for a recipe that does not validate;
+        None when a file of its extends chain does not read as a mapping."""
         if not written:
             return self.catalog.recipes[name].model_dump(mode="json", by_alias=True)
         chain: list[dict[str, Any]] = []
         link: Any = name
-        while isinstance(link, str) and len(chain) <= catalog_mod.MAX_EXTENDS:
-            raw = self._raw.get(link, (None, None))[1]
-            if not isinstance(raw, dict) or any(raw is c for c in chain):
-                break
+        while link is not None:
+            raw = self.own(link)
+            if raw is None or len(chain) > catalog_mod.MAX_EXTENDS or any(raw is c for c in chain):
+                return None  # `extends` names what does not read, a cycle, too deep a chain
             chain.append(raw)
             link = raw.get("extends")
         merged: dict[str, Any] = {}
         for raw in reversed(chain):
-            merged = catalog_mod.deep_merge(
-                merged, {k: v for k, v in raw.items() if k != "extends"}
-            )
-        return {"extends": chain[0].get("extends"), **merged} if chain else None
+            own = {k: v for k, v in raw.items() if k != "extends"}
+            merged = catalog_mod.deep_merge(merged, own)
+        return {"extends": chain[0].get("extends"), **merged}
+
+    def own(self, name: Any) -> dict[str, Any] | None:
+        """The recipe file's own mapping, as written (None: it does not read as one)."""
+        raw = self._raw.get(name, (None, None))[1] if isinstance(name, str) else None
+        return raw if isinstance(raw, dict) else None
 
     def text(self, name: str) -> str | None:
         """The recipe file's text (None: it cannot be read as a recipe)."""
@@ -136,7 +139,7 @@ def side(root: Path, tools: Toolchain, cache: bool = True) -> Side:
     """One side of a diff; `cache` off for a throwaway checkout (nothing to reuse)."""
     cat = catalog_mod.load(Paths(root), cache=cache, save=cache)
     plans: dict[str, Plan] = {}
-    own: dict[str, list[Problem]] = {}
+    errors: dict[str, list[Problem]] = {}
     problems = cat.all_problems()
     files = (
         {p.stem for p in cat.paths.recipes.glob("*.yaml")} if cat.paths.recipes.is_dir() else set()
@@ -144,20 +147,20 @@ def side(root: Path, tools: Toolchain, cache: bool = True) -> Side:
     for name in files:
         file = cat.paths.rel(cat.paths.recipes / f"{name}.yaml")
         if file in cat.problems:
-            own[name] = list(cat.problems[file])
+            errors[name] = list(cat.problems[file])
     for name, recipe in cat.recipes.items():
         try:
             plans[name] = plan(name, recipe, cat.prompts[recipe.validation.prompts], tools)
         except KilnError as exc:
             pinned = located(exc, name, cat=cat).problems
-            own.setdefault(name, []).extend(pinned)
+            errors.setdefault(name, []).extend(pinned)
             problems.extend(pinned)
     for path in sorted(cat.paths.manifests.glob("*.json")):
         found = manifest_problems(cat, path)
         problems.extend(found)
         if found and path.stem in files:
-            own.setdefault(path.stem, []).extend(found)
-    return Side(cat, plans, problems, files, own)
+            errors.setdefault(path.stem, []).extend(found)
+    return Side(cat, plans, problems, files, errors)
 
 
 def problem_id(p: Problem) -> str:
@@ -239,14 +242,6 @@ class Report:
     def summary(self) -> dict[str, int]:
         return {k: self.count(k) for k in ("added", "changed", "removed", "invalid")}
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "base": self.base,
-            "summary": {**self.summary, "buildable": self.buildable},
-            "recipes": [_recipe_json(r) for r in self.recipes],
-            "new_problems": [problem_json(p) for p in self.new_problems],
-        }
-
 
 def compare(rev: str, repo: Path, head_root: Path) -> Report:
     """What changes between `rev` of `repo` and the working tree at `head_root`."""
@@ -254,7 +249,10 @@ def compare(rev: str, repo: Path, head_root: Path) -> Report:
     with checkout(rev, repo) as base_root:  # planned inside: the digests read its files
         base = side(base_root, Toolchain(versions, base_root), cache=False)
         head = side(head_root, Toolchain(versions, head_root))
-        known = {s.key: name for name, p in sorted(base.plans.items()) for s in p.steps}
+        known: dict[str, list[str]] = {}  # step key -> the base recipes that plan it
+        for name, planned in sorted(base.plans.items()):
+            for s in planned.steps:
+                known.setdefault(s.key, []).append(name)
         recipes = [
             change
             for name in sorted(base.files | head.files)
@@ -271,7 +269,7 @@ def compare(rev: str, repo: Path, head_root: Path) -> Report:
     return Report(rev, recipes, new_problems, len(head.plans))
 
 
-def _recipe(name: str, base: Side, head: Side, known: dict[str, str]) -> RecipeChange | None:
+def _recipe(name: str, base: Side, head: Side, known: dict[str, list[str]]) -> RecipeChange | None:
     was, now = name in base.plans, name in head.plans
     if name not in head.files:
         status = "removed"
@@ -283,29 +281,32 @@ def _recipe(name: str, base: Side, head: Side, known: dict[str, str]) -> RecipeC
         status = "changed (now invalid)"
     else:
         status = "changed (now valid)" if now else "changed (still invalid)"
-    change = RecipeChange(name, status, problems=head.own.get(name, []) if not now else [])
-    if name in head.catalog.recipes:
-        change.extends = head.catalog.recipes[name].extends
+    change = RecipeChange(name, status, problems=head.errors.get(name, []) if not now else [])
+    parent = (head.own(name) or {}).get("extends")
+    change.extends = parent if isinstance(parent, str) else None
     if name in base.files and name in head.files:
         text = head.text(name)
         change.file_changed = text is None or text != base.text(name)
         written = not (was and now)
-        change.fields = review.changes(base.data(name, written), head.data(name, written))
+        old, new = base.data(name, written), head.data(name, written)
+        if old is None or new is None:  # a chain that does not read: the file's own edit
+            old, new = base.own(name), head.own(name)
+        if old is not None and new is not None:
+            change.fields = review.changes(old, new)
     if now:
         p = head.plans[name]
         change.total_steps = len(p.steps)
         if was:
             change.steps = [
-                Rebuild(s, why, known.get(s.key)) for s, why in review.rebuilds(p, base.plans[name])
+                Rebuild(s, why, next((n for n in known.get(s.key, []) if n != name), None))
+                for s, why in review.rebuilds(p, base.plans[name])
             ]
         else:
-            change.steps = [
-                Rebuild(s, ["new step"], known.get(s.key)) for s in p.steps if s.key not in known
-            ]
+            change.steps = [Rebuild(s, ["new step"]) for s in p.steps if s.key not in known]
     _evidence(change, base, head)
     if status == "changed" and not (change.fields or change.steps or change.stale_evidence):
         return None
-    still = {problem_id(p) for p in base.own.get(name, [])} == {
+    still = {problem_id(p) for p in base.errors.get(name, [])} == {
         problem_id(p) for p in change.problems
     }
     if status == "changed (still invalid)" and not change.fields and still:
@@ -347,73 +348,3 @@ def _evidence(change: RecipeChange, base: Side, head: Side) -> None:
         measured = new is not None and bool(new.evidence) and after == set()
         verdict = new.evidence[-1].verdict if new is not None and measured else "planned"
         change.gains.append(CellEntry(head_cell, name, verdict))
-
-
-# ---------------------------------------------------------------- JSON
-
-
-def problem_json(p: Problem) -> dict[str, Any]:
-    where = p.location
-    return {
-        "file": where.file if where else None,
-        "line": where.line if where else None,
-        "column": where.column if where else None,
-        "key_path": list(where.key_path) if where else [],
-        "cause": p.cause,
-        "fix": p.fix,
-        "text": p.render(),
-    }
-
-
-def _value(value: Any) -> Any:
-    return None if value is MISSING else value
-
-
-def _cell_json(entry: CellEntry) -> dict[str, Any]:
-    return {"cell": entry.cell._asdict(), "recipe": entry.recipe, "evidence": entry.evidence}
-
-
-def _recipe_json(r: RecipeChange) -> dict[str, Any]:
-    return {
-        "name": r.name,
-        "status": r.status,
-        "file_changed": r.file_changed,
-        "fields": [
-            {
-                "path": c.path,
-                "old": _value(c.old),
-                "new": _value(c.new),
-                "old_yaml": review.shown(c.old),
-                "new_yaml": review.shown(c.new),
-            }
-            for c in r.fields
-        ],
-        "steps": [
-            {
-                "kind": b.step.kind,
-                "role": b.step.role,
-                "name": b.step.name,
-                "key": b.step.key,
-                "reasons": b.reasons,
-                "shared_with": b.shared_with,
-            }
-            for b in r.steps
-        ],
-        "total_steps": r.total_steps,
-        "stale_evidence": [
-            {
-                "manifest": e.manifest,
-                "verdict": e.record.verdict,
-                "host": e.host,
-                "device": e.device,
-                "date": e.record.date,
-                "already_stale": e.already_stale,
-            }
-            for e in r.stale_evidence
-        ],
-        "matrix": {
-            "gains": [_cell_json(c) for c in r.gains],
-            "loses": [_cell_json(c) for c in r.loses],
-        },
-        "problems": [problem_json(p) for p in r.problems],
-    }
