@@ -8,7 +8,7 @@ doit plan recipe=NAME      what a build would run, with step keys
 doit run recipe=NAME prompt="..."   (a speech recipe: audio=FILE.wav or a folder of them)
 doit site                  render the Models & Recipes site into _site/
 doit serve                 preview the site on http://127.0.0.1:8000/
-doit diff base=REV         what a PR changes, as Markdown
+doit diff base=REV         what a PR changes, as Markdown (format=json for a bot; exit 0/1)
 doit verify                re-hash the store against records and locks (exit 0/4/5/6)
 doit gc [dry_run=1]        remove stale temp dirs and unreferenced artifacts
 doit replay [recipes=..] [tags=..] [changed_since=REV] [shard=i/n] [executor=local|ray]
@@ -40,4 +40,6 @@ DOIT_CONFIG = {
     "backend": "sqlite3",
     "dep_file": ".doit.sqlite",
     "verbosity": 2,
+    # format=json: stdout is one JSON document, so doit's own lines go to stderr.
+    **({"reporter": tasks.StderrReporter} if get_var("format") == "json" else {}),
 }

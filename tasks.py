@@ -26,6 +26,7 @@ from typing import Any
 
 from doit import create_after, doit_cmd
 from doit.exceptions import TaskError, TaskFailed
+from doit.reporter import ConsoleReporter
 
 from kiln.commands.variables import Var, resolve, usage
 from kiln.errors import KilnError
@@ -80,8 +81,18 @@ PLAN = Verb(
 )
 DIFF = Verb(
     "diff",
-    (Var("base", str, None, "the revision to compare with, e.g. origin/main", metavar="REV"),),
-    "What a PR changes, as Markdown.",
+    (
+        Var("base", str, None, "the revision to compare with, e.g. origin/main", metavar="REV"),
+        Var(
+            "format",
+            str,
+            "markdown",
+            "markdown for a PR comment, json for a bot",
+            choices=("markdown", "json"),
+        ),
+    ),
+    "What a PR changes, recipe by recipe, as Markdown or JSON "
+    "(exit 0 nothing new is wrong, 1 the change adds problems).",
 )
 RUN = Verb(
     "run",
@@ -169,6 +180,14 @@ ALL = (BUILD, CHECK, PLAN, DIFF, RUN, SITE, SERVE, SCHEMA, VERIFY, GC, REPLAY)
 VERBS = {v.name: v for v in ALL}
 # `doit serve` runs `site` first: site accepts serve's variables without using them.
 ALSO = {"site": [v.name for v in SERVE.vars]}
+
+
+class StderrReporter(ConsoleReporter):
+    """doit's own lines (`.  diff`, a task's failure) on stderr, so that stdout holds
+    only what the command prints: with `format=json`, one JSON document (dodo.py)."""
+
+    def __init__(self, _outstream: Any, options: dict[str, Any]) -> None:
+        super().__init__(sys.stderr, options)
 
 
 def given() -> dict[str, str]:

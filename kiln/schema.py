@@ -508,6 +508,12 @@ class CheckpointLock(Strict):
 class StepLock(Strict):
     kind: str = Field(description="Step kind: fetch, export, onnx, engine, bundle, ...")
     name: str = Field(description="Human name of the step, e.g. 'export kiln-tiny/llama@86b0c01'.")
+    role: str = Field(
+        "model",
+        description="Whose checkpoint the step works on: 'model', or a companion's role "
+        "('draft', 'adapter'). With kind, the step's identity; not part of its key. Absent "
+        "in locks written before roles were recorded.",
+    )
     key: Sha256 = Field(description="sha256 of the canonical JSON of the step's inputs below.")
     options: dict[str, Any] = Field(description="The step's options, as hashed.")
     inputs: dict[str, Sha256] = Field(description="Keys of the steps it consumes, by role.")

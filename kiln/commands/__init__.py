@@ -5,13 +5,14 @@ variables.py  command-line variables: declared per verb, typed, no unknown name 
 build.py      plan recipes, ready the hub (tinyhub), run steps, record manifests, ensure_bundle
 check.py      the catalog, its manifests and its rules, every problem at once
 plan.py       what a build would run, with step keys and why each is stale
-diff.py       what a PR changes, as Markdown
+diff.py       what a PR changes, as Markdown or JSON; fails when it adds problems
 run.py        run a recipe's bundle (runtime.open, imported inside the function)
 verify.py     re-hash the store against its records and the manifests' locks
 gc.py         remove what no manifest and no current plan references
 upkeep.py     what verify and gc both need: the keys manifests and plans reference
 schema.py     the editor JSON Schemas in schema/
-review.py     staleness and the PR diff, shared by check, plan and diff
+review.py     which step is which (kind, role), why it is stale: shared by check, plan, diff
+diffing.py    what a change does, recipe by recipe: fields, rebuilds, evidence, matrix cells
 
 `doit site`/`doit serve` are kiln/site (its command() functions); `doit replay` is
 kiln/replay (driver.command).

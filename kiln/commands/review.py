@@ -1,53 +1,107 @@
-"""What a change does: why a step is stale, which locks it invalidates, what a PR changes.
+"""What a change does to steps: which step is which, why it is stale, which locks it invalidates.
 
 Everything here compares step *materials* (what a key hashes): the plan's against
-the manifest's lock, or a base catalog's against the working tree's. A change is
-explained by the first field that differs: an option, an input step, a library
-version or the builder's code.
+the manifest's lock (`doit check`, `doit plan`), or a base catalog's against the
+working tree's (`doit diff`, kiln/commands/diffing.py). A change is explained by
+every field that differs: an option, an input step, a library version or the
+builder's code.
+
+Steps are paired by identity, (kind, role): a recipe with a companion has two
+fetches (the model's and the companion's), and neither order nor kind alone tells
+them apart. A lock written before steps recorded their role names the checkpoint
+in each step's name (`fetch kiln-tiny/llama-draft@8b5204f`): its role is read off
+that, matched against the lock's companions, when the manifest is read
+(kiln/evidence/manifest.py).
+
+Values are shown the way the recipe writes them: YAML flow style, whole (a long
+one is wrapped by whoever prints it, never cut).
 """
 
 from __future__ import annotations
 
-import subprocess
-import tarfile
-import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+import yaml
 
 from kiln import catalog as catalog_mod
-from kiln.errors import KilnError, Problem
+from kiln.errors import KilnError
 from kiln.evidence import manifest
-from kiln.paths import Paths
 from kiln.plan import plan
 from kiln.plan.step import Plan, Step
-from kiln.plan.toolchain import Toolchain, current
+from kiln.plan.toolchain import Toolchain
 from kiln.schema import Lock, StepLock
 
+UNSET = object()  # a key one side does not have
+T = TypeVar("T")
+Identity = tuple[str, str]  # (kind, role)
 
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
+
+# ---------------------------------------------------------------- values and their changes
 
 
-def explain(new: dict[str, Any], old: dict[str, Any] | None) -> list[str]:
-    """Why `new` material differs from `old`, one reason per changed field."""
+def shown(value: Any) -> str:
+    """A value in YAML flow notation, on one line: `fp32`, `256`, `[tiny, gpu]`,
+    `{max_draft_len: 4}`, `'yes'` (quoted where YAML would read it otherwise)."""
+    if value is UNSET:
+        return "(unset)"
+    text = yaml.safe_dump(
+        [value], default_flow_style=True, allow_unicode=True, sort_keys=False, width=2**31
+    )
+    return text.strip()[1:-1]
+
+
+@dataclass(frozen=True)
+class Change:
+    """One leaf that differs: its dotted path, the old value and the new (UNSET if absent)."""
+
+    path: str
+    old: Any
+    new: Any
+
+    def __str__(self) -> str:
+        return f"{self.path}: {shown(self.old)} -> {shown(self.new)}"
+
+
+def changes(old: Any, new: Any, path: str = "") -> list[Change]:
+    """Every leaf where `new` differs from `old`. Mappings are followed key by key;
+    anything else (a list, a scalar, a mapping one side lacks) is one leaf."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        out = []
+        for key in [*old, *(k for k in new if k not in old)]:
+            out += changes(
+                old.get(key, UNSET), new.get(key, UNSET), f"{path}.{key}" if path else key
+            )
+        return out
+    return [] if _same(old, new) else [Change(path, old, new)]
+
+
+def _same(a: Any, b: Any) -> bool:
+    # bool is an int in Python: `true` and `1` are different recipe values.
+    return type(a) is type(b) and a == b if isinstance(a, bool) or isinstance(b, bool) else a == b
+
+
+# ---------------------------------------------------------------- why a step differs
+
+
+def explain(
+    new: dict[str, Any], old: dict[str, Any] | None, names: Mapping[str, str] | None = None
+) -> list[str]:
+    """Why `new` material differs from `old`, one reason per changed field. `names`:
+    step key -> step name, to say which input step changed."""
     if old is None:
         return ["new step"]
-    reasons = []
-    for key in sorted(set(new["options"]) | set(old["options"])):
-        a, b = old["options"].get(key), new["options"].get(key)
-        if a != b:
-            reasons.append(f"options.{key}: {_short(a)} -> {_short(b)}")
+    reasons = [f"options.{c}" for c in changes(old["options"], new["options"])]
     for role in sorted(set(new["inputs"]) | set(old["inputs"])):
-        if new["inputs"].get(role) != old["inputs"].get(role):
-            reasons.append(f"input {role} changed")
+        key = new["inputs"].get(role)
+        if key != old["inputs"].get(role):
+            what = f" ({names[key]})" if names and key in names else ""
+            reasons.append(f"input {role} changed{what}" if key else f"input {role} removed")
     for lib in sorted(set(new["libraries"]) | set(old["libraries"])):
-        a, b = old["libraries"].get(lib), new["libraries"].get(lib)
+        a, b = old["libraries"].get(lib, UNSET), new["libraries"].get(lib, UNSET)
         if a != b:
-            reasons.append(f"{lib} {a} -> {b}")
+            reasons.append(f"library {lib}: {shown(a)} -> {shown(b)}")
     if new["code"] != old["code"]:
         reasons.append(f"builder code for {new['kind']} changed")
     return reasons
@@ -65,6 +119,45 @@ def comparable(step: Step, locked: StepLock | None) -> dict[str, Any]:
     return material
 
 
+# ---------------------------------------------------------------- which step is which
+
+
+def identity(step: Step) -> Identity:
+    return step.kind, step.role
+
+
+def locked_identity(step: StepLock) -> Identity:
+    """A lock step's (kind, role); manifest.read gives old locks their roles."""
+    return step.kind, step.role
+
+
+def pair(
+    new: Iterable[Step], old: Iterable[T], ident: Callable[[T], Identity]
+) -> Iterator[tuple[Step, T | None]]:
+    """Each new step with the old step of the same identity (None if there is none);
+    two steps of one identity pair in order."""
+    by_identity: dict[Identity, list[T]] = {}
+    for o in old:
+        by_identity.setdefault(ident(o), []).append(o)
+    for step in new:
+        same = by_identity.get(identity(step), [])
+        yield step, same.pop(0) if same else None
+
+
+def rebuilds(new: Plan, old: Plan) -> list[tuple[Step, list[str]]]:
+    """The steps of `new` whose key differs from the step of the same identity in
+    `old`, each with why."""
+    names = {s.key: s.name for s in new.steps}
+    return [
+        (s, explain(s.material, o.material if o else None, names))
+        for s, o in pair(new.steps, old.steps, identity)
+        if o is None or o.key != s.key
+    ]
+
+
+# ---------------------------------------------------------------- plans against locks
+
+
 @dataclass
 class Staleness:
     recipe: str
@@ -78,19 +171,14 @@ class Staleness:
 def staleness(p: Plan, lock: Lock | None) -> Staleness:
     """Which of the plan's steps the lock does not cover, and why."""
     out = Staleness(p.recipe)
-    # A plan may hold several steps of one kind (a companion's own fetch and export):
-    # the n-th step of a kind is compared with the lock's n-th step of that kind.
-    by_kind: dict[str, list[StepLock]] = {}
-    for locked_step in lock.steps if lock else []:
-        by_kind.setdefault(locked_step.kind, []).append(locked_step)
-    seen: dict[str, int] = {}
-    for step in p.steps:
-        n = seen[step.kind] = seen.get(step.kind, -1) + 1
-        same_kind = by_kind.get(step.kind, [])
-        locked = same_kind[n] if n < len(same_kind) else None
+    locked_steps: Sequence[StepLock] = lock.steps if lock else []
+    names = {s.key: s.name for s in p.steps}
+    for step, locked in pair(p.steps, locked_steps, locked_identity):
         material = comparable(step, locked)
         if locked is None or locked.material() != material:
-            out.steps.append((step, explain(material, locked.material() if locked else None)))
+            out.steps.append(
+                (step, explain(material, locked.material() if locked else None, names))
+            )
     return out
 
 
@@ -114,127 +202,3 @@ def manifest_staleness(cat: catalog_mod.Catalog, tools: Toolchain) -> list[Stale
         if s.stale:
             out.append(s)
     return out
-
-
-# ---------------------------------------------------------------- doit diff base=REV
-
-
-@contextmanager
-def checkout(rev: str, repo: Path) -> Iterator[Path]:
-    """The tree at `rev`, unpacked into a temp dir (git archive; nothing is touched)."""
-    try:
-        archive = subprocess.run(
-            ["git", "-C", str(repo), "archive", "--format=tar", rev],
-            capture_output=True,
-            check=True,
-        ).stdout
-    except subprocess.CalledProcessError as exc:
-        raise KilnError.one(
-            f"cannot read revision {rev!r}: {exc.stderr.decode().strip()}",
-            None,
-            "name a commit, branch or tag of this repository, e.g. base=origin/main",
-        ) from None
-    with tempfile.TemporaryDirectory(prefix="kiln-base-") as tmp:
-        import io
-
-        with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-            tar.extractall(tmp, filter="data")
-        yield Path(tmp)
-
-
-@dataclass
-class Side:
-    catalog: catalog_mod.Catalog
-    plans: dict[str, Plan]
-    problems: list[Problem]
-
-
-def side(root: Path, tools: Toolchain, cache: bool = True) -> Side:
-    """One side of a diff; `cache` off for a throwaway checkout (nothing to reuse)."""
-    cat = catalog_mod.load(Paths(root), cache=cache)
-    plans, problems = {}, cat.all_problems()
-    for name, recipe in cat.recipes.items():
-        try:
-            plans[name] = plan(name, recipe, cat.prompts[recipe.validation.prompts], tools)
-        except KilnError as exc:
-            problems.extend(exc.problems)
-    return Side(cat, plans, problems)
-
-
-def _problem_ids(problems: list[Problem]) -> dict[str, Problem]:
-    def ident(p: Problem) -> str:
-        where = p.location
-        path = ".".join(map(str, where.key_path)) if where else ""
-        return f"{where.file if where else ''}|{path}|{p.cause}"
-
-    return {ident(p): p for p in problems}
-
-
-def diff(rev: str, repo: Path, head_root: Path) -> str:
-    """Markdown for a PR comment: what changes between `rev` and the working tree."""
-    versions = current().versions
-    head_tools = Toolchain(versions, head_root)
-    with checkout(rev, repo) as base_root:  # planned inside: the digests read its files
-        base = side(base_root, Toolchain(versions, base_root), cache=False)
-    head = side(head_root, head_tools)
-    return render(rev, base, head, head_tools)
-
-
-def render(rev: str, base: Side, head: Side, tools: Toolchain) -> str:
-    added = sorted(set(head.plans) - set(base.plans))
-    removed = sorted(set(base.plans) - set(head.plans))
-    changed = {}
-    for name in sorted(set(head.plans) & set(base.plans)):
-        old = {s.kind: s for s in base.plans[name].steps}
-        steps = [
-            (s, explain(s.material, old[s.kind].material if s.kind in old else None))
-            for s in head.plans[name].steps
-            if s.kind not in old or old[s.kind].key != s.key
-        ]
-        if steps:
-            changed[name] = steps
-    lines = [f"## kiln diff: `{rev}` → working tree", ""]
-    lines.append(
-        f"**{len(added)} added, {len(changed)} changed, {len(removed)} removed** "
-        f"(of {len(head.plans)} buildable recipes)."
-    )
-    existing = {s.key for p in base.plans.values() for s in p.steps}
-    for name in added:
-        planned = head.plans[name].steps
-        new = [s.kind for s in planned if s.key not in existing]
-        lines += [
-            "",
-            f"### Added: `{name}`",
-            "",
-            f"Builds {', '.join(new) or 'nothing new'}"
-            f" ({len(planned) - len(new)} of {len(planned)} steps already exist).",
-        ]
-    for name, steps in changed.items():
-        lines += [
-            "",
-            f"### Changed: `{name}`",
-            "",
-            "| step | key | why it rebuilds |",
-            "|---|---|---|",
-        ]
-        for s, why in steps:
-            lines.append(f"| {s.kind} | `{s.key[:12]}` | {'; '.join(why)} |")
-    for name in removed:
-        lines += ["", f"### Removed: `{name}`"]
-    stale = [
-        s
-        for s in manifest_staleness(head.catalog, tools)
-        if s.recipe in changed or s.recipe in added
-    ]
-    if stale:
-        lines += ["", "### Manifests whose lock becomes stale", ""]
-        lines += [
-            f"- `manifests/{s.recipe}.json`: rebuild with `doit build recipe={s.recipe}`"
-            for s in stale
-        ]
-    new_problems = [
-        p for k, p in _problem_ids(head.problems).items() if k not in _problem_ids(base.problems)
-    ]
-    lines += ["", f"### New problems: {len(new_problems)}", ""]
-    lines += [f"```\n{p.render()}\n```" for p in new_problems] or ["None."]
-    return "\n".join(lines) + "\n"

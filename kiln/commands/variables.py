@@ -5,7 +5,8 @@ A verb declares its variables in one table of `Var`s (tasks.py holds the tables)
 does not declare is an error with a did-you-mean, never ignored: `doit run ...
 temprature=0.7` must not silently decode greedily. A value of the wrong type is an
 error located at its variable; bools are spelled 1/0, true/false or yes/no and
-nothing else, so `doit gc dry_run=yes` never deletes.
+nothing else, so `doit gc dry_run=yes` never deletes; a text variable with choices
+(`format=markdown|json`) refuses any other value, listing the allowed ones.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import KW_ONLY, dataclass
 from typing import Any
 
-from kiln.errors import KilnError, Location, Problem, did_you_mean
+from kiln.errors import KilnError, Location, Problem, did_you_mean, one_of
 
 WHERE = "command line"
 BOOLS = {"1": True, "true": True, "yes": True, "0": False, "false": False, "no": False}
@@ -34,17 +35,26 @@ class Var:
     metavar: str = ""  # what to show for the value (default: from the type)
     minimum: float | None = None
     maximum: float | None = None
+    choices: tuple[str, ...] = ()  # a text variable's allowed values (default: any text)
 
     def usage(self) -> str:
         """`name=VALUE (default d): help`, the way `doit help TASK` shows it."""
         shown = "" if self.default is None else f" (default {_shown(self.default)})"
-        return f"{self.name}={self.metavar or METAVAR[self.type]}{shown}: {self.help}"
+        metavar = self.metavar or "|".join(self.choices) or METAVAR[self.type]
+        return f"{self.name}={metavar}{shown}: {self.help}"
 
     def parse(self, text: str) -> Any:
         """The typed value of `text`, or a Problem located at this variable."""
-        if self.type is str:
-            return text if text != "" else self.default
         where = Location(WHERE, key_path=(self.name,))
+        if self.type is str:
+            value = text if text != "" else self.default
+            if self.choices and value not in self.choices:
+                raise KilnError.one(
+                    f"{text!r} is not one of {one_of(self.choices)}",
+                    where,
+                    did_you_mean(text, self.choices) or f"e.g. {self.name}={self.choices[0]}",
+                )
+            return value
         if self.type is bool:
             if text.lower() not in BOOLS:
                 raise KilnError.one(

@@ -4,4 +4,5 @@ manifest.py  read, append and write manifests/<recipe>.json (lock + evidence)
 gates.py     the statistical gates of thresholds/ applied to measured metrics
 lock.py      the lock of a built recipe: checkpoint file hashes, step keys, toolchain
 record.py    judge a validation against its gates and append it to the manifest
+cells.py     the support-matrix cell a recipe's evidence counts for (site and diff)
 """

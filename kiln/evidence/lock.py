@@ -35,6 +35,6 @@ def lock(store: Store, p: Plan) -> Lock:
             for s in p.steps
             if s.kind == "fetch" and s.role != "model"
         },
-        steps=[StepLock(name=s.name, key=s.key, **s.material) for s in p.steps],
+        steps=[StepLock(name=s.name, role=s.role, key=s.key, **s.material) for s in p.steps],
         toolchain=toolchain.current().lock(),
     )

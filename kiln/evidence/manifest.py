@@ -20,7 +20,29 @@ from kiln.schema import Evidence, GatesRef, Lock, Manifest
 def read(path: Path, display: str | None = None) -> Manifest | None:
     if not path.exists():
         return None
-    return load_json_model(Manifest, path, display)
+    found = load_json_model(Manifest, path, display)
+    lock = with_roles(found.lock)
+    return found if lock is found.lock else found.model_copy(update={"lock": lock})
+
+
+def with_roles(lock: Lock) -> Lock:
+    """The lock with every step's role. A lock written before steps recorded their
+    role names the checkpoint in each step's name (`fetch kiln-tiny/llama-draft@8b5204f`):
+    the role is the one whose checkpoint (`repo@rev7`) it cites, else the model's, as
+    the planner names them. A step that records its role keeps it."""
+    if all("role" in s.model_fields_set for s in lock.steps):
+        return lock
+    pins = {f"{c.repo}@{c.revision[:7]}": role for role, c in lock.companions.items()}
+    pins[f"{lock.model.repo}@{lock.model.revision[:7]}"] = "model"  # a tie is the model's
+    steps = [
+        s
+        if "role" in s.model_fields_set
+        else s.model_copy(
+            update={"role": next((pins[w] for w in s.name.split() if w in pins), "model")}
+        )
+        for s in lock.steps
+    ]
+    return lock.model_copy(update={"steps": steps})
 
 
 def write(path: Path, manifest: Manifest) -> None:

@@ -1,7 +1,8 @@
 """The support matrix, generated from evidence.
 
 Rows are architectures (from each lock), columns are precision x variant x backend
-(every value some recipe in the catalog declares). A cell is decided by the latest
+(every value some recipe in the catalog declares); which cell a recipe counts for is
+kiln/evidence/cells.py's rule, shared with `doit diff`. A cell is decided by the latest
 evidence of the built recipes it covers:
 
 * any failure decides it, the worst first (build-fail, then quality-fail): a
@@ -19,12 +20,12 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
+from kiln.evidence.cells import AXES, cell, column
 from kiln.site.view import Entry
 
 UNTESTED = "untested"
 # Deciding order: the first verdict present among a cell's recipes decides it.
 PRECEDENCE = ("build-fail", "quality-fail", "pass", "unsupported-here", "not-run")
-AXES = ("precision", "variant", "backend")
 
 
 @dataclass(frozen=True)
@@ -85,13 +86,13 @@ def _decide(column: tuple[str, str, str], found: list[Entry]) -> Cell:
 
 
 def matrix(items: list[Entry]) -> Matrix:
-    values = [sorted({e.facets[axis] for e in items}) for axis in AXES]
+    values = [sorted({column(e.recipe)[i] for e in items}) for i in range(len(AXES))]
     columns = [(p, v, b) for p, v, b in itertools.product(*values)]
     built = [e for e in items if e.latest and e.architecture]
     by_cell: dict[tuple[str, tuple[str, str, str]], list[Entry]] = {}
     for e in built:
-        column = (e.facets["precision"], e.facets["variant"], e.facets["backend"])
-        by_cell.setdefault((e.architecture or "", column), []).append(e)
+        key = cell(e.recipe, e.manifest.lock if e.manifest else None)  # the lock's architecture
+        by_cell.setdefault((key.architecture, key.column), []).append(e)
     rows = [
         Row(arch, [_decide(c, by_cell.get((arch, c), [])) for c in columns])
         for arch in sorted({e.architecture for e in built if e.architecture})

@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 
 from kiln import catalog
 from kiln.catalog.yaml import load_yaml_model
-from kiln.commands import review
+from kiln.commands import diffing
+from kiln.commands.diff import markdown
 from kiln.errors import KilnError
 from kiln.schema import Recipe
 
@@ -293,10 +294,13 @@ def test_diff_reports_added_changed_removed_rebuilds_and_new_violations(tmp_path
         },
     )
     (tmp_path / "recipes" / "gone.yaml").unlink()
-    md = review.diff("HEAD", tmp_path, tmp_path)
-    assert "**1 added, 1 changed, 1 removed**" in md
-    assert "| engine |" in md and "options.max_seq_len: 256 -> 128" in md
-    assert "| bundle |" in md and "| validate |" in md and "| export |" not in md
+    md = markdown(diffing.compare("HEAD", tmp_path, tmp_path))
+    # "broken" is added but invalid: counted apart from the valid additions.
+    assert "**1 added, 1 changed, 1 removed, 1 invalid**" in md
+    assert "- engine (model) " in md and "options.max_seq_len: 256 -> 128" in md
+    assert "- bundle (model) " in md and "- validate (model) " in md
+    assert "- export (model) " not in md
+    assert "### Added (invalid): `broken`" in md
     assert "### Added: `new`" in md and "Builds engine, bundle, validate" in md
     assert "### Removed: `gone`" in md
     assert "rule tensorrt-needs-gpu-target" in md and "### New problems: 1" in md
@@ -306,4 +310,4 @@ def test_diff_of_an_unknown_revision_is_a_clean_error(tmp_path: Path) -> None:
     make_catalog(tmp_path, {"tiny-llama": BASE})
     git(tmp_path, "init", "-q")
     with pytest.raises(KilnError, match="cannot read revision 'nope'"):
-        review.diff("nope", tmp_path, tmp_path)
+        diffing.compare("nope", tmp_path, tmp_path)
