@@ -74,9 +74,10 @@ CHECK = Verb(
     (Var("strict", bool, False, "a stale manifest is an error"),),
     "Validate the catalog: recipes, thresholds, prompts, manifests and rules.",
 )
+FORMAT = Var("format", str, "text", "text for people, json for a bot", choices=("text", "json"))
 PLAN = Verb(
     "plan",
-    (Var("recipe", str, None, RECIPES, metavar="NAMES"),),
+    (Var("recipe", str, None, RECIPES, metavar="NAMES"), FORMAT),
     "Show what `doit build` would run: steps, keys, and why each is stale.",
 )
 DIFF = Verb(
@@ -141,9 +142,12 @@ SCHEMA = Verb(
 )
 VERIFY = Verb(
     "verify",
-    (Var("repair", bool, False, "also remove damaged artifacts, so the next build remakes them"),),
-    "Re-hash the store against its records and the manifests' locks "
-    "(exit 0 ok, 4 corrupt or partial, 5 missing, 6 extra).",
+    (
+        Var("repair", bool, False, "also remove damaged artifacts, so the next build remakes them"),
+        FORMAT,
+    ),
+    "Re-hash the store and the hub cache against the records and the manifests' locks "
+    "(exit 0 ok or not built here, 4 corrupt or partial, 5 missing, 6 extra).",
 )
 GC = Verb(
     "gc",

@@ -38,6 +38,18 @@ class Report:
     not_here: list[str] = field(default_factory=list)  # manifests none of whose steps are here
     hub_files: int = 0  # locked checkpoint files re-hashed in the hub cache
 
+    def as_dict(self) -> dict[str, object]:
+        """The report for `format=json`."""
+        return {
+            "exit": self.exit_code(),
+            "artifacts": self.artifacts,
+            "manifests": self.manifests,
+            "hub_files": self.hub_files,
+            **{k: getattr(self, k) for k in ("corrupt", "partial", "missing", "extra")},
+            "not_built_here": self.not_here,
+            "damaged": sorted(self.damaged),
+        }
+
     def exit_code(self) -> int:
         for kind in ("corrupt", "partial", "missing", "extra"):
             if getattr(self, kind):

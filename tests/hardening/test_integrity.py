@@ -157,6 +157,9 @@ def test_a_fresh_clone_is_not_built_here_not_damaged(built: World, tmp_path: Pat
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.count("not built here: 2 manifests") == 1
     assert "missing:" not in proc.stdout and "is not in the store" not in proc.stdout
+    report = json.loads(world.doit("verify", "format=json").stdout)
+    assert report["exit"] == 0 and len(report["not_built_here"]) == 2
+    assert report["missing"] == [] and report["corrupt"] == []
 
 
 def test_verify_prints_both_digests_of_a_corrupt_artifact(built: World, tmp_path: Path) -> None:
