@@ -59,6 +59,7 @@ BUILD = Verb(
             "the recipes to build, comma-separated (default: every recipe this host can build)",
             metavar="NAMES",
         ),
+        Var("verbose", bool, False, "library warnings, and every mirrored checkpoint"),
         Var(
             "allow_quality_fail",
             bool,
@@ -347,6 +348,8 @@ def task_build() -> Iterator[Task]:
     except KilnError as exc:
         yield _failing("variables", str(exc))
         return
+    if not values["verbose"]:
+        build.quiet_libraries()
     targets = build.targets(values["recipe"])
     allow = values["allow_quality_fail"]
     for name, message in targets.notes:
@@ -357,7 +360,7 @@ def task_build() -> Iterator[Task]:
             "name": "mirror",
             "meta": {"title": f"mirror    tiny checkpoints -> {hub}"},
             "title": _title,
-            "actions": [(run_build, [build.write_mirror])],
+            "actions": [(run_build, [build.write_mirror, values["verbose"]])],
             "uptodate": [build.mirror_is_current],
             "verbosity": 2,
         }

@@ -84,15 +84,33 @@ def mirror_is_current() -> bool:
     return tinyhub.mirror_is_current(Paths.from_env().hub)
 
 
-def write_mirror() -> None:
-    """Write the tiny checkpoints into the hub mirror.
+def write_mirror(verbose: bool = False) -> None:
+    """Write the tiny checkpoints into the hub mirror (every repo@revision listed with
+    `verbose`).
 
     A wrong pin is not this step's business: fetch reports a revision the mirror
     does not have, as the Hub would."""
     hub = Paths.from_env().hub
     made = tinyhub.write_mirror(hub)
-    listing = ", ".join(f"{r}@{rev[:7]}" for r, rev in sorted(made.items()))
-    print(f"   mirror: {listing} in {hub}", file=sys.stderr)
+    if verbose:
+        listing = ", ".join(f"{r}@{rev[:7]}" for r, rev in sorted(made.items()))
+        print(f"   mirror: {listing} in {hub}", file=sys.stderr)
+    else:
+        print(f"   mirror: {len(made)} tiny checkpoints in {hub}", file=sys.stderr)
+
+
+def quiet_libraries() -> None:
+    """Library chatter off for this build and the processes it starts (`verbose=1`
+    keeps it): transformers' advisories, Python warnings. Errors still show."""
+    import logging
+    import os
+    import warnings
+
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+    os.environ.setdefault("PYTHONWARNINGS", "ignore")  # worker and child processes
+    logging.getLogger("transformers").setLevel(logging.ERROR)  # if already imported
+    warnings.simplefilter("ignore")
 
 
 def packaged_repos(plans: list[Plan]) -> list[str]:

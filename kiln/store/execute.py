@@ -62,6 +62,9 @@ class Request:
         from rich.progress import track
 
         console = Console(stderr=True)
+        if not console.is_terminal:  # a log file gets no redrawn bar, and no blank line
+            yield from items
+            return
         yield from track(
             items,
             description=f"   {self.kind}: {what}",
