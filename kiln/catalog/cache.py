@@ -10,7 +10,7 @@ Only files that parse cleanly are cached, with their text and the plain data the
 guarded parser built from it; a file with a problem is parsed afresh every time, so
 its diagnostics are the parser's own. A hit gives back the text and the data, and
 the node tree that locations need is composed again from the text only when an
-error asks for it (diagnose.Source).
+error asks for it (diagnose.Source); a file parsed afresh keeps no tree either.
 
 Never trusted blindly: the file is written atomically (kiln.fsio) with the sha256 of
 its body and the parser's version (this parser's source and PyYAML's version), and
@@ -96,7 +96,12 @@ class ParseCache:
 
     def read_source(self, path: Path, file: str) -> tuple[Source, Any]:
         """What kiln.catalog.yaml.read_source returns, from the cache when the file is
-        unchanged; KilnError (never cached) when it does not parse."""
+        unchanged; KilnError (never cached) when it does not parse.
+
+        Either way the Source holds the text only, its node tree composed again when an
+        error asks where a key is: a catalog's trees are most of the objects a load
+        leaves alive (170,000 for 1,000 recipes), which the cyclic collector, once
+        loading lets it run again, walks for 60 ms finding nothing."""
         key = str(path)
         try:
             st = os.lstat(path)
@@ -126,7 +131,7 @@ class ParseCache:
                 "data": data,
             }
             self.changed = True
-        return source, data
+        return Source(file, source.text), data
 
     def _confirmed(self, entry: dict[str, Any], path: Path, file: str) -> bool:
         """A racy entry is trusted only if the file's bytes are still the cached ones."""

@@ -8,6 +8,7 @@ from. DVC's YAML errors are the model.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -25,12 +26,48 @@ from kiln.catalog.indent import misindented
 from kiln.errors import MAX_PROBLEMS, KilnError, Location, Problem, capped
 
 try:  # the C loader is ~10x faster; PyYAML wheels ship it
-    from yaml import CSafeLoader as _Loader
+    from yaml import CSafeLoader as _Base
 except ImportError:  # pragma: no cover - only on exotic builds
-    from yaml import SafeLoader as _Loader  # type: ignore[assignment]
+    from yaml import SafeLoader as _Base  # type: ignore[assignment]
 
-LOADER = _Loader.__name__  # the parse cache keys on it (kiln/catalog/cache.py)
+LOADER = _Base.__name__  # the parse cache keys on it (kiln/catalog/cache.py)
 M = TypeVar("M", bound=BaseModel)
+_STR = "tag:yaml.org,2002:str"
+_MEMO_MAX = 4096  # values remembered per table: a recipe repeats a few dozen
+
+
+class _Loader(_Base):
+    """The safe loader, resolving each plain scalar's tag once per process.
+
+    PyYAML's resolver is Python, called per node (a third of composing a catalog):
+    it matches a plain scalar's text against the YAML 1.1 patterns, and walks path
+    resolvers, which only `add_path_resolver` creates and nothing here does. The
+    tag is a function of the text alone, so it is computed by PyYAML's own resolve
+    the first time and looked up after that. With no path resolver, descending and
+    ascending the tree do nothing: they skip even the check for path resolvers."""
+
+    _plain: ClassVar[dict[str, str]] = {}
+
+    def resolve(self, kind: type[yaml.Node], value: Any, implicit: tuple[bool, bool]) -> str:
+        if kind is not yaml.ScalarNode:
+            return str(super().resolve(kind, value, implicit))  # type: ignore[no-untyped-call]
+        if not implicit[0]:  # quoted or tagged '!': never resolved by pattern
+            return _STR
+        tag = self._plain.get(value)
+        if tag is None:
+            tag = str(super().resolve(kind, value, implicit))  # type: ignore[no-untyped-call]
+            if len(self._plain) < _MEMO_MAX:
+                self._plain[value] = tag
+        return tag
+
+    def descend_resolver(self, current_node: Any, current_index: Any) -> None:
+        pass
+
+    def ascend_resolver(self) -> None:
+        pass
+
+
+assert not _Loader.yaml_path_resolvers, "the resolver memo assumes no path resolvers"
 
 NO_ALIASES = "YAML anchors and aliases are not allowed"
 MAX_BYTES = 1 << 20
@@ -57,9 +94,9 @@ def _offset_location(file: str, text: str, offset: int) -> Location:
 # ---------------------------------------------------------------- text and nodes
 
 
-def _too_big(file: str, size: int) -> KilnError:
+def _too_big(file: str, size: int, limit: int = MAX_BYTES) -> KilnError:
     return KilnError.one(
-        f"file is {size} bytes, over the {MAX_BYTES}-byte limit",
+        f"file is {size} bytes, over the {limit}-byte limit",
         Location(file, 1, 1),
         "recipes are small; split the data or remove what is not needed",
     )
@@ -96,13 +133,17 @@ def decode(file: str, raw: bytes) -> str:
     return text
 
 
-def _check_depth(file: str, text: str) -> None:
+def _check_depth(file: str, text: str, scan: bool = False) -> None:
     """Reject deep nesting before the recursive composer sees it, and more values than
     any recipe holds before composing them costs seconds (60,000 keys: 1.7 s).
 
-    Only run when the text could nest deeply: flow brackets or deep indentation.
+    Only run on a text that has MAX_DEPTH flow brackets or is 64 * MAX_DEPTH bytes
+    long. A shorter one holds fewer than 20,000 values, and nests at most a thousand
+    levels (`- ` is two bytes a level), which PyYAML's composer (C, its own stack)
+    takes in its stride: the walk that builds its data counts the levels instead, and
+    refuses the same way (_Builder.build, _fast).
     """
-    if text.count("[") + text.count("{") < MAX_DEPTH and len(text) < 64 * MAX_DEPTH:
+    if not scan and text.count("[") + text.count("{") < MAX_DEPTH and len(text) < 64 * MAX_DEPTH:
         return
     depth = 0
     for count, event in enumerate(yaml.parse(text, Loader=_Loader)):
@@ -135,6 +176,11 @@ def compose(file: str, text: str) -> yaml.Node:
         _check_depth(file, text)
         node = yaml.compose(text, Loader=_Loader)
     except yaml.MarkedYAMLError as exc:
+        if exc.problem == "exceeded maximum nesting depth":  # libyaml's cap, 1,000 levels
+            # A short text of block levels: the scan says where level MAX_DEPTH + 1
+            # starts. (Flow levels stop libyaml's look-ahead first: its words stand.)
+            with contextlib.suppress(yaml.YAMLError):
+                _check_depth(file, text, scan=True)
         mark = exc.problem_mark or exc.context_mark
         hint = misindented(text, mark.line + 1) if mark else None
         if hint is not None:  # PyYAML's words for it name no line a person would fix
@@ -154,9 +200,20 @@ def compose(file: str, text: str) -> yaml.Node:
     return node
 
 
+def _too_deep(file: str, text: str, node: yaml.Node) -> KilnError:
+    return KilnError.one(
+        f"nesting depth over {MAX_DEPTH} levels",
+        _location(file, text, node.start_mark),
+        "flatten the document",
+    )
+
+
 class _Builder:
     """Checks a composed tree for what recipes may not contain, and builds plain data
-    from it in the same walk (scalars through PyYAML's own safe constructors)."""
+    from it in the same walk (scalars through PyYAML's own safe constructors).
+
+    This is the located walk: it carries every node's key path, and collects every
+    problem. `_fast` builds the same data when there is no problem to report."""
 
     _scalars = yaml.constructor.SafeConstructor()
     _construct: ClassVar[dict[str, Callable[[Any], Any]]] = {
@@ -177,7 +234,7 @@ class _Builder:
             Problem(cause, _location(self.file, self.text, node.start_mark, path), fix)
         )
 
-    def build(self, node: yaml.Node, path: tuple[str | int, ...] = ()) -> Any:
+    def build(self, node: yaml.Node, path: tuple[str | int, ...] = (), depth: int = 1) -> Any:
         if len(self.problems) > MAX_PROBLEMS:
             return None  # hostile input: 80,000 aliases took 257 s to report one by one
         if id(node) in self.seen:
@@ -190,10 +247,12 @@ class _Builder:
             if node.tag.endswith(":int") and len(node.value) > MAX_INT_DIGITS:
                 return self.fail(f"an integer of {len(node.value)} digits", node, path)
             return make(node)
+        if depth > MAX_DEPTH:  # a small file _check_depth did not scan: `- - - ... a`
+            raise _too_deep(self.file, self.text, node)
         if node.tag not in _STD_TAGS:
             return self.fail(f"tag {node.tag!r} is not allowed", node, path, "remove the tag")
         if isinstance(node, yaml.SequenceNode):
-            return [self.build(item, (*path, i)) for i, item in enumerate(node.value)]
+            return [self.build(item, (*path, i), depth + 1) for i, item in enumerate(node.value)]
         out: dict[str, Any] = {}
         first: dict[str, int] = {}
         for key_node, value_node in node.value:
@@ -212,8 +271,67 @@ class _Builder:
                 )
             else:
                 first[key] = key_node.start_mark.line + 1
-                out[key] = self.build(value_node, (*path, key))
+                out[key] = self.build(value_node, (*path, key), depth + 1)
         return out
+
+
+class _Slow(Exception):
+    """Something the located walk reports (or might): build again with it."""
+
+
+_MISSING = object()
+_SEQ, _MAP = "tag:yaml.org,2002:seq", "tag:yaml.org,2002:map"
+_MERGE, _INT = "tag:yaml.org,2002:merge", "tag:yaml.org,2002:int"
+# The other scalar tags, each with the values PyYAML's constructor gave (a function of
+# the text alone: '0o17', '017' and '0x0F' stay octal and hex as YAML 1.1 has them).
+_VALUES: dict[str, dict[str, Any]] = {
+    t: {} for t in (_INT, *(f"tag:yaml.org,2002:{t}" for t in ("float", "bool", "null")))
+}
+
+
+def _fast(node: yaml.Node, depth: int, seen: set[int] | None) -> Any:
+    """`_Builder.build` for a tree with nothing to report: the same data, without key
+    paths or the alias walk (`seen` is None when the text has no '&': an alias needs
+    an anchor, and PyYAML refuses one without as "found undefined alias"). Raises
+    _Slow at anything `build` would report; KilnError past MAX_DEPTH, as it does."""
+    if seen is not None:
+        if id(node) in seen:
+            raise _Slow
+        seen.add(id(node))
+    cls = node.__class__
+    if cls is yaml.ScalarNode:
+        tag = node.tag
+        if tag == _STR:
+            return node.value
+        values = _VALUES.get(tag)
+        if values is None:
+            raise _Slow  # a tag that is not allowed
+        text = node.value
+        value = values.get(text, _MISSING)
+        if value is _MISSING:
+            if tag == _INT and len(text) > MAX_INT_DIGITS:
+                raise _Slow
+            value = _Builder._construct[tag](node)
+            if len(values) < _MEMO_MAX and value == value:  # NaN is not remembered
+                values[text] = value
+        return value
+    if depth > MAX_DEPTH:
+        raise _Slow
+    if cls is yaml.SequenceNode:
+        if node.tag != _SEQ:
+            raise _Slow
+        return [_fast(item, depth + 1, seen) for item in node.value]
+    if cls is not yaml.MappingNode or node.tag != _MAP:
+        raise _Slow
+    out: dict[str, Any] = {}
+    for key_node, value_node in node.value:
+        if key_node.__class__ is not yaml.ScalarNode or key_node.tag == _MERGE:
+            raise _Slow
+        key = key_node.value
+        if key == "<<" or key in out:
+            raise _Slow
+        out[key] = _fast(value_node, depth + 1, seen)
+    return out
 
 
 def _anchors(text: str) -> re.Match[str] | None:
@@ -234,6 +352,10 @@ def read_yaml(file: str, raw: bytes) -> tuple[str, yaml.Node, Any]:
             _offset_location(file, text, anchor.start() + len(anchor.group(1))),
             "write the value out",
         )
+    try:
+        return text, node, _fast(node, 1, set() if "&" in text else None)
+    except _Slow:
+        pass
     builder = _Builder(file, text)
     data = builder.build(node)
     if builder.problems:
@@ -248,9 +370,10 @@ def read_source(path: Path, display: str | None = None) -> tuple[Source, Any]:
     return Source(file, text, node), data
 
 
-def _read_capped(path: Path, file: str) -> bytes:
-    """At most MAX_BYTES + 1 bytes of a regular file, never through a symlink: a recipe
-    linked to /dev/zero would never end, one linked to ~/.ssh would leak into errors."""
+def _read_capped(path: Path, file: str, limit: int = MAX_BYTES) -> bytes:
+    """At most limit + 1 bytes of a regular file, never through a symlink: a recipe
+    linked to /dev/zero would never end, one linked to ~/.ssh would leak into errors;
+    opened without blocking, so a FIFO is refused, not waited on."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except FileNotFoundError:
@@ -258,13 +381,25 @@ def _read_capped(path: Path, file: str) -> bytes:
     except OSError as exc:
         why = "is a symbolic link" if exc.errno == errno.ELOOP else f"cannot read: {exc.strerror}"
         raise KilnError.one(why, Location(file, 1), "commit the file itself") from None
-    with os.fdopen(fd, "rb") as fh:
+    try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise KilnError.one("is not a regular file", Location(file, 1), "commit a plain file")
-        if st.st_size > MAX_BYTES:
-            raise _too_big(file, st.st_size)
-        return fh.read(MAX_BYTES + 1)
+        if st.st_size > limit:
+            raise _too_big(file, st.st_size, limit)
+        # One read of the size fstat gave (and a byte more, to see a file still growing),
+        # then more only while it grows, to at most limit + 1 bytes.
+        chunks = [os.read(fd, st.st_size + 1)]
+        total = len(chunks[0])
+        while total > st.st_size and total <= limit:
+            chunk = os.read(fd, min(limit + 1 - total, 1 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 def load_yaml_model(model: type[M], path: Path, display: str | None = None) -> M:
