@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -80,30 +80,71 @@ def matches(value: Any, matcher: Any, allowlists: dict[str, list[str]]) -> bool:
     return bool(value == matcher)
 
 
+Test = Callable[[Any], bool]
+
+
+def compiled(matcher: Any, allowlists: dict[str, list[str]]) -> Test:
+    """`matches(value, matcher, allowlists)` as one function of the value, the matcher
+    read once. A malformed matcher raises ValueError when it is applied, as matches
+    does, not when it is compiled."""
+    if isinstance(matcher, dict):
+        (op, arg), *rest = matcher.items()
+        if rest or op not in ("present", "not", "gt", "allowlist"):
+            return lambda value: matches(value, matcher, allowlists)  # raises ValueError
+        if op == "present":
+            want = bool(arg)
+            return lambda value: (value is not MISSING and value is not None) == want
+        if op == "not":
+            inner = compiled(arg, allowlists)
+            return lambda value: not inner(value)
+        if op == "gt":
+            return lambda value: isinstance(value, int | float) and value > arg
+        return lambda value: value in allowlists[arg]
+    if isinstance(matcher, list):
+        return lambda value: value in matcher
+    return lambda value: bool(value == matcher)
+
+
+@dataclass(frozen=True)
+class _Compiled:
+    rule: Rule
+    when: tuple[tuple[str, Test], ...]
+    then: tuple[tuple[str, Test], ...]
+
+
 @dataclass(frozen=True)
 class Rules:
     table: RuleTable
 
+    @cached_property
+    def _compiled(self) -> tuple[_Compiled, ...]:
+        lists = self.table.allowlists
+
+        def tests(paths: dict[str, Any]) -> tuple[tuple[str, Test], ...]:
+            return tuple((path, compiled(m, lists)) for path, m in paths.items())
+
+        return tuple(_Compiled(r, tests(r.when), tests(r.then)) for r in self.table.rules)
+
     def check(self, recipe: BaseModel) -> list[Violation]:
         out = []
-        lists = self.table.allowlists
         values: dict[str, Any] = {}  # rules share paths: each is read once per recipe
-        for rule in self.table.rules:  # plain loops: doit check runs this per recipe
-            for path, matcher in rule.when.items():
+        for rule in self._compiled:  # plain loops: doit check runs this per recipe
+            for path, test in rule.when:
                 if path not in values:
                     values[path] = get(recipe, path)
-                if not matches(values[path], matcher, lists):
+                if not test(values[path]):
                     break
             else:
-                failed = []
-                for path, matcher in rule.then.items():
-                    if path not in values:
-                        values[path] = get(recipe, path)
-                    if not matches(values[path], matcher, lists):
-                        failed.append(path)
+                failed = [path for path, test in rule.then if not test(_read(values, recipe, path))]
                 if failed:
-                    out.append(Violation(rule, tuple(failed[0].split("."))))
+                    out.append(Violation(rule.rule, _parts(failed[0])))
         return out
+
+
+def _read(values: dict[str, Any], recipe: BaseModel, path: str) -> Any:
+    if path not in values:
+        values[path] = get(recipe, path)
+    return values[path]
 
 
 def load(
