@@ -61,17 +61,20 @@ def fsync_file(path: Path) -> None:
         os.close(fd)
 
 
-def atomic_write(path: Path, data: bytes) -> None:
+def atomic_write(path: Path, data: bytes, *, durable: bool = True) -> None:
     """Write a file so that readers see the old or the new bytes, never a mix: a temp
-    file next to the target, fsync, rename, fsync the directory."""
+    file next to the target, fsync, rename, fsync the directory. `durable=False`
+    skips both fsyncs, for a cache that checks its own bytes (after a crash, a torn
+    file is only a miss): they cost more than the rest of the write."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(fd)
     tmp = Path(name)
     try:
-        write_new(tmp, data, sync=True)
+        write_new(tmp, data, sync=durable)
         os.replace(tmp, path)
-        fsync_dir(path.parent)
+        if durable:
+            fsync_dir(path.parent)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise

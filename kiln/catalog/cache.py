@@ -12,7 +12,8 @@ its diagnostics are the parser's own. A hit gives back the text and the data, an
 the node tree that locations need is composed again from the text only when an
 error asks for it (diagnose.Source); a file parsed afresh keeps no tree either.
 
-Never trusted blindly: the file is written atomically (kiln.fsio) with the sha256 of
+Never trusted blindly: the file is written atomically (kiln.fsio; not durably: a
+crash may lose it, never mix it) with the sha256 of
 its body and the parser's version (this parser's source and PyYAML's version), and
 each entry is checked for its shape and its text's sha256. Whatever does not check
 out is a miss: parsed afresh and written back. An entry cached within RACY_NS of its
@@ -163,10 +164,10 @@ class ParseCache:
             "sha256": hashlib.sha256(body).hexdigest(),
         }
         with contextlib.suppress(OSError, KilnError):
-            atomic_write(self.path, json.dumps(meta).encode() + b"\n" + body)
+            atomic_write(self.path, json.dumps(meta).encode() + b"\n" + body, durable=False)
             ignore = self.path.parent.parent / ".gitignore"
             if not ignore.exists():  # as pytest and mypy do: a cache is never committed
-                atomic_write(ignore, IGNORE)
+                atomic_write(ignore, IGNORE, durable=False)
 
 
 def _sound(entry: Any) -> bool:
