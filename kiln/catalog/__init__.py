@@ -15,10 +15,13 @@ Recipes are data: nothing is templated.
   diagnose.py       pydantic errors -> file:line:col, key path, snippet, did-you-mean
   rules.py          the compatibility rules of catalog/rules.yaml, applied to recipes
   buildable.py      what no builder makes yet, and gates a validation cannot feed
+  verdict.py        a clean catalog's counts, cached by the stat of every input
   architectures.py  catalog/architectures.yaml and the CI subset it implies
 
 Parsing is cached in the store (cache.py): loading an unchanged catalog again parses
-nothing, and reports the same problems.
+nothing, and reports the same problems. Importing this package imports neither
+PyYAML nor pydantic (loading does): `doit check` of a catalog whose verdict is
+cached (verdict.py) needs neither.
 """
 
 from __future__ import annotations
@@ -30,18 +33,22 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from kiln.catalog import buildable
-from kiln.catalog import rules as rules_mod
-from kiln.catalog.cache import ParseCache
-from kiln.catalog.diagnose import Source, find, validate
 from kiln.errors import KilnError, Location, Problem, did_you_mean
-from kiln.paths import Paths
-from kiln.schema import PromptSet, Recipe, Thresholds
+from kiln.paths import ROOT, Paths
 
-M = TypeVar("M", Recipe, Thresholds, PromptSet)
+if TYPE_CHECKING:
+    from kiln.catalog import rules as rules_mod
+    from kiln.catalog.cache import ParseCache
+    from kiln.catalog.diagnose import Source
+    from kiln.schema import PromptSet, Recipe, Thresholds
+
+    M = TypeVar("M", Recipe, Thresholds, PromptSet)
+
 MAX_EXTENDS = 8
+# This checkout's rules: a catalog root without its own (a test world) uses them.
+RULES_FILE = ROOT / "catalog" / "rules.yaml"
 
 
 @dataclass
@@ -70,6 +77,8 @@ class Catalog:
 
     def locate(self, name: str, key_path: Sequence[str]) -> Location:
         """Where a recipe key is written: in the recipe or in the parent it inherits from."""
+        from kiln.catalog.diagnose import find
+
         chain = self.sources.get(name, [])
         if not chain:
             return Location(self.paths.rel(self.paths.recipes / f"{name}.yaml"))
@@ -85,18 +94,35 @@ class Catalog:
         return [p for file in sorted(self.problems) for p in self.problems[file]]
 
 
+def yaml_entries(folder: Path) -> list[os.DirEntry[str]] | None:
+    """Every *.yaml entry of `folder` (files or not: a directory named x.yaml is a
+    problem to report), by name; None when it cannot be listed. What load() reads,
+    and what a cached verdict (verdict.py) is keyed on."""
+    try:
+        with os.scandir(folder) as entries:
+            found = [e for e in entries if e.name.endswith(".yaml")]
+    except OSError:
+        return None
+    found.sort(key=lambda e: e.name)
+    return found
+
+
+def rules_file(paths: Paths) -> Path | None:
+    """The catalog's own catalog/rules.yaml, or None: this checkout's (RULES_FILE)."""
+    return paths.rules if paths.rules.is_file() else None
+
+
 def _yaml_files(catalog: Catalog, folder: Path) -> list[tuple[str, Path, str]]:
     """(stem, path, the file as problems name it) of every *.yaml in `folder`, by name:
     what `sorted(folder.glob("*.yaml"))` gives, at catalog scale without Path sorting."""
-    try:
-        names = sorted(e.name for e in os.scandir(folder) if e.name.endswith(".yaml"))
-    except OSError:
-        return []
+    names = [e.name for e in yaml_entries(folder) or ()]
     prefix = catalog.paths.rel(folder)
     return [(name[: -len(".yaml")], folder / name, f"{prefix}/{name}") for name in names]
 
 
 def _load_dir(catalog: Catalog, folder: Path, model: type[M], cache: ParseCache) -> dict[str, M]:
+    from kiln.catalog.diagnose import validate
+
     loaded: dict[str, M] = {}
     for stem, path, file in _yaml_files(catalog, folder):
         try:
@@ -151,12 +177,17 @@ def _chain(name: str, raw: dict[str, tuple[Source, Any]], broken: frozenset[str]
 def _extends_at(source: Source) -> Location:
     """Where `extends:` is written. Located only on error: a source from the parse
     cache composes its nodes on first use."""
+    from kiln.catalog.diagnose import find
+
     return source.location(find(source.node, ("extends",))[0], ("extends",))
 
 
 def _resolve(
     name: str, raw: dict[str, tuple[Source, Any]], broken: frozenset[str] = frozenset()
 ) -> tuple[Recipe, list[Source]]:
+    from kiln.catalog.diagnose import validate
+    from kiln.schema import Recipe
+
     chain = _chain(name, raw, broken)
     data: dict[str, Any] = {}
     for link in reversed(chain):
@@ -191,6 +222,10 @@ def load(paths: Paths | None = None, cache: bool = True, save: bool = True) -> C
 
 
 def _load(catalog: Catalog, cache: bool, save: bool) -> Catalog:
+    from kiln.catalog import rules as rules_mod
+    from kiln.catalog.cache import ParseCache
+    from kiln.schema import PromptSet, Thresholds
+
     parsed = ParseCache(catalog.paths, enabled=cache)
     catalog.thresholds = _load_dir(catalog, catalog.paths.thresholds, Thresholds, parsed)
     catalog.prompts = _load_dir(catalog, catalog.paths.prompts, PromptSet, parsed)
@@ -203,8 +238,7 @@ def _load(catalog: Catalog, cache: bool, save: bool) -> Catalog:
             catalog.add(file, exc.problems)
             unparsed.add(stem)
     broken = frozenset(unparsed)
-    own = catalog.paths.rules if catalog.paths.rules.is_file() else None
-    rules = catalog.rules = rules_mod.load(own, parsed.read_source)
+    rules = catalog.rules = rules_mod.load(rules_file(catalog.paths), parsed.read_source)
     if save:
         parsed.save()
     catalog.parsed = parsed.misses
@@ -230,6 +264,8 @@ def _load(catalog: Catalog, cache: bool, save: bool) -> Catalog:
 def _apply_rules(
     catalog: Catalog, name: str, recipe: Recipe, rules: rules_mod.Rules
 ) -> list[Problem]:
+    from kiln.catalog import rules as rules_mod
+
     out = []
     for v in rules.check(recipe):
         where = catalog.locate(name, v.path)
@@ -243,6 +279,8 @@ def _apply_rules(
 
 def _buildable(catalog: Catalog, name: str, recipe: Recipe) -> list[Problem]:
     """What the planner would refuse, and gates the validation cannot feed, located."""
+    from kiln.catalog import buildable
+
     problems = buildable.refusals(recipe)
     which = recipe.validation.thresholds
     if which in catalog.thresholds:
@@ -255,6 +293,8 @@ def _key_path(p: Problem) -> tuple[str, ...]:
 
 
 def _written(catalog: Catalog, name: str, path: Sequence[str]) -> bool:
+    from kiln.catalog.diagnose import find
+
     return any(find(s.node, path)[2] == len(path) for s in catalog.sources.get(name, []))
 
 

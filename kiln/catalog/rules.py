@@ -14,14 +14,12 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from kiln.catalog import RULES_FILE
 from kiln.errors import Problem
-from kiln.paths import ROOT
 
 if TYPE_CHECKING:
     from kiln.catalog.diagnose import Source
 
-# This checkout's rules: a catalog root without its own (a test world) uses them.
-RULES_FILE = ROOT / "catalog" / "rules.yaml"
 MISSING = object()
 
 

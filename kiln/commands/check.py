@@ -3,21 +3,31 @@
 A manifest must parse, belong to a recipe and carry keys that hash its lock; a
 manifest whose lock no longer matches its recipe is stale (an error with
 `strict=1`). Only recipes that have a manifest are planned.
+
+A catalog with no manifests that passed, and whose files, kiln's code and the
+libraries have not changed since, passes again without being loaded: its counts
+are cached (kiln/catalog/verdict.py). This module imports the loader only when it
+loads.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from kiln.canonical import key_of
-from kiln.catalog import Catalog
-from kiln.commands.workspace import catalog
+from kiln.catalog import verdict
 from kiln.errors import KilnError, Location, Problem
-from kiln.evidence import gates, manifest
+from kiln.paths import Paths
+
+if TYPE_CHECKING:
+    from kiln.catalog import Catalog
 
 
 def manifest_problems(cat: Catalog, path: Path) -> list[Problem]:
     """A manifest must parse, belong to a recipe, and carry keys that match its lock."""
+    from kiln.canonical import key_of
+    from kiln.evidence import manifest
+
     file = cat.paths.rel(path)
     try:
         found = manifest.read(path, file)
@@ -45,6 +55,8 @@ def manifest_problems(cat: Catalog, path: Path) -> list[Problem]:
 def regated(cat: Catalog, manifests: list[Path]) -> list[tuple[str, str]]:
     """(recipe, why) for each manifest whose latest verdict was judged under other
     gates than its recipe's thresholds file holds now (kiln/evidence/gates.py)."""
+    from kiln.evidence import gates, manifest
+
     out = []
     for path in manifests:
         recipe = cat.recipes.get(path.stem)
@@ -75,11 +87,29 @@ def regated(cat: Catalog, manifests: list[Path]) -> list[tuple[str, str]]:
     return out
 
 
+def _ok(counts: dict[str, int], manifests: int, stale: int) -> str:
+    return (
+        f"ok: {counts['recipes']} recipes, {counts['thresholds']} thresholds, "
+        f"{counts['prompts']} prompt sets, {manifests} manifests, {counts['rules']} rules; "
+        f"{stale} stale manifests"
+    )
+
+
 def check(strict: bool) -> None:
     """Print what is stale and the counts; KilnError with every problem found."""
+    paths = Paths.from_env()
+    manifests = sorted(paths.manifests.glob("*.json"))
+    inputs = None
+    if not manifests:  # the verdict covers the catalog; manifests are checked anew
+        inputs = verdict.inputs(paths)
+        cached = verdict.read(paths, inputs)
+        if cached is not None:
+            print(_ok(cached, 0, 0))
+            return
+    from kiln.commands.workspace import catalog
+
     cat = catalog()
     problems = cat.all_problems()
-    manifests = sorted(cat.paths.manifests.glob("*.json"))
     for path in manifests:
         problems.extend(manifest_problems(cat, path))
     stale = []
@@ -96,14 +126,17 @@ def check(strict: bool) -> None:
         why = "; ".join(f"{step.kind} ({', '.join(reasons)})" for step, reasons in s.steps)
         print(f"stale: manifests/{s.recipe}.json: its lock no longer matches the recipe: {why}")
         print(f"       rebuild with: doit build recipe={s.recipe}")
-    rules = len(cat.rules.table.rules) if cat.rules else 0
-    counts = (
-        f"{len(cat.recipes)} recipes, {len(cat.thresholds)} thresholds, "
-        f"{len(cat.prompts)} prompt sets, {len(manifests)} manifests, {rules} rules"
-    )
+    counts = {
+        "recipes": len(cat.recipes),
+        "thresholds": len(cat.thresholds),
+        "prompts": len(cat.prompts),
+        "rules": len(cat.rules.table.rules) if cat.rules else 0,
+    }
     if problems:
         raise KilnError(problems)
     count = len({s.recipe for s in stale} | {name for name, _ in rejudge})
     if count and strict:
         raise KilnError.one(f"{count} stale manifests", None, "rebuild them")
-    print(f"ok: {counts}; {count} stale manifests")
+    if inputs is not None:
+        verdict.write(paths, inputs, counts)
+    print(_ok(counts, len(manifests), count))

@@ -1,0 +1,183 @@
+"""A clean catalog's verdict, cached in the store: `doit check` of a catalog that has
+not changed since it last passed stats its files and reads one small file.
+
+    <store>/cache/verdict/<sha256 of the catalog root>.json
+        {"format", "key", "counts": {"recipes", "thresholds", "prompts", "rules"}}
+
+Only a catalog with no problem at all is recorded: whatever fails is loaded, parsed
+and judged in full every time, so its problems are always the loader's own. The key
+is the sha256 of everything load() and its verdict are a function of:
+
+  * every input, by name, with its lstat (mode, size, mtime_ns, ctime_ns, inode,
+    device): each *.yaml entry of recipes/, thresholds/ and prompts/ (yaml_entries,
+    the listing load() reads) or the error listing one gave, and the rules file
+    (the catalog's own catalog/rules.yaml if it is a file, else this checkout's);
+  * the code that judges them: the lstat of every .py file of the kiln package;
+  * the libraries and the interpreter: the lstat of each file at the top of the
+    pydantic, pydantic_core and yaml packages (an upgrade or reinstall writes them
+    all anew), sys.version, and PYDANTIC_DISABLE_PLUGINS.
+
+A write changes a file's ctime (and editing one, its size or mtime too), and nothing
+sets a ctime back, so an edit after the stat shows in the key, unless it lands in
+the clock tick of the ctime the key recorded (git's "racily clean" entries). So a
+verdict is recorded only when every file's ctime and mtime are older than RACY_NS
+at the time they were stat'ed; this process's own code was imported less than that
+before, so an edit between its import and the stat blocks the write too.
+
+Not covered: a hand edit inside a library's subpackage (a change pip makes is), a
+file system whose clock runs RACY_NS behind this machine's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import stat
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from kiln.catalog import RULES_FILE, rules_file, yaml_entries
+from kiln.errors import KilnError
+from kiln.fsio import atomic_write
+from kiln.paths import Paths
+
+FORMAT = 1
+RACY_NS = 2_000_000_000  # as the parse cache: coarse file systems stamp 1-2 s
+COUNTS = ("recipes", "thresholds", "prompts", "rules")
+LIBRARIES = ("pydantic", "pydantic_core", "yaml")
+_MAX_BYTES = 4096
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """What a verdict is a function of, as stat'ed now."""
+
+    key: str
+    racy: bool  # some file changed too recently for its stat to vouch for its bytes
+
+
+def _stat(path: str | os.DirEntry[str], since: int, out: list[object]) -> bool:
+    """Append the lstat of `path` to `out`; True when it changed after `since`."""
+    try:
+        st = path.stat(follow_symlinks=False) if isinstance(path, os.DirEntry) else os.lstat(path)
+    except OSError as exc:
+        out.append(f"!{exc.errno}")
+        return False
+    out.append((st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev))
+    return st.st_ctime_ns > since or st.st_mtime_ns > since
+
+
+def _folder(folder: Path, since: int, out: list[object]) -> bool:
+    entries = yaml_entries(folder)
+    if entries is None:
+        out.append(f"{folder}: cannot be listed")
+        return False
+    racy = False
+    for entry in entries:
+        out.append(entry.name)
+        racy |= _stat(entry, since, out)
+    return racy
+
+
+def _tree(root: str, since: int, out: list[object]) -> bool:
+    """Every .py file under `root`, with its lstat, in a stable order."""
+    racy = False
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+        for name in sorted(files):
+            if name.endswith(".py"):
+                out.append(os.path.join(folder, name))
+                racy |= _stat(os.path.join(folder, name), since, out)
+    return racy
+
+
+def _library(name: str, since: int, out: list[object]) -> bool:
+    """The top files of an installed package (found, not imported)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.submodule_search_locations:
+        out.append(f"{name}: not found")
+        return False
+    racy = False
+    for location in spec.submodule_search_locations:
+        with os.scandir(location) as entries:
+            for entry in sorted(entries, key=lambda e: e.name):
+                if entry.is_file(follow_symlinks=False):
+                    out.append(entry.name)
+                    racy |= _stat(entry, since, out)
+    return racy
+
+
+def inputs(paths: Paths) -> Inputs:
+    import kiln
+
+    since = time.time_ns() - RACY_NS
+    out: list[object] = [
+        f"format {FORMAT}",
+        sys.version,
+        os.environ.get("PYDANTIC_DISABLE_PLUGINS", ""),
+        str(paths.root.resolve()),
+    ]
+    racy = False
+    for folder in (paths.recipes, paths.thresholds, paths.prompts):
+        out.append(f"[{folder}]")
+        racy |= _folder(folder, since, out)
+    own = rules_file(paths)  # follows a symlink, as load() decides: stat what it reads
+    out.append(f"[rules {own}]")
+    racy |= _stat(str(own or RULES_FILE), since, out)
+    out.append("[code]")
+    racy |= _tree(os.path.dirname(kiln.__file__), since, out)
+    for name in LIBRARIES:
+        out.append(f"[{name}]")
+        racy |= _library(name, since, out)
+    key = hashlib.sha256(repr(out).encode("utf-8", "surrogateescape")).hexdigest()
+    return Inputs(key, racy)
+
+
+def _file(paths: Paths) -> Path:
+    name = hashlib.sha256(str(paths.root.resolve()).encode()).hexdigest()[:24]
+    return paths.store / "cache" / "verdict" / f"{name}.json"
+
+
+def _small_file(path: Path) -> bytes:
+    """A regular file of at most _MAX_BYTES, never through a symlink or from a FIFO
+    (kiln.catalog.yaml reads recipes so; it imports what this module must not)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > _MAX_BYTES:
+            raise ValueError(f"{path}: not a small regular file")
+        return os.read(fd, _MAX_BYTES + 1)
+    finally:
+        os.close(fd)
+
+
+def read(paths: Paths, found: Inputs) -> dict[str, int] | None:
+    """The counts of the clean verdict recorded under exactly these inputs, or None."""
+    try:
+        data = json.loads(_small_file(_file(paths)))
+    except (OSError, ValueError, RecursionError):
+        return None
+    if not isinstance(data, dict) or data.keys() != {"format", "key", "counts"}:
+        return None
+    counts = data["counts"]
+    if data["format"] != FORMAT or data["key"] != found.key or not isinstance(counts, dict):
+        return None
+    if counts.keys() != set(COUNTS) or not all(type(counts[k]) is int for k in COUNTS):
+        return None
+    return {k: counts[k] for k in COUNTS}
+
+
+def write(paths: Paths, found: Inputs, counts: dict[str, int]) -> None:
+    """Record a clean verdict (not when an input is racy); a store that cannot be
+    written only makes the next check slower."""
+    if found.racy:
+        return
+    body = {"format": FORMAT, "key": found.key, "counts": {k: counts[k] for k in COUNTS}}
+    with contextlib.suppress(OSError, KilnError):
+        atomic_write(_file(paths), json.dumps(body).encode(), durable=False)
