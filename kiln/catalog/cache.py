@@ -89,7 +89,7 @@ class ParseCache:
             if meta != expected:
                 return {}
             entries = json.loads(body)
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):  # a corrupt store: a miss
             return {}
         if not isinstance(entries, dict):
             return {}

@@ -14,6 +14,7 @@ import json
 import os
 import re
 import stat
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
@@ -98,7 +99,9 @@ def _too_big(file: str, size: int, limit: int = MAX_BYTES) -> KilnError:
     return KilnError.one(
         f"file is {size} bytes, over the {limit}-byte limit",
         Location(file, 1, 1),
-        "recipes are small; split the data or remove what is not needed",
+        "recipes are small; split the data or remove what is not needed"
+        if limit == MAX_BYTES
+        else "no file kiln writes is this big: restore it from git or rebuild it",
     )
 
 
@@ -407,19 +410,85 @@ def load_yaml_model(model: type[M], path: Path, display: str | None = None) -> M
     return validate(model, data, [source])
 
 
-def load_json_model(model: type[M], path: Path, display: str | None = None) -> M:
+# ---------------------------------------------------------------- JSON
+
+MAX_JSON_BYTES = 16 << 20  # the biggest manifest is 36 KB; one run adds a few KB
+_JSON_TOKEN = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]')
+
+
+def _deeper(data: Any) -> bool:
+    """Is parsed JSON nested deeper than MAX_DEPTH? Level by level, no recursion."""
+    level = [data] if type(data) is dict or type(data) is list else []
+    depth = 0
+    while level:
+        depth += 1
+        if depth > MAX_DEPTH:
+            return True
+        below = []
+        for container in level:
+            for value in container.values() if type(container) is dict else container:
+                if type(value) is dict or type(value) is list:
+                    below.append(value)
+        level = below
+    return False
+
+
+def _json_too_deep(file: str, text: str) -> KilnError:
+    """Where the first level too deep opens: strings skipped, brackets counted."""
+    depth = 0
+    for token in _JSON_TOKEN.finditer(text):
+        char = token.group()
+        if char in "[{":
+            depth += 1
+            if depth > MAX_DEPTH:
+                return KilnError.one(
+                    f"nesting depth over {MAX_DEPTH} levels",
+                    _offset_location(file, text, token.start()),
+                    "flatten the document",
+                )
+        elif char in "]}":
+            depth -= 1
+    return KilnError.one(f"nesting depth over {MAX_DEPTH} levels", Location(file, 1))
+
+
+def read_json(path: Path, display: str | None = None, limit: int = MAX_JSON_BYTES) -> Any:
+    """One JSON file -> its data, with the recipe reader's guards: a regular file,
+    never through a symlink nor waiting on a FIFO, of at most `limit` bytes, strict
+    UTF-8, nested at most MAX_DEPTH levels; KilnError with the file and line if not.
+
+    json.loads recurses, so 100,000 levels are a RecursionError, caught; what it
+    parses is then measured (a fifth of the parse for a manifest) and refused past
+    MAX_DEPTH, located at the bracket that opens the first level too deep."""
     file = display or str(path)
+    raw = _read_capped(path, file, limit)
+    if len(raw) > limit:  # it grew after fstat
+        raise _too_big(file, len(raw), limit)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise KilnError.one(
+            f"invalid UTF-8 at byte {exc.start}", Location(file, line), "save the file as UTF-8"
+        ) from None
+    try:
         data = json.loads(text)
-    except FileNotFoundError:
-        raise KilnError.one("file not found", Location(file)) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise KilnError.one(f"cannot read: {exc}", Location(file)) from None
+    except RecursionError:
+        raise _json_too_deep(file, text) from None
     except json.JSONDecodeError as exc:
         where = Location(file, exc.lineno, exc.colno, (), snippet(text, exc.lineno, exc.colno))
         raise KilnError.one(f"invalid JSON: {exc.msg}", where) from None
-    return validate(model, data, [], file)
+    except ValueError as exc:  # an integer over Python's 4,300 digits
+        long = re.search(f"[0-9]{{{sys.get_int_max_str_digits() + 1},}}", text)
+        where = _offset_location(file, text, long.start()) if long else Location(file, 1)
+        raise KilnError.one(f"invalid JSON: {exc}", where) from None
+    if _deeper(data):
+        raise _json_too_deep(file, text)
+    return data
+
+
+def load_json_model(model: type[M], path: Path, display: str | None = None) -> M:
+    file = display or str(path)
+    return validate(model, read_json(path, file), [], file)
 
 
 def locate(path: Path, file: str, key_path: tuple[str | int, ...]) -> Location:

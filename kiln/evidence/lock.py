@@ -3,8 +3,7 @@ key and material, and the toolchain. Read from the store, after the build."""
 
 from __future__ import annotations
 
-import json
-
+from kiln.catalog.yaml import read_json
 from kiln.plan import toolchain
 from kiln.plan.step import Plan, Step
 from kiln.schema import CheckpointLock, FileHash, Lock, StepLock
@@ -14,9 +13,9 @@ from kiln.store import Store
 def checkpoint_lock(store: Store, fetch: Step) -> CheckpointLock:
     """What a fetch step fetched: repo, revision, architecture and every file's hash."""
     fetched = store.get(fetch.key)
-    files = json.loads(fetched.file("files.json").read_text())
+    files = read_json(fetched.file("files.json"))
     config_file = fetched.path / "checkpoint" / "config.json"
-    config = json.loads(config_file.read_text()) if config_file.is_file() else {}
+    config = read_json(config_file) if config_file.is_file() else {}
     if not config and (fetched.path / "checkpoint" / "adapter_config.json").is_file():
         config = {"model_type": "peft-adapter"}  # an adapter-only checkpoint has no config.json
     return CheckpointLock(

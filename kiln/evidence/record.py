@@ -7,12 +7,12 @@ last, under a lock, and only when every artifact it names is in the store.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from kiln.canonical import key_of
 from kiln.catalog import Catalog
-from kiln.errors import KilnError
+from kiln.catalog.yaml import read_json
+from kiln.errors import KilnError, Location
 from kiln.evidence import gates as gates_mod
 from kiln.evidence import manifest
 from kiln.evidence.lock import lock
@@ -30,7 +30,9 @@ def measured(cat: Catalog, store: Store, validate: Step, name: str) -> dict[str,
         build = cat.recipe(name).build
         backend = {"name": build.backend, "device": build.target}  # the target it was built for
         return {**found, "unsupported": found["reason"], "backend": backend, "metrics": {}}
-    data: dict[str, Any] = json.loads((artifact / "evidence.json").read_text())
+    data = read_json(artifact / "evidence.json")
+    if not isinstance(data, dict):
+        raise KilnError.one("evidence.json is not a JSON object", Location(str(artifact)))
     return data
 
 

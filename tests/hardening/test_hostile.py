@@ -37,6 +37,10 @@ def generated(folder: Path) -> list[Path]:
         "gen-80k-aliases": "a: &a x\n" + "".join(f"k{i}: *a\n" for i in range(80_000)),
         "gen-1mb-line": GOOD.replace("description: >-", "description: " + "a" * 1_000_000 + "\nx:"),
         "gen-50k-documents": "---\na: 1\n" * 50_000,
+        # issue 14: the deepest that fit under the event scan's 2 KB (libyaml's own
+        # 1,000-level cap, then 33 levels of mappings), each from the guard that counts levels
+        "gen-short-block-sequence": "x:\n" + "- " * 1020 + "a\n",
+        "gen-short-block-mapping": "".join(" " * i + f"k{i}:\n" for i in range(33)) + "v: 1\n",
     }
     paths = []
     for name, text in cases.items():
@@ -76,6 +80,11 @@ def test_the_corpus_covers_what_the_issue_lists(corpus: list[Path]) -> None:
         "nul-byte",
         "invalid-utf8",
         "utf8-bom",
+        "nested-block-sequences",  # issue 14: under 2 KB, no bracket: no event scan
+        "nested-block-mappings",
+        "nested-block-mixed",
+        "gen-short-block-sequence",
+        "gen-short-block-mapping",
     ):
         assert must in names, must
     assert (CORPUS.parent / "hostile").is_dir()
@@ -131,3 +140,86 @@ def test_doit_check_reports_every_hostile_recipe_with_its_line(
     missing = [p.name for p in corpus if not re.search(rf"recipes/{re.escape(p.name)}:\d+", out)]
     assert missing == []
     assert "recipes/tiny-llama.yaml" not in out  # the good recipe next to them still loads
+
+
+# ---------------------------------------------------------------- manifests (issue 14)
+
+MANIFEST_CASES = {
+    # name -> the line its error must point at
+    "deep-arrays": 1,  # json.loads: RecursionError
+    "deep-objects": 1,
+    "nested-40": 2,  # parses, but deeper than the cap
+    "fifo": 1,  # check and verify waited forever
+    "dev-zero": 1,  # read until memory ran out
+}
+
+
+def hostile_manifests(folder: Path) -> None:
+    (folder / "deep-arrays.json").write_text("[" * 100_000 + "]" * 100_000)
+    (folder / "deep-objects.json").write_text('{"a": ' * 50_000 + "1" + "}" * 50_000)
+    (folder / "nested-40.json").write_text(
+        '{"schema_version": 1,\n "lock": ' + "[" * 40 + "]" * 40 + "}\n"
+    )
+    os.mkfifo(folder / "fifo.json")
+    (folder / "dev-zero.json").symlink_to("/dev/zero")
+
+
+def test_hostile_manifests_give_located_errors_never_a_hang(tmp_path: Path) -> None:
+    """The guarded JSON reader, in-process: each case is a KilnError naming the file
+    and line. Run in a child with a timeout, so a FIFO that blocks fails the test
+    instead of hanging it."""
+    folder = tmp_path / "manifests"
+    folder.mkdir()
+    hostile_manifests(folder)
+    probe = (
+        "import sys, json\n"
+        "from pathlib import Path\n"
+        "from kiln.errors import KilnError\n"
+        "from kiln.evidence import manifest\n"
+        "for name in sys.argv[1:]:\n"
+        "    path = Path(sys.argv[0]).parent / 'manifests' / f'{name}.json'\n"
+        "    try:\n"
+        "        manifest.read(path, f'manifests/{name}.json')\n"
+        "        print(json.dumps([name, 'loaded']))\n"
+        "    except KilnError as exc:\n"
+        "        print(json.dumps([name, str(exc)]))\n"
+    )
+    script = tmp_path / "probe.py"
+    script.write_text(probe)
+    proc = subprocess.run(
+        [sys.executable, str(script), *MANIFEST_CASES],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    got = dict(json.loads(line) for line in proc.stdout.splitlines())
+    for name, line in MANIFEST_CASES.items():
+        assert re.match(rf"manifests/{name}\.json:{line}\b", got[name]), (name, got[name])
+    assert "nesting depth over 32 levels" in got["deep-arrays"]
+    assert "nesting depth over 32 levels" in got["nested-40"]
+    assert "is not a regular file" in got["fifo"]
+    assert "symbolic link" in got["dev-zero"]
+
+
+@pytest.mark.parametrize("command", [("check",), ("verify",), ("plan", "recipe=tiny-llama")])
+def test_doit_reports_hostile_manifests_without_a_traceback_or_a_hang(
+    tmp_path: Path, command: tuple[str, ...]
+) -> None:
+    world = make_world(tmp_path, tmp_path / "no-hub", ("tiny-llama",))
+    hostile_manifests(world.root / "manifests")
+    # plan reads the manifest of the recipe it plans: make that one hostile too
+    (world.root / "manifests" / "tiny-llama.json").write_text("[" * 100_000 + "]" * 100_000)
+    proc = subprocess.run(
+        world.argv(*command), env=world.env, capture_output=True, text=True, timeout=120
+    )
+    out = proc.stdout + proc.stderr
+    assert "Traceback" not in out and "RecursionError" not in out, out[-3000:]
+    if command[0] == "plan":  # a manifest that does not parse is one to rebuild
+        assert proc.returncode == 0 and "will run" in out
+        return
+    assert proc.returncode != 0
+    for name, line in {**MANIFEST_CASES, "tiny-llama": 1}.items():
+        assert re.search(rf"manifests/{name}\.json:{line}\b", out), (name, out[-3000:])

@@ -160,3 +160,126 @@ def test_a_manifest_metric_must_be_finite() -> None:
     for bad in (float("nan"), float("inf")):
         with pytest.raises(ValidationError, match="finite"):
             Evidence.model_validate({**good, "metrics": {**good["metrics"], "x": bad}})
+
+
+# ---------------------------------------------------------------- the fast build
+
+
+def _located(text: str) -> object:
+    """What the located walk alone makes of `text`: its data, or its problems."""
+    from kiln.catalog import yaml as guarded
+
+    try:
+        text = guarded.decode("f", text.encode())
+        node = guarded.compose("f", text)
+        if guarded._anchors(text):
+            return ("error", "anchors")
+    except KilnError as exc:
+        return ("error", str(exc))
+    builder = guarded._Builder("f", text)
+    try:
+        data = builder.build(node)
+    except KilnError as exc:
+        return ("error", str(exc))
+    return ("error", str(KilnError(builder.problems))) if builder.problems else ("data", data)
+
+
+def _read(text: str) -> object:
+    from kiln.catalog import yaml as guarded
+
+    try:
+        return ("data", guarded.read_yaml("f", text.encode())[2])
+    except KilnError as exc:
+        return ("error", "anchors" if exc.problems[0].cause == guarded.NO_ALIASES else str(exc))
+
+
+SCALARS = [
+    "0",
+    "017",
+    "0o17",
+    "0x1F",
+    "0b101",
+    "-0",
+    "+12",
+    "1_000",
+    "190:20:30",
+    "08",
+    "1e3",
+    "1.5",
+    ".inf",
+    "-.Inf",
+    ".nan",
+    "yes",
+    "No",
+    "on",
+    "OFF",
+    "true",
+    "~",
+    "null",
+    "",
+    "'017'",
+    '"yes"',
+    "!!str 12",
+    "!!int '12'",
+    "!!float 1",
+    "!!binary aGk=",
+    "!!set {a}",
+    "2024-01-01",
+    "12345678901234567890",
+    "9" * 101,
+    "a b",
+    "'x': 1",
+]
+
+
+def test_the_fast_build_gives_the_located_walks_data_and_problems(tmp_path: Path) -> None:
+    """Every shipped YAML file, and documents built from every kind of scalar YAML 1.1
+    reads (octal, sexagesimal, booleans, tags, huge integers), read twice: through
+    read_yaml (the fast build, falling back) and through the located walk alone."""
+    texts = [p.read_text() for p in sorted(ROOT.glob("*/*.yaml"))]
+    texts += [
+        p.read_text(errors="replace") for p in sorted((ROOT / "tests" / "hostile").glob("*.yaml"))
+    ]
+    for value in SCALARS:
+        texts.append(f"a: {value}\nb: [{value}]\nc:\n  - {value}\n")
+        texts.append(f"{value}: x\nd: 1\n")
+    texts += ["a: 1\na: 2\n", "a: {b: 1, b: 2}\n", "? [a]\n: 1\n", "<<: {a: 1}\n", "a: !!map [1]\n"]
+    assert len(texts) > 150
+    for text in texts:
+        assert _read(text) == _located(text), text[:200]
+
+
+def test_integers_keep_their_yaml_11_meaning_when_remembered(tmp_path: Path) -> None:
+    from kiln.catalog import yaml as guarded
+
+    for _ in range(2):  # the second read comes from the remembered values
+        data = guarded.read_yaml("f", b"a: 017\nb: 0x1F\nc: 1_0\nd: yes\ne: 08\nf: 0o17\n")[2]
+        assert data == {"a": 15, "b": 31, "c": 10, "d": True, "e": "08", "f": "0o17"}
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "x:\n" + "- " * 40 + "a\n",
+        "".join(" " * i + f"k{i}:\n" for i in range(40)) + "v: 1\n",
+        "x:\n" + "".join(" " * (2 * i) + "- k:\n" for i in range(20)) + " " * 40 + "- v\n",
+        "x:\n" + "- " * 1020 + "a\n",  # past libyaml's own 1,000 levels
+    ],
+)
+def test_short_block_nesting_is_refused_at_level_33_like_the_event_scan(text: str) -> None:
+    """Under 2 KB and without brackets, the event scan does not run (issue 14: 500
+    nested block sequences were a RecursionError); the build counts the levels and
+    says what the scan says, at the same place."""
+    from kiln.catalog import yaml as guarded
+
+    assert len(text) < 64 * guarded.MAX_DEPTH and "[" not in text
+    with pytest.raises(KilnError) as built:
+        guarded.read_yaml("recipes/r.yaml", text.encode())
+    with pytest.raises(KilnError) as scanned:
+        guarded._check_depth("recipes/r.yaml", text, scan=True)
+    assert str(built.value) == str(scanned.value)
+    assert str(built.value).startswith("recipes/r.yaml:") and "nesting depth over 32" in str(
+        built.value
+    )
+    thirty_two = "".join(" " * i + f"k{i}:\n" for i in range(31)) + " " * 31 + "v: 1\n"
+    assert guarded.read_yaml("f", thirty_two.encode())[2]  # 32 levels are fine
