@@ -15,6 +15,8 @@ doit replay [recipes=..] [tags=..] [changed_since=REV] [shard=i/n] [executor=loc
                            re-measure recipes, report regressions (exit 0/1/2)
 """
 
+import atexit
+import gc
 import os
 
 from doit import get_var
@@ -25,6 +27,16 @@ from doit import get_var
 os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
 
 import tasks
+
+# An exiting interpreter tears down every module, its cyclic collector walking every
+# live object on the way, pass after pass: after a cold check of 1,000 recipes,
+# 0.13 s of a 0.8 s command. Frozen at exit, they are skipped, and refcounting
+# frees them as their modules are cleared. Only the collector's finalizing of
+# cycles still alive at exit is skipped, which Python never promises ("It is not
+# guaranteed that __del__() methods are called for objects that still exist when
+# the interpreter exits"): kiln closes what it opens. A process that runs doit
+# in-process collects as usual until it exits.
+atexit.register(gc.freeze)
 
 # Every task_* creator in tasks.py is a doit task; listing them here again would
 # only be one more place to forget a new one.
