@@ -156,7 +156,9 @@ class ParseCache:
         that cannot be written is only slower: errors are ignored."""
         if self.path is None or not (self.changed or self.used.keys() != self.entries.keys()):
             return
-        body = json.dumps(self.used, ensure_ascii=False, separators=(",", ":")).encode()
+        body = json.dumps(
+            self.used, ensure_ascii=False, separators=(",", ":"), check_circular=False
+        ).encode()  # plain data built by the guarded parser: never cyclic
         meta = {
             "format": FORMAT,
             "parser": self.parser,

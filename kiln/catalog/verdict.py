@@ -14,8 +14,9 @@ is the sha256 of everything load() and its verdict are a function of:
     (the catalog's own catalog/rules.yaml if it is a file, else this checkout's);
   * the code that judges them: the lstat of every .py file of the kiln package;
   * the libraries and the interpreter: the lstat of each file at the top of the
-    pydantic, pydantic_core and yaml packages (an upgrade or reinstall writes them
-    all anew), sys.version, and PYDANTIC_DISABLE_PLUGINS.
+    packages that parse and validate (LIBRARIES: pydantic and what it builds on,
+    PyYAML; an upgrade or a reinstall writes them all anew), sys.version, and
+    PYDANTIC_DISABLE_PLUGINS.
 
 A write changes a file's ctime (and editing one, its size or mtime too), and nothing
 sets a ctime back, so an edit after the stat shows in the key, unless it lands in
@@ -48,7 +49,15 @@ from kiln.paths import Paths
 FORMAT = 1
 RACY_NS = 2_000_000_000  # as the parse cache: coarse file systems stamp 1-2 s
 COUNTS = ("recipes", "thresholds", "prompts", "rules")
-LIBRARIES = ("pydantic", "pydantic_core", "yaml")
+# What validates and parses: pydantic and what it builds on, and PyYAML.
+LIBRARIES = (
+    "pydantic",
+    "pydantic_core",
+    "annotated_types",
+    "typing_inspection",
+    "typing_extensions",
+    "yaml",
+)
 _MAX_BYTES = 4096
 
 
@@ -100,9 +109,12 @@ def _library(name: str, since: int, out: list[object]) -> bool:
     import importlib.util
 
     spec = importlib.util.find_spec(name)
-    if spec is None or not spec.submodule_search_locations:
+    if spec is None or not (spec.submodule_search_locations or spec.origin):
         out.append(f"{name}: not found")
         return False
+    if not spec.submodule_search_locations:  # a module, not a package
+        out.append(spec.origin)
+        return _stat(str(spec.origin), since, out)
     racy = False
     for location in spec.submodule_search_locations:
         with os.scandir(location) as entries:
