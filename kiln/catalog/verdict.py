@@ -15,7 +15,7 @@ is the sha256 of everything load() and its verdict are a function of:
   * the code that judges them: the lstat of every .py file of the kiln package;
   * the libraries and the interpreter: the lstat of each file at the top of the
     packages that parse and validate (LIBRARIES: pydantic and what it builds on,
-    PyYAML; an upgrade or a reinstall writes them all anew), sys.version, and
+    PyYAML; an upgrade or a reinstall writes them all anew), sys.version, -O, and
     PYDANTIC_DISABLE_PLUGINS.
 
 A write changes a file's ctime (and editing one, its size or mtime too), and nothing
@@ -132,6 +132,7 @@ def inputs(paths: Paths) -> Inputs:
     out: list[object] = [
         f"format {FORMAT}",
         sys.version,
+        sys.flags.optimize,  # -O drops asserts
         os.environ.get("PYDANTIC_DISABLE_PLUGINS", ""),
         str(paths.root.resolve()),
     ]

@@ -390,11 +390,11 @@ def _read_capped(path: Path, file: str, limit: int = MAX_BYTES) -> bytes:
             raise KilnError.one("is not a regular file", Location(file, 1), "commit a plain file")
         if st.st_size > limit:
             raise _too_big(file, st.st_size, limit)
-        # One read of the size fstat gave (and a byte more, to see a file still growing),
-        # then more only while it grows, to at most limit + 1 bytes.
+        # One read of the size fstat gave, and a byte more to see a file still growing;
+        # more reads only after a short one or while it grows, to limit + 1 bytes.
         chunks = [os.read(fd, st.st_size + 1)]
         total = len(chunks[0])
-        while total > st.st_size and total <= limit:
+        while total != st.st_size and total <= limit:
             chunk = os.read(fd, min(limit + 1 - total, 1 << 20))
             if not chunk:
                 break
