@@ -1,8 +1,8 @@
 """What every verb works on: the catalog of KILN_ROOT and its store, loaded once per
 process; the plan of a recipe; and errors pinned to the recipe line they come from.
 
-Loading is what `doit check` pays for, so this module imports little: the store
-(and its lock library) only when a verb asks for it.
+Loading is what `doit check` pays for, so this module imports little: the planner,
+the store (and its lock library) only when a verb asks for them.
 """
 
 from __future__ import annotations
@@ -15,10 +15,9 @@ from kiln.catalog import Catalog
 from kiln.catalog import load as load_catalog
 from kiln.errors import KilnError, Problem
 from kiln.paths import Paths
-from kiln.plan import plan, toolchain
-from kiln.plan.step import Plan
 
 if TYPE_CHECKING:
+    from kiln.plan.step import Plan
     from kiln.store import Store
 
 
@@ -57,6 +56,8 @@ def located(
 
 def plan_in(cat: Catalog, name: str) -> Plan:
     """The plan of one recipe of `cat` (KilnError, located, if it does not plan)."""
+    from kiln.plan import plan, toolchain
+
     recipe = cat.recipe(name)
     try:
         return plan(name, recipe, cat.prompts[recipe.validation.prompts], toolchain.current())
