@@ -34,7 +34,8 @@ except ImportError:  # pragma: no cover - only on exotic builds
 LOADER = _Base.__name__  # the parse cache keys on it (kiln/catalog/cache.py)
 M = TypeVar("M", bound=BaseModel)
 _STR = "tag:yaml.org,2002:str"
-_MEMO_MAX = 4096  # values remembered per table: a recipe repeats a few dozen
+_MEMO_MAX = 4096  # values remembered per table: a recipe repeats a few dozen,
+_MEMO_LEN = 64  # each short: a 1 MB scalar is not kept for the process's life
 
 
 class _Loader(_Base):
@@ -57,7 +58,7 @@ class _Loader(_Base):
         tag = self._plain.get(value)
         if tag is None:
             tag = str(super().resolve(kind, value, implicit))  # type: ignore[no-untyped-call]
-            if len(self._plain) < _MEMO_MAX:
+            if len(self._plain) < _MEMO_MAX and len(value) <= _MEMO_LEN:
                 self._plain[value] = tag
         return tag
 
@@ -315,7 +316,7 @@ def _fast(node: yaml.Node, depth: int, seen: set[int] | None) -> Any:
             if tag == _INT and len(text) > MAX_INT_DIGITS:
                 raise _Slow
             value = _Builder._construct[tag](node)
-            if len(values) < _MEMO_MAX and value == value:  # NaN is not remembered
+            if len(values) < _MEMO_MAX and len(text) <= _MEMO_LEN and value == value:  # not NaN
                 values[text] = value
         return value
     if depth > MAX_DEPTH:
