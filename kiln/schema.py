@@ -503,13 +503,20 @@ class PromptSet(Strict):
 # ---------------------------------------------------------------- manifests
 
 
-class FileHash(Strict):
+class Recorded(Strict):
+    """A model of what a build records (manifests/): built when a manifest is first
+    read, not at import, so a check of a catalog without manifests never builds it."""
+
+    model_config = ConfigDict(defer_build=True)
+
+
+class FileHash(Recorded):
     path: str = Field(description="Path inside the checkpoint snapshot.")
     sha256: Sha256 = Field(description="sha256 of the file's bytes.")
     size: int = Field(ge=0, description="Size in bytes.")
 
 
-class CheckpointLock(Strict):
+class CheckpointLock(Recorded):
     repo: RepoId = Field(description="Hugging Face repo id.")
     revision: Revision = Field(description="The pinned revision that was resolved.")
     architecture: str = Field(
@@ -518,7 +525,7 @@ class CheckpointLock(Strict):
     files: list[FileHash] = Field(description="Every resolved file, sorted by path.")
 
 
-class StepLock(Strict):
+class StepLock(Recorded):
     kind: str = Field(description="Step kind: fetch, export, onnx, engine, bundle, ...")
     name: str = Field(description="Human name of the step, e.g. 'export kiln-tiny/llama@86b0c01'.")
     role: str = Field(
@@ -544,7 +551,7 @@ class StepLock(Strict):
         }
 
 
-class Lock(Strict):
+class Lock(Recorded):
     model: CheckpointLock = Field(description="The resolved checkpoint.")
     companions: dict[str, CheckpointLock] = Field(
         default_factory=_no_entries, description="Resolved companion checkpoints, by role."
@@ -553,7 +560,7 @@ class Lock(Strict):
     toolchain: dict[str, str] = Field(description="Versions of the libraries the steps used.")
 
 
-class GateResult(Strict):
+class GateResult(Recorded):
     metric: str = Field(description="Metric judged.")
     direction: Literal["higher", "lower"] = Field(description="Which way is better.")
     threshold: float = Field(description="Bound applied (derived, for a statistical gate).")
@@ -570,7 +577,7 @@ class GateResult(Strict):
     )
 
 
-class Host(Strict):
+class Host(Recorded):
     cpu: str = Field(description="CPU model name.")
     cores: int = Field(description="Logical CPU count.")
     os: str = Field(description="Operating system and kernel.")
@@ -582,7 +589,7 @@ def _unrecorded(value: Any) -> bool:
     return value is None
 
 
-class GatesRef(Strict):
+class GatesRef(Recorded):
     name: Name = Field(description="The thresholds file: thresholds/<name>.yaml.")
     sha256: Sha256 = Field(
         description="sha256 of the canonical JSON of its gates and family_alpha (what "
@@ -590,7 +597,7 @@ class GatesRef(Strict):
     )
 
 
-class Evidence(Strict):
+class Evidence(Recorded):
     date: str = Field(description="UTC time the validation ran, ISO 8601.")
     host: Host = Field(description="Where it ran.")
     backend: dict[str, str] = Field(description="Backend name, version and device.")
@@ -622,7 +629,7 @@ class Evidence(Strict):
     )
 
 
-class Manifest(Strict):
+class Manifest(Recorded):
     schema_version: SchemaVersion = Field(description="Manifest schema version; this is version 1.")
     recipe: Name = Field(description="The recipe this manifest belongs to.")
     lock: Lock = Field(description="What was built, exactly.")
