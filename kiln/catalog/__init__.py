@@ -310,7 +310,7 @@ def _written(catalog: Catalog, name: str, path: Sequence[str]) -> bool:
 def _cross_check(catalog: Catalog, name: str, recipe: Recipe) -> list[Problem]:
     """What one file cannot know alone: the names it uses must exist."""
     problems = []
-    if not _valid_name(name) or Path(name).name != name:
+    if not _valid_name(name) or os.path.basename(name) != name:  # no Path per recipe
         problems.append(
             Problem(
                 f"{name!r} is not a valid recipe name",
