@@ -70,12 +70,17 @@ BUILD = Verb(
     "Build recipes incrementally, each step once "
     "(exit 0 built: pass or unsupported-here; 1 a step failed or a recipe failed its gates).",
 )
+FORMAT = Var("format", str, "text", "text for people, json for a bot", choices=("text", "json"))
 CHECK = Verb(
     "check",
-    (Var("strict", bool, False, "a stale manifest is an error"),),
-    "Validate the catalog: recipes, thresholds, prompts, manifests and rules.",
+    (
+        Var("strict", bool, False, "a stale manifest is an error"),
+        FORMAT,
+        Var("verbose", bool, False, "every stale manifest, each with every step's reasons"),
+    ),
+    "Validate the catalog: recipes, thresholds, prompts, manifests and rules "
+    "(exit 0 valid, 1 an error; with strict=1 also a stale manifest).",
 )
-FORMAT = Var("format", str, "text", "text for people, json for a bot", choices=("text", "json"))
 PLAN = Verb(
     "plan",
     (Var("recipe", str, None, RECIPES, metavar="NAMES"), FORMAT),

@@ -12,8 +12,10 @@ loads.
 
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from kiln.catalog import verdict
 from kiln.errors import KilnError, Location, Problem
@@ -95,8 +97,99 @@ def _ok(counts: dict[str, int], manifests: int, stale: int) -> str:
     )
 
 
-def check(strict: bool) -> None:
-    """Print what is stale and the counts; KilnError with every problem found."""
+@dataclass
+class Stale:
+    """One stale manifest: why, in one line and step by step, and where it was made."""
+
+    recipe: str
+    cause: str  # "recipe" (an edit), "toolchain" (libraries or kiln's code), "gates"
+    summary: str
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    gpu: str | None = None  # the GPU its latest evidence ran on
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "recipe": self.recipe,
+            "cause": self.cause,
+            "summary": self.summary,
+            "gpu": self.gpu,
+            "steps": self.steps,
+        }
+
+
+def _short(reasons: list[str], limit: int = 3) -> str:
+    shown = "; ".join(reasons[:limit])
+    return shown + (f"; +{len(reasons) - limit} more" if len(reasons) > limit else "")
+
+
+def _stale(cat: Catalog, manifests: list[Path]) -> list[Stale]:
+    """Every stale manifest: its lock no longer matches, or its verdict was judged
+    under other gates. Planning (and the toolchain's digests) only when there are
+    manifests."""
+    from kiln.commands import review
+    from kiln.evidence import manifest
+    from kiln.plan import toolchain
+
+    def gpu_of(name: str) -> str | None:
+        try:
+            found = manifest.read(cat.paths.manifest(name))
+        except KilnError:
+            return None
+        return found.evidence[-1].host.gpu if found and found.evidence else None
+
+    out = []
+    for s in review.manifest_staleness(cat, toolchain.current()):
+        reasons = list(dict.fromkeys(r for _, why in s.steps for r in why))
+        edited = review.recipe_changed(s)
+        own = [r for r in reasons if not r.startswith("input ")] or reasons
+        label = "recipe edit" if edited else "toolchain only"
+        summary = f"{label} ({_short(own, 1)}; {len(s.steps)} steps rebuild)"
+        steps = [
+            {"kind": st.kind, "role": st.role, "key": st.key, "reasons": why} for st, why in s.steps
+        ]
+        cause = "recipe" if edited else "toolchain"
+        out.append(Stale(s.recipe, cause, summary, steps, gpu_of(s.recipe)))
+    seen = {x.recipe for x in out}
+    for name, why in regated(cat, manifests):
+        if name not in seen:
+            out.append(Stale(name, "gates", why, [], gpu_of(name)))
+    return sorted(out, key=lambda x: x.recipe)
+
+
+def _report(stale: list[Stale], verbose: bool) -> list[str]:
+    """One line per stale manifest made on this kind of host; one line for all those
+    recorded on GPU hosts this host cannot rebuild (unless `verbose`)."""
+    from kiln import hostinfo
+
+    here = hostinfo.gpu_name()
+    elsewhere = [x for x in stale if x.gpu and x.gpu != here and not verbose]
+    lines = []
+    for x in stale:
+        if x in elsewhere:
+            continue
+        verb = "re-judge" if x.cause == "gates" else "rebuild"
+        lines.append(
+            f"stale: manifests/{x.recipe}.json: {x.summary}; {verb}: doit build recipe={x.recipe}"
+        )
+        if verbose:
+            lines += [
+                f"       {st['kind']} ({st['role']}): {'; '.join(st['reasons'])}" for st in x.steps
+            ]
+    if elsewhere:
+        gpus = ", ".join(sorted({str(x.gpu) for x in elsewhere}))
+        causes = ", ".join(sorted({x.cause for x in elsewhere}))
+        names = ", ".join(x.recipe for x in elsewhere)
+        lines.append(
+            f"stale: {len(elsewhere)} manifests recorded on GPU hosts ({gpus}; by {causes}): "
+            f"{names}; rebuild them on such a host (verbose=1 says why)"
+        )
+    return lines
+
+
+def check(strict: bool, format: str = "text", verbose: bool = False) -> None:
+    """Print what is stale and the counts (or one JSON document); KilnError with every
+    problem found, errors first: nothing about staleness is printed then."""
+    as_json = format == "json"
     paths = Paths.from_env()
     manifests = sorted(paths.manifests.glob("*.json"))
     inputs = None
@@ -104,7 +197,7 @@ def check(strict: bool) -> None:
         inputs = verdict.inputs(paths)
         cached = verdict.read(paths, inputs)
         if cached is not None:
-            print(_ok(cached, 0, 0))
+            _print(as_json, {**cached, "manifests": 0}, [], [], _ok(cached, 0, 0))
             return
     from kiln.commands.workspace import catalog
 
@@ -112,20 +205,6 @@ def check(strict: bool) -> None:
     problems = cat.all_problems()
     for path in manifests:
         problems.extend(manifest_problems(cat, path))
-    stale = []
-    if manifests:  # planning, and the toolchain's versions and digests, only then
-        from kiln.commands import review
-        from kiln.plan import toolchain
-
-        stale = review.manifest_staleness(cat, toolchain.current())
-    rejudge = regated(cat, manifests)
-    for name, why in rejudge:
-        print(f"stale: manifests/{name}.json: {why}")
-        print(f"       re-judge with: doit build recipe={name}")
-    for s in stale:
-        why = "; ".join(f"{step.kind} ({', '.join(reasons)})" for step, reasons in s.steps)
-        print(f"stale: manifests/{s.recipe}.json: its lock no longer matches the recipe: {why}")
-        print(f"       rebuild with: doit build recipe={s.recipe}")
     counts = {
         "recipes": len(cat.recipes),
         "thresholds": len(cat.thresholds),
@@ -133,10 +212,35 @@ def check(strict: bool) -> None:
         "rules": len(cat.rules.table.rules) if cat.rules else 0,
     }
     if problems:
+        _print(as_json, {**counts, "manifests": len(manifests)}, problems, [], "")
         raise KilnError(problems)
-    count = len({s.recipe for s in stale} | {name for name, _ in rejudge})
-    if count and strict:
-        raise KilnError.one(f"{count} stale manifests", None, "rebuild them")
+    stale = _stale(cat, manifests) if manifests else []
     if inputs is not None:
         verdict.write(paths, inputs, counts)
-    print(_ok(counts, len(manifests), count))
+    ok = _ok(counts, len(manifests), len(stale))
+    _print(as_json, {**counts, "manifests": len(manifests)}, [], stale, ok, verbose)
+    if stale and strict:
+        raise KilnError.one(f"{len(stale)} stale manifests", None, "rebuild them")
+
+
+def _print(
+    as_json: bool,
+    counts: dict[str, int],
+    problems: list[Problem],
+    stale: list[Stale],
+    ok: str,
+    verbose: bool = False,
+) -> None:
+    if as_json:
+        doc = {
+            "ok": not problems,
+            "counts": counts,
+            "problems": [p.as_dict() for p in problems],
+            "stale": [x.as_dict() for x in stale],
+        }
+        print(json.dumps(doc, indent=2))
+        return
+    for line in _report(stale, verbose):
+        print(line)
+    if ok:
+        print(ok)

@@ -168,6 +168,17 @@ class Staleness:
         return bool(self.steps)
 
 
+def recipe_changed(s: Staleness) -> bool:
+    """Did the recipe change (a value it sets, a step added), rather than only the
+    libraries and kiln's code its steps run? An option the old lock lacks altogether
+    (`(unset) -> ...`) is the planner's: newer kiln records more."""
+    return any(
+        r == "new step" or (r.startswith("options.") and ": (unset) -> " not in r)
+        for _, why in s.steps
+        for r in why
+    )
+
+
 def staleness(p: Plan, lock: Lock | None) -> Staleness:
     """Which of the plan's steps the lock does not cover, and why."""
     out = Staleness(p.recipe)
