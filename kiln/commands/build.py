@@ -17,7 +17,7 @@ from functools import partial
 from typing import Any
 
 import tinyhub
-from kiln import hostinfo
+from kiln import hostinfo, statcache
 from kiln.commands.workspace import catalog, located, plan_of, selected, store
 from kiln.errors import KilnError
 from kiln.evidence import manifest as manifests
@@ -199,7 +199,14 @@ def targets(recipes: str | None) -> Targets:
             out.failures.append(("catalog", KilnError(catalog().all_problems())))
     out.mirror = needs_mirror(out.plans)
     out.packaged = packaged_repos(out.plans)
+    save_stat_cache()
     return out
+
+
+def save_stat_cache() -> None:
+    """Keep what planning learned about the code (kiln.statcache): the next build of
+    an unchanged tree parses no Python. Only commands that build write it."""
+    statcache.shared(Paths.from_env().store).save()
 
 
 # ---------------------------------------------------------------- the actions
@@ -246,6 +253,7 @@ def recorded(name: str, p: Plan, allow_quality_fail: bool = False) -> bool:
 def ensure_bundle(name: str) -> Plan:
     """Build what the recipe's bundle needs, in order, in this process."""
     p = plan_of(name)
+    save_stat_cache()
     if uses_tiny([p]) and not mirror_is_current():
         tinyhub.write_mirror(Paths.from_env().hub)
     place_packaged(packaged_repos([p]))
