@@ -25,8 +25,10 @@ from kiln.evidence import record
 from kiln.paths import Paths, hub_online
 from kiln.plan.step import Plan, Step
 from kiln.store import Store
-from kiln.store.execute import Graph, run_step
+from kiln.store.execute import Graph, run_step, share_cores
 from tinyhub import packaged
+
+__all__ = ["share_cores"]  # for tasks.py: each `doit -n N` worker gets its share of the cores
 
 # ---------------------------------------------------------------- contexts
 
