@@ -114,7 +114,7 @@ class StatCache:
             {n: d for n, d in derived.items() if isinstance(n, str) and isinstance(d, dict)},
         )
 
-    def digest(self, path: Path) -> str:
+    def digest(self, path: str | os.PathLike[str]) -> str:
         """The sha256 of the file's bytes; read only when its stat is not the recorded
         one (or the record is racy). OSError when the file cannot be read."""
         key = os.path.abspath(path)
@@ -130,7 +130,7 @@ class StatCache:
                 h.update(chunk)
         return self._record(key, st, h.hexdigest())
 
-    def derive(self, path: Path, name: str, make: Callable[[bytes], T]) -> T:
+    def derive(self, path: str | os.PathLike[str], name: str, make: Callable[[bytes], T]) -> T:
         """make(the file's bytes), computed once per content and kept under `name`
         (which must say what derives it, with its version). The value must be JSON."""
         key = os.path.abspath(path)

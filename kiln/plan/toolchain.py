@@ -44,7 +44,6 @@ from typing import Any
 from kiln import statcache
 from kiln.canonical import key_of
 from kiln.paths import ROOT, Paths
-from kiln.schema import FAMILY
 
 # Libraries whose version can change a step's output, by step kind.
 LIBRARIES: dict[str, tuple[str, ...]] = {
@@ -75,6 +74,8 @@ def builder_module(kind: str, options: Mapping[str, Any]) -> str:
     a text-generation engine's backend module; else builders.<family>.<kind>."""
     if kind == "fetch":
         return "builders.fetch"
+    from kiln.schema import FAMILY  # pydantic's models: only where a step is dispatched
+
     family = FAMILY[options["task"]]
     if kind == "engine" and family == "causal_lm":
         return f"builders.causal_lm.backends.{options['backend']}"
@@ -83,9 +84,25 @@ def builder_module(kind: str, options: Mapping[str, Any]) -> str:
 
 def version(dist: str) -> str:
     try:
-        return metadata.version(dist)
+        found = metadata.distribution(dist)
     except metadata.PackageNotFoundError:
         return "absent"
+    return version_of(found)
+
+
+def version_of(found: metadata.Distribution) -> str:
+    """`found.version`, read from the metadata's header block alone: importlib.metadata
+    parses the whole file with the email parser (a long description included), most
+    of what a no-op build spent on versions. Headers end at the first blank line; the
+    first Version header counts, as email.message's lookup gives it."""
+    text = found.read_text("METADATA") or found.read_text("PKG-INFO") or ""
+    for line in text.splitlines():
+        if not line.strip():
+            break
+        name, colon, value = line.partition(":")
+        if colon and name.strip().lower() == "version" and not line[0].isspace():
+            return value.strip()
+    return str(found.version)
 
 
 @dataclass(frozen=True)
