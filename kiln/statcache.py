@@ -35,6 +35,7 @@ cache that cannot be read or written is only slower.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -77,10 +78,12 @@ def _sound(entry: Any) -> bool:
 class StatCache:
     """Digests of files, and values derived from their bytes, cached by stat.
 
-    `path` is the cache file; None keeps the cache in this process only."""
+    `path` is the cache file; None keeps the cache in this process only. `racy_ns`:
+    how long after a file's last change its entry is confirmed by the bytes."""
 
-    def __init__(self, path: Path | None) -> None:
+    def __init__(self, path: Path | None, racy_ns: int = RACY_NS) -> None:
         self.path = path
+        self.racy_ns = racy_ns
         files, derived = self._read() if path is not None else ({}, {})
         self.files: dict[str, _Entry] = files
         self.derived: dict[str, dict[str, Any]] = derived
@@ -116,9 +119,12 @@ class StatCache:
 
     def digest(self, path: str | os.PathLike[str]) -> str:
         """The sha256 of the file's bytes; read only when its stat is not the recorded
-        one (or the record is racy). OSError when the file cannot be read."""
+        one (or the record is racy). OSError when the file cannot be read or is not a
+        regular file (a FIFO is never opened: it would block)."""
         key = os.path.abspath(path)
         st = os.stat(key)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", key)
         entry = self.files.get(key)
         if entry is not None and entry[:4] == _stamp(st) and self._confirmed(key, entry):
             self.used.add(key)
@@ -138,7 +144,7 @@ class StatCache:
         found = self.recall(name, digest)
         if found is not None:
             return found  # type: ignore[no-any-return]
-        with open(key, "rb") as fh:
+        with open(key, "rb") as fh:  # digest() found a regular file here
             st = os.fstat(fh.fileno())
             data = fh.read()
         digest = self._record(key, st, hashlib.sha256(data).hexdigest())
@@ -174,7 +180,7 @@ class StatCache:
         """An entry taken within RACY_NS of the file's last change is trusted only if
         the bytes still hash to it; once old enough it is trusted by stat alone."""
         changed = max(entry[1], entry[2])
-        if entry[4] - changed >= RACY_NS:
+        if entry[4] - changed >= self.racy_ns:
             return True
         h = hashlib.sha256()
         try:
@@ -186,7 +192,7 @@ class StatCache:
         self.reads += 1
         if h.hexdigest() != entry[5]:
             return False
-        if time.time_ns() - changed >= RACY_NS:  # old enough now: stop checking
+        if time.time_ns() - changed >= self.racy_ns:  # old enough now: stop checking
             entry[4] = time.time_ns()
             self.changed = True
         return True
@@ -197,8 +203,8 @@ class StatCache:
         """Write back, if anything changed: the entries this process used, and the
         others whose file still exists; derived values used here, and others up to
         MAX_DERIVED per name. Errors are ignored: the cache is only slower then."""
-        if self.path is None or not self.changed:
-            return
+        if self.path is None or not self.changed or not self.path.parent.parent.is_dir():
+            return  # nothing new, or no store (removed, or never made): nothing to keep
         # What another process saved since this one read the file is kept too
         # (parallel builds share a store); this process's entries win.
         theirs, their_derived = self._read()

@@ -57,14 +57,25 @@ READERS = ("pydantic", "pydantic-core", "PyYAML")  # what turns recipe files int
 
 
 def _files(base: Path, folders: tuple[str, ...]) -> list[str]:
-    """Every file under base/folder (no __pycache__), relative to base, sorted."""
+    """Every entry under base/folder, relative to base, sorted: files, and folders
+    with a trailing "/" (a link to a folder is listed, not followed; no __pycache__)."""
     out = []
     for folder in folders:
         for top, dirs, names in os.walk(base / folder):
             dirs[:] = sorted(d for d in dirs if d != "__pycache__")
             rel = os.path.relpath(top, base)
+            out += [f"{rel}/{d}/" for d in dirs]
             out += [f"{rel}/{n}" for n in names if not n.endswith(".pyc")]
     return sorted(out)
+
+
+def _digest(stats: statcache.StatCache, path: Path) -> str:
+    """The file's digest; what is not a readable regular file (a FIFO, a dangling link)
+    is named by what it is: the catalog reports it, and the key stays a key."""
+    try:
+        return stats.digest(path)
+    except OSError as exc:
+        return f"unreadable: {exc.strerror or exc}"
 
 
 @cache
@@ -74,8 +85,10 @@ def inputs(paths: Paths, code: Path = ROOT) -> str:
     tools = toolchain.current(code)
     material: dict[str, Any] = {"format": FORMAT, "root": os.path.abspath(paths.root)}
     for name, base, folders in (("catalog", paths.root, CATALOG), ("code", code, CODE)):
-        files = _files(base, folders)
-        material[name] = [[rel, stats.digest(base / rel)] for rel in files]
+        material[name] = [
+            [rel, "folder" if rel.endswith("/") else _digest(stats, base / rel)]
+            for rel in _files(base, folders)
+        ]
     material["versions"] = {
         **tools.lock(),
         **{d: toolchain.version(d) for d in READERS},
