@@ -9,6 +9,8 @@ Layout (the store is the truth; doit's DB is only a hint of what is up to date):
     <store>/locks/<key>.holder.json    who holds it (pid, host, step), for waiting builds
     <store>/log/builds.jsonl           one line per artifact built (who, when, how long)
     <store>/cache/parse/<root>.json    the catalog's parsed YAML (kiln/catalog/cache.py)
+    <store>/cache/stat.json            file digests by stat, and what they key (kiln/statcache.py)
+    <store>/cache/plans/<root>.json    what the last build planned (kiln/commands/plancache.py)
 
 Publishing follows what Nix and huggingface_hub do: build into a temp dir inside
 the store (same filesystem), fsync every file, write the artifact record last, make
