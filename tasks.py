@@ -344,6 +344,22 @@ def _task_name(step: Any) -> str:
     return f"{step.kind}-{step.key[:12]}"
 
 
+def _workers() -> int:
+    """How many worker processes doit builds in: N of `doit -n N` with the process
+    runner, else 1 (threads share one process's pools). doit keeps N on its runner
+    only, so it is read there: `build` is created inside the runner's dispatch, which
+    forks the workers once it has their first tasks."""
+    from doit.runner import MRunner, MThreadRunner
+
+    frame = sys._getframe(1)
+    while frame is not None:
+        runner = frame.f_locals.get("self")
+        if isinstance(runner, MRunner):
+            return 1 if isinstance(runner, MThreadRunner) else int(runner.num_process)
+        frame = frame.f_back  # type: ignore[assignment]
+    return 1
+
+
 @create_after(executed=None, creates=["build"])
 def task_build() -> Iterator[Task]:
     from kiln.commands import build
@@ -356,6 +372,7 @@ def task_build() -> Iterator[Task]:
     if not values["verbose"]:
         build.quiet_libraries()
     targets = build.targets(values["recipe"])
+    build.share_cores(_workers())  # before doit forks the workers
     allow = values["allow_quality_fail"]
     for name, message in targets.notes:
         yield _note(name, message)

@@ -9,11 +9,20 @@ mirror is written once before timing, so both runs only build, and the heavy
 libraries are read from disk once before either run. Prints wall and CPU
 (user + sys) seconds and the speed-up, measured in this one run, with the load of
 the machine: on a shared machine the other work takes cores from both runs.
+
+Each run's phases come from the store's build journal (one line per step, with its
+wall and CPU seconds, kiln/store/execute.py): the start-up before the first step
+(doit, the catalog, planning), then the steps by kind, summed over the workers. The
+first step of a process that needs torch also imports torch and transformers
+(several seconds): a serial build pays that once, each `-n` worker once, on its own
+core. `doit -n N` gives each worker its share of the cores (OMP_NUM_THREADS and the
+like, kiln.store.execute.share_cores); the threads line says what they ran with.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import resource
@@ -21,15 +30,40 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from _process import ROOT, catalog_copy
 
 sys.path.insert(0, str(ROOT))
+from kiln.store.execute import cores
+
 RECIPES = ("tiny-llama", "tiny-qwen3", "tiny-mistral", "tiny-qwen2")
 
 
-def build(base: Path, hub: Path, names: list[str], jobs: list[str]) -> tuple[float, float]:
+@dataclass
+class Run:
+    wall: float
+    cpu: float
+    journal: list[dict[str, Any]]
+    start: float  # when the command started (time.time(), the journal's clock)
+
+    def phases(self) -> str:
+        """Start-up, then wall (cpu) seconds per step kind, summed over the workers."""
+        first = min(e["time"] - e["seconds"] for e in self.journal) - self.start
+        wall: dict[str, float] = defaultdict(float)
+        cpu: dict[str, float] = defaultdict(float)
+        for e in self.journal:
+            wall[e["kind"]] += e["seconds"]
+            cpu[e["kind"]] += e.get("cpu_seconds", 0.0)
+        kinds = "  ".join(f"{k} {wall[k]:.1f} ({cpu[k]:.1f})" for k in wall)
+        workers = len({e["pid"] for e in self.journal})
+        return f"start-up {first:.1f} s; {workers} process(es); steps: {kinds}"
+
+
+def build(base: Path, hub: Path, names: list[str], jobs: list[str]) -> Run:
     root = catalog_copy(base, names)
     env = dict(os.environ, KILN_ROOT=str(root), KILN_STORE=str(base / "store"))
     env.update(KILN_HUB_CACHE=str(hub), KILN_SITE=str(base / "_site"))
@@ -37,14 +71,16 @@ def build(base: Path, hub: Path, names: list[str], jobs: list[str]) -> tuple[flo
     env.pop("PYTHONDONTWRITEBYTECODE", None)  # time a normal install, with bytecode
     args = [sys.executable, "-m", "doit", "-f", str(ROOT / "dodo.py"), "-d", str(root)]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    start = time.perf_counter()
+    began, start = time.time(), time.perf_counter()
     proc = subprocess.run([*args, *jobs, "build"], env=env, capture_output=True, text=True)
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     out = proc.stdout + proc.stderr
     if proc.returncode != 0 or len(re.findall(r"^   \S+: pass ", out, re.MULTILINE)) != len(names):
         sys.exit(f"doit {' '.join(jobs)} build failed:\n{out}")
-    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    log = (base / "store" / "log" / "builds.jsonl").read_text().splitlines()
+    return Run(wall, cpu, [json.loads(line) for line in log], began)
 
 
 def main() -> None:
@@ -69,9 +105,16 @@ def main() -> None:
         f"{len(args.recipes)} independent recipes ({', '.join(args.recipes)}), empty store; "
         f"load average {load[0]:.1f} on {os.cpu_count()} cores"
     )
-    print(f"  doit build        {serial[0]:6.1f} s wall  {serial[1]:6.1f} s cpu")
-    print(f"  doit -n {args.jobs} build   {parallel[0]:6.1f} s wall  {parallel[1]:6.1f} s cpu")
-    print(f"  speed-up          {serial[0] / parallel[0]:.2f}x (target >= 1.6x on 2 cores)")
+    threads = max(1, cores() // args.jobs)
+    print(f"  doit build        {serial.wall:6.1f} s wall  {serial.cpu:6.1f} s cpu")
+    print(f"                    {serial.phases()}")
+    print(f"  doit -n {args.jobs} build   {parallel.wall:6.1f} s wall  {parallel.cpu:6.1f} s cpu")
+    print(f"                    {parallel.phases()}")
+    print(
+        f"  threads           serial: the libraries' default ({cores()} cores); "
+        f"-n {args.jobs}: {threads} per worker"
+    )
+    print(f"  speed-up          {serial.wall / parallel.wall:.2f}x (target >= 1.6x on 2 cores)")
 
 
 if __name__ == "__main__":

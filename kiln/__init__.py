@@ -4,6 +4,7 @@ The core, one sub-package per stage of the data flow; each imports only the grou
 floor and the stages to its left (tests/unit/test_layers.py):
 
   schema.py errors.py canonical.py fsio.py hostinfo.py paths.py   the ground floor
+  statcache.py   file digests cached by stat in the store (git's index rule), on the ground floor
   catalog/    recipes/ thresholds/ prompts/ catalog/*.yaml -> Catalog (guarded YAML, rules)
   plan/       Recipe -> Plan: steps and keys, variants, toolchain (versions, code digests)
   store/      steps -> artifacts: store, execute, locks, verify, gc, the builder contract

@@ -64,7 +64,8 @@ class Paths:
 
     @property
     def store(self) -> Path:
-        return Path(os.environ.get("KILN_STORE", self.root / ".kiln" / "store"))
+        env = os.environ.get("KILN_STORE")  # asked once per step by a build: no default built
+        return Path(env) if env is not None else self.root / ".kiln" / "store"
 
     @property
     def hub(self) -> Path:

@@ -11,21 +11,23 @@ the process it runs in, so doit's process runner (`doit -n 2`) can pickle the ta
 
 from __future__ import annotations
 
+import atexit
+import os
 import sys
 from dataclasses import dataclass, field
-from functools import partial
+from functools import cache, partial
+from pathlib import Path
 from typing import Any
 
 import tinyhub
-from kiln import hostinfo
+from kiln import hostinfo, statcache
+from kiln.canonical import key_of
+from kiln.commands import plancache
 from kiln.commands.workspace import catalog, located, plan_of, selected, store
 from kiln.errors import KilnError
-from kiln.evidence import manifest as manifests
-from kiln.evidence import record
 from kiln.paths import Paths, hub_online
 from kiln.plan.step import Plan, Step
-from kiln.store import Store
-from kiln.store.execute import Graph, run_step
+from kiln.store import Store, unsupported
 from tinyhub import packaged
 
 # ---------------------------------------------------------------- contexts
@@ -33,6 +35,8 @@ from tinyhub import packaged
 
 def _expected_files(paths: Paths, name: str, step: Step) -> dict[str, str]:
     """File hashes the committed lock recorded for this exact repo@revision."""
+    from kiln.evidence import manifest as manifests
+
     try:
         current = manifests.read(paths.manifest(name))
     except KilnError:
@@ -181,11 +185,7 @@ class Targets:
 def targets(recipes: str | None) -> Targets:
     """The plans of `recipe=a,b`, or of every recipe this host can build."""
     out = Targets()
-    for name in selected(recipes):
-        try:
-            out.plans.append(plan_of(name))
-        except KilnError as exc:
-            out.failures.append((f"recipe-{name}", exc))
+    out.plans, out.failures, tags, problems = _planned(recipes)
     if not recipes:
         # "Everything" means everything this machine can fetch; the rest is listed.
         skipped = [p.recipe for p in out.plans if not fetchable_here(p)]
@@ -202,7 +202,7 @@ def targets(recipes: str | None) -> Targets:
             )
         # A GPU host's evidence stays that host's: a CPU machine building everything
         # would append its own records (unsupported-here, or a CPU run) to them.
-        gpu_only = [p.recipe for p in out.plans if "gpu" in catalog().recipe(p.recipe).tags]
+        gpu_only = [p.recipe for p in out.plans if "gpu" in tags[p.recipe]]
         if gpu_only and hostinfo.gpu_name() is None:
             out.plans = [p for p in out.plans if p.recipe not in gpu_only]
             out.notes.append(
@@ -213,11 +213,47 @@ def targets(recipes: str | None) -> Targets:
                     "doit build recipe=NAME",
                 )
             )
-        if catalog().problems:
-            out.failures.append(("catalog", KilnError(catalog().all_problems())))
+        if problems is not None:
+            out.failures.append(("catalog", problems))
     out.mirror = needs_mirror(out.plans)
     out.packaged = packaged_repos(out.plans)
+    _save_at_exit()
     return out
+
+
+def _planned(
+    recipes: str | None,
+) -> tuple[list[Plan], list[tuple[str, KilnError]], dict[str, list[str]], KilnError | None]:
+    """(plans, failures, each recipe's tags, the catalog's problems) of `recipe=a,b` or
+    of every valid recipe: from the plan cache when nothing planning reads changed
+    (kiln/commands/plancache.py), else planned, and cached for the next build."""
+    paths = Paths.from_env()
+    names = selected(recipes) if recipes else None  # given names need no catalog
+    hit = plancache.lookup(paths, names)
+    if hit is not None:
+        cached, plans = hit
+        return plans, [], cached.tags, None
+    cat = catalog()
+    plans, failures = [], []
+    for name in names if names is not None else selected(None, cat):
+        try:
+            plans.append(plan_of(name))
+        except KilnError as exc:
+            failures.append((f"recipe-{name}", exc))
+    tags = {name: list(r.tags) for name, r in cat.recipes.items()}
+    if not cat.problems and not failures:
+        plancache.store(paths, sorted(cat.recipes), tags, plans)
+    problems = KilnError(cat.all_problems()) if cat.problems else None
+    return plans, failures, tags, problems
+
+
+@cache
+def _save_at_exit() -> None:
+    """Keep what this build learned (kiln.statcache): the code's digests, found while
+    planning, and the manifests found recorded, found while doit checks what is up to
+    date, so after planning returns. Once, when the process ends; only commands that
+    build register it (doit's workers end without running it)."""
+    atexit.register(statcache.shared(Paths.from_env().store).save)
 
 
 # ---------------------------------------------------------------- the actions
@@ -225,11 +261,28 @@ def targets(recipes: str | None) -> Targets:
 
 def built(key: str) -> bool:
     """Is the step's artifact in the store? (The store is the truth, not doit's DB.)"""
-    return store().has(key)
+    return _store(Paths.from_env().store).has(key)
+
+
+@cache
+def _store(root: Path) -> Store:
+    return Store(root)
+
+
+def share_cores(workers: int) -> dict[str, str]:
+    """Before doit forks `workers` processes: each gets its share of the cores
+    (kiln.store.execute.share_cores)."""
+    if workers <= 1:
+        return {}
+    from kiln.store import execute
+
+    return execute.share_cores(workers)
 
 
 def step(name: str, p: Plan, key: str) -> None:
     """Build one step of `name`'s plan, unless the store has it."""
+    from kiln.store.execute import Graph, run_step
+
     paths = Paths.from_env()
     steps = p.by_key()
     graph = Graph(steps, partial(_context_of, name, paths))
@@ -244,6 +297,8 @@ def manifest(name: str, p: Plan, allow_quality_fail: bool = False) -> None:
     """Judge the recipe's validation and append it to its manifest; a quality-fail is
     recorded, then fails the build (CI gates on it) unless `allow_quality_fail`: the
     seed's rule that a recipe failing its gates stays runnable."""
+    from kiln.evidence import record
+
     evidence = record.record(catalog(), store(), name, p)
     if evidence.verdict == "quality-fail" and not allow_quality_fail:
         raise KilnError.one(
@@ -254,16 +309,77 @@ def manifest(name: str, p: Plan, allow_quality_fail: bool = False) -> None:
         )
 
 
+RECORDED = "build.recorded/1"  # a run's verdict in its manifest, by what finding it reads
+
+
 def recorded(name: str, p: Plan, allow_quality_fail: bool = False) -> bool:
     """Is this run recorded under the current gates? A recorded quality-fail is not
-    up to date unless allowed: every build of it says so and exits non-zero."""
-    found = record.find_recorded(catalog(), store(), name, p)
-    return found is not None and (found.verdict != "quality-fail" or allow_quality_fail)
+    up to date unless allowed: every build of it says so and exits non-zero.
+
+    What kiln.evidence.record.find_recorded found is remembered in the stat cache by
+    the digests of all it reads (the manifest, the fetched files' list and config, the
+    validation's evidence, the plan, and the catalog and code, by plancache.inputs):
+    a no-op build asks again only when one of them changed."""
+    paths = Paths.from_env()
+    artifacts = _store(paths.store)
+    if not all(artifacts.has(s.key) for s in p.steps):
+        return False
+    stats = statcache.shared(paths.store)
+    memo = _reads(paths, artifacts, name, p)
+    verdict = stats.recall(RECORDED, memo) if memo is not None else None
+    if not isinstance(verdict, str):
+        from kiln.evidence import record
+
+        found = record.find_recorded(catalog(), store(), name, p)
+        if found is None:
+            return False
+        verdict = found.verdict
+        if memo is not None:
+            stats.remember(RECORDED, memo, verdict)
+    return verdict != "quality-fail" or allow_quality_fail
+
+
+def _reads(paths: Paths, artifacts: Store, name: str, p: Plan) -> str | None:
+    """The key of what find_recorded reads; None when the manifest is missing."""
+    stats = statcache.shared(paths.store)
+    manifest_file = paths.manifest(name)
+    if not manifest_file.is_file():
+        return None
+    validate = p.step("validate")
+    read: list[list[str | None]] = []
+    for s in p.steps:
+        if s.kind == "fetch":
+            files: tuple[str, ...] = FETCHED
+        elif s is validate:
+            files = MEASURED
+        else:
+            continue
+        folder = os.path.join(artifacts.root, "objects", s.key[:2], s.key)
+        for f in files:
+            path = os.path.join(folder, f)
+            read.append([s.key, f, stats.digest(path) if os.path.isfile(path) else None])
+    return key_of(
+        {
+            "inputs": plancache.inputs(paths),
+            "recipe": name,
+            "steps": [s.key for s in p.steps],
+            "manifest": stats.digest(manifest_file),
+            "read": read,
+        }
+    )
+
+
+# What the lock reads of a fetch artifact, and the record of a validation.
+FETCHED = ("files.json", "checkpoint/config.json", "checkpoint/adapter_config.json")
+MEASURED = ("evidence.json", unsupported.MARKER)
 
 
 def ensure_bundle(name: str) -> Plan:
     """Build what the recipe's bundle needs, in order, in this process."""
+    from kiln.store.execute import run_step
+
     p = plan_of(name)
+    _save_at_exit()
     if uses_tiny([p]) and not mirror_is_current():
         tinyhub.write_mirror(Paths.from_env().hub)
     place_packaged(packaged_repos([p]))

@@ -1,8 +1,9 @@
 """What every verb works on: the catalog of KILN_ROOT and its store, loaded once per
 process; the plan of a recipe; and errors pinned to the recipe line they come from.
 
-Loading is what `doit check` pays for, so this module imports little: the planner,
-the store (and its lock library) only when a verb asks for them.
+Loading is what `doit check` pays for, so this module imports little: the catalog
+(pydantic, PyYAML), the planner and the store only when a verb asks for them; a
+no-op build, whose plans come from the plan cache (plancache.py), never does.
 """
 
 from __future__ import annotations
@@ -11,19 +12,20 @@ from dataclasses import replace
 from functools import cache
 from typing import TYPE_CHECKING
 
-from kiln.catalog import Catalog
-from kiln.catalog import load as load_catalog
 from kiln.errors import KilnError, Problem
 from kiln.paths import Paths
 
 if TYPE_CHECKING:
+    from kiln.catalog import Catalog
     from kiln.plan.step import Plan
     from kiln.store import Store
 
 
 @cache
 def _catalog(paths: Paths, save: bool = True) -> Catalog:
-    return load_catalog(paths, save=save)
+    from kiln.catalog import load  # pydantic and PyYAML: a no-op build never loads
+
+    return load(paths, save=save)
 
 
 def catalog(save: bool = True) -> Catalog:

@@ -14,23 +14,19 @@ are one step, and run once.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from kiln.catalog import buildable
-from kiln.catalog.buildable import quantized
 from kiln.errors import KilnError
 from kiln.plan import variants
 from kiln.plan.step import Plan, Step
-from kiln.plan.toolchain import Toolchain
-from kiln.schema import (
-    Build,
-    Calibration,
-    Checkpoint,
-    Companion,
-    Precision,
-    PromptSet,
-    Recipe,
-)
+
+if TYPE_CHECKING:
+    from kiln.plan.toolchain import Toolchain
+    from kiln.schema import Build, Calibration, Checkpoint, Companion, Precision, PromptSet, Recipe
+
+# What planning needs (the recipe's models, the buildability rules) is imported when a
+# recipe is planned: a no-op build reads its plans from the store's plan cache
+# (kiln/commands/plancache.py) and reaches plan.step without importing pydantic.
 
 KINDS = (
     "fetch",
@@ -97,6 +93,9 @@ def quantize_step(
     task: str,
 ) -> Step | None:
     """The quantize step, or None: an fp32 checkpoint has nothing to quantize."""
+    from kiln.catalog.buildable import quantized
+    from kiln.schema import Calibration
+
     if precision is None or not quantized(precision):
         return None
     cal = calibration or Calibration()
@@ -227,6 +226,8 @@ def _engine(
 
 def plan(name: str, recipe: Recipe, prompts: PromptSet, tools: Toolchain) -> Plan:
     """Expand one recipe. Only what decides an output goes into a step's options."""
+    from kiln.catalog import buildable
+
     refused = buildable.refusals(recipe)  # what `doit check` reports for the recipe too
     if refused:
         raise KilnError(refused)

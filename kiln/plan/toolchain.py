@@ -20,8 +20,13 @@ rule, which kiln.store.execute runs by), read with `ast`; nothing is imported:
   to 3.11 in pyproject, so the dump's format does not vary between machines).
 
 Each file enters the digest with its path relative to the root, so moving a file
-re-keys the steps that run it. Digests are cached per (module, root) in the process:
-a thousand recipes share a few dozen builder modules.
+re-keys the steps that run it. Digests are cached per (module, root) in the process
+(a thousand recipes share a few dozen builder modules), and across processes in the
+store's stat cache (kiln.statcache): each file's imports by its bytes' digest, each
+closure's digest by its files' digests, and those digests by stat, so a build of an
+unchanged tree parses no Python. Closures are recomputed from the cached imports in
+every process, and data folders listed afresh: an edited import or an added data file
+is seen the next time.
 """
 
 from __future__ import annotations
@@ -36,8 +41,9 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from kiln.paths import ROOT
-from kiln.schema import FAMILY
+from kiln import statcache
+from kiln.canonical import key_of
+from kiln.paths import ROOT, Paths
 
 # Libraries whose version can change a step's output, by step kind.
 LIBRARIES: dict[str, tuple[str, ...]] = {
@@ -68,6 +74,8 @@ def builder_module(kind: str, options: Mapping[str, Any]) -> str:
     a text-generation engine's backend module; else builders.<family>.<kind>."""
     if kind == "fetch":
         return "builders.fetch"
+    from kiln.schema import FAMILY  # pydantic's models: only where a step is dispatched
+
     family = FAMILY[options["task"]]
     if kind == "engine" and family == "causal_lm":
         return f"builders.causal_lm.backends.{options['backend']}"
@@ -76,9 +84,25 @@ def builder_module(kind: str, options: Mapping[str, Any]) -> str:
 
 def version(dist: str) -> str:
     try:
-        return metadata.version(dist)
+        found = metadata.distribution(dist)
     except metadata.PackageNotFoundError:
         return "absent"
+    return version_of(found)
+
+
+def version_of(found: metadata.Distribution) -> str:
+    """`found.version`, read from the metadata's header block alone: importlib.metadata
+    parses the whole file with the email parser (a long description included), most
+    of what a no-op build spent on versions. Headers end at the first blank line; the
+    first Version header counts, as email.message's lookup gives it."""
+    text = found.read_text("METADATA") or found.read_text("PKG-INFO") or ""
+    for line in text.splitlines():
+        if not line.strip():
+            break
+        name, colon, value = line.partition(":")
+        if colon and name.strip().lower() == "version" and not line[0].isspace():
+            return value.strip()
+    return str(found.version)
 
 
 @dataclass(frozen=True)
@@ -123,20 +147,55 @@ def current(root: Path = ROOT) -> Toolchain:
 
 # ---------------------------------------------------------------- code digests
 
+# What the cached scans and digests were made by: this module and the Python whose
+# `ast` it dumps. A change to either misses every cached value of the old one.
+_TAG = hashlib.sha256(Path(__file__).read_bytes() + platform.python_version().encode()).hexdigest()[
+    :16
+]
+IMPORTS = f"toolchain.imports/{_TAG}"  # a Python file's imports, by its bytes' digest
+CODE = f"toolchain.code/{_TAG}"  # a closure's digest, by its files' paths and digests
+
+
+def _stat_cache() -> statcache.StatCache:
+    """Code files are read through the store's stat cache (kiln.statcache): a process
+    whose tree is unchanged parses no Python, it only stats. The build command saves it."""
+    return statcache.shared(Paths.from_env().store)
+
 
 @cache
 def digest(module: str, root: Path = ROOT) -> str:
-    """sha256 over the closure's files: each one's path and normalized content."""
+    """sha256 over the closure's files: each one's path and normalized content.
+
+    Remembered in the stat cache under the closure's paths and their bytes' digests,
+    so an unchanged closure is hashed from stats; on a miss the digest is computed
+    from the bytes, and remembered only if those bytes are the ones the key names (a
+    file edited meanwhile is not cached under its old digest)."""
+    files = closure(module, root)
+    stats = _stat_cache()
+    key = key_of([[rel, stats.digest(root / rel)] for rel in files])
+    found = stats.recall(CODE, key)
+    if isinstance(found, str):
+        return found
     h = hashlib.sha256()
-    for rel in closure(module, root):
-        h.update(rel.encode() + b"\0" + _content(root / rel) + b"\0")
+    read = []
+    for rel in files:
+        data = (root / rel).read_bytes()
+        read.append([rel, hashlib.sha256(data).hexdigest()])
+        content = _scan(data, rel)[0] if rel.endswith(".py") else data
+        h.update(rel.encode() + b"\0" + content + b"\0")
+    if key_of(read) == key:
+        stats.remember(CODE, key, h.hexdigest())
     return h.hexdigest()
 
 
 @cache
 def closure(module: str, root: Path = ROOT) -> tuple[str, ...]:
     """The paths, relative to `root` and sorted, of the files `module` runs and reads.
-    A module missing at `root` (a base revision that predates it) contributes nothing."""
+    A module missing at `root` (a base revision that predates it) contributes nothing.
+
+    Recomputed in every process from each file's imports (cached by its bytes), so
+    an edit that changes a file's imports changes the closure; data folders are
+    listed afresh, so a file added to one is in it."""
     files: set[Path] = set()
     seen: set[str] = set()
     todo = [module]
@@ -175,7 +234,7 @@ def _imports(path: Path, module: str) -> tuple[str, ...]:
     """Every module name `path` (module `module`) may import, anywhere in the file."""
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     names: list[str] = []
-    for level, base, aliases in _scan(path)[1]:
+    for level, base, aliases in _file_imports(path):
         if level:  # relative: from the package, `level - 1` packages up
             parent = package.rsplit(".", level - 1)[0] if level > 1 else package
             base = f"{parent}.{base}" if base else parent
@@ -183,20 +242,24 @@ def _imports(path: Path, module: str) -> tuple[str, ...]:
     return tuple(names)
 
 
-def _content(path: Path) -> bytes:
-    return _scan(path)[0] if path.suffix == ".py" else path.read_bytes()
-
-
 _Import = tuple[int, str, tuple[str, ...]]  # level, module, the names a `from` import takes
 
 
-@cache
-def _scan(path: Path) -> tuple[bytes, tuple[_Import, ...]]:
+def _file_imports(path: Path) -> list[_Import]:
+    """The imports of a Python file, parsed once per content (the stat cache's)."""
+
+    def scan(data: bytes) -> list[list[Any]]:
+        return [[level, base, list(names)] for level, base, names in _scan(data, str(path))[1]]
+
+    found = _stat_cache().derive(path, IMPORTS, scan)
+    return [(level, base, tuple(names)) for level, base, names in found]
+
+
+def _scan(source: bytes, filename: str) -> tuple[bytes, tuple[_Import, ...]]:
     """A Python file's normalized content (the AST without docstrings) and its imports;
     a file that does not parse is hashed by bytes (its build will report it)."""
-    source = path.read_bytes()
     try:
-        tree = ast.parse(source, str(path))
+        tree = ast.parse(source, filename)
     except (SyntaxError, ValueError):
         return source, ()
     imports: list[_Import] = []

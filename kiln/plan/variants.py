@@ -20,10 +20,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from kiln.schema import Recipe
-
 if TYPE_CHECKING:
     from kiln.plan.step import Step
+    from kiln.schema import Recipe
 
 DRAFTERS = ("mtp", "eagle3", "dflash", "dspark")
 

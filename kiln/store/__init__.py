@@ -9,6 +9,8 @@ Layout (the store is the truth; doit's DB is only a hint of what is up to date):
     <store>/locks/<key>.holder.json    who holds it (pid, host, step), for waiting builds
     <store>/log/builds.jsonl           one line per artifact built (who, when, how long)
     <store>/cache/parse/<root>.json    the catalog's parsed YAML (kiln/catalog/cache.py)
+    <store>/cache/stat.json            file digests by stat, and what they key (kiln/statcache.py)
+    <store>/cache/plans/<root>.json    what the last build planned (kiln/commands/plancache.py)
 
 Publishing follows what Nix and huggingface_hub do: build into a temp dir inside
 the store (same filesystem), fsync every file, write the artifact record last, make
@@ -33,6 +35,7 @@ import contextlib
 import errno
 import json
 import os
+import re
 import socket
 import stat
 import tempfile
@@ -56,7 +59,6 @@ from kiln.fsio import (
     sha256_file,
     write_new,
 )
-from kiln.store import keylock
 
 __all__ = ["EVIDENCE", "RECORD", "Artifact", "Store", "Writer", "atomic_write", "sha256_file"]
 
@@ -71,6 +73,9 @@ def _record_intact(path: Path, record: dict[str, Any]) -> bool:
         return True
     rest = {k: v for k, v in record.items() if k != "sha256"}
     return record["sha256"] == key_of(rest) and path.read_bytes() == pretty(record)
+
+
+_KEY = re.compile("[0-9a-f]{64}")
 
 
 @dataclass(frozen=True)
@@ -89,7 +94,7 @@ class Damage:
 
 
 def check_key(key: str) -> str:
-    if len(key) != 64 or any(c not in "0123456789abcdef" for c in key):
+    if not isinstance(key, str) or _KEY.fullmatch(key) is None:
         raise KilnError.one(f"{key!r} is not a store key", None, "keys are 64 lowercase hex")
     return key
 
@@ -161,7 +166,9 @@ class Store:
         return self.root / "objects" / key[:2] / key
 
     def has(self, key: str) -> bool:
-        return (self.object_dir(key) / RECORD).is_file()
+        # os.path, not pathlib: a no-op build asks this of every step, twice
+        check_key(key)
+        return os.path.isfile(os.path.join(self.root, "objects", key[:2], key, RECORD))
 
     def get(self, key: str) -> Artifact:
         if not self.has(key):
@@ -175,6 +182,8 @@ class Store:
         self, key: str, what: str, timeout: float = 6 * 3600
     ) -> contextlib.AbstractContextManager[None]:
         """Hold the build lock of one key. flock is released by the OS if we die."""
+        from kiln.store import keylock  # filelock: only a build that runs a step locks
+
         return keylock.hold(self.lock_path(key), what, timeout)
 
     @contextlib.contextmanager

@@ -9,6 +9,7 @@ core never imports the heavy libraries a builder uses.
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -125,7 +126,7 @@ def _build(
 ) -> None:
     inputs = {role: _sound_input(key, store, graph) for role, key in step.inputs.items()}
     request = Request(step.kind, step.key, step.name, step.options, inputs, context, step.origin)
-    started = time.monotonic()
+    started, cpu = time.monotonic(), time.process_time()
     meta = {"kind": step.kind, "name": step.name, "material": step.material, **extra}
     upstream = next(filter(None, map(unsupported.marker_of, inputs.values())), None)
     if upstream is not None:  # nothing to build on: pass the reason on, run nothing
@@ -145,8 +146,49 @@ def _build(
         request.log(f"unsupported here: {exc.reason}")
         return
     seconds = time.monotonic() - started
-    store.journal({"key": step.key, "kind": step.kind, "name": step.name, "seconds": seconds})
+    entry = {"key": step.key, "kind": step.kind, "name": step.name, "seconds": seconds}
+    # This process's CPU time during the step (all its threads): on a shared machine
+    # wall seconds say little, and bench/parallel_build.py shows both.
+    entry["cpu_seconds"] = round(time.process_time() - cpu, 3)
+    store.journal(entry)
     request.log(f"done in {seconds:.1f} s -> {step.key[:12]}")
+
+
+# ---------------------------------------------------------------- cores
+
+# What sizes the thread pools of the libraries builders run: OpenMP (torch's intra-op
+# pool), MKL and OpenBLAS. Each library reads its variable once, when it loads, so
+# they are set before any builder is imported (builders import them inside build()).
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+
+
+def cores() -> int:
+    """The cores this process may run on (its affinity, not the machine's count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not on Linux
+        return os.cpu_count() or 1
+
+
+def share_cores(workers: int) -> dict[str, str]:
+    """Give each of `workers` processes that build at once its share of the cores.
+
+    Every library sizes its pool to all the cores by default, so two workers on two
+    cores run four threads, and a tiny model's kernels then spend their time waiting
+    for a thread the other worker holds (OpenMP's fork/join spins: on a 2-core host a
+    tiny-llama reference runs 5x slower at 2 threads than at 1 while the other core
+    is busy). Set in the process that forks the workers, before any of them imports a
+    builder; a variable the user set is left as it is. Returns what was set.
+
+    A thread count is not in any step's key: like a machine's core count, it may
+    change a float's last bits, never what a step computes (artifacts are compared
+    by their gates' tolerances, never by digest across builds)."""
+    if workers <= 1:
+        return {}
+    threads = str(max(1, cores() // workers))
+    chosen = {v: threads for v in THREAD_VARIABLES if v not in os.environ}
+    os.environ.update(chosen)
+    return chosen
 
 
 _VERIFIED: set[Path] = set()

@@ -152,7 +152,7 @@ def violations(folder: str, allowed: object) -> list[str]:
 
 
 GROUND = {"kiln", "kiln.schema", "kiln.errors", "kiln.canonical", "kiln.fsio", "kiln.hostinfo"}
-GROUND.add("kiln.paths")
+GROUND |= {"kiln.paths", "kiln.statcache"}
 STAGES = {"catalog": 0, "plan": 1, "store": 2, "evidence": 3, "site": 4, "commands": 4}
 STAGES["replay"] = 5
 

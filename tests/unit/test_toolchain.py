@@ -13,7 +13,8 @@ import pytest
 from conftest import ROOT
 from samples import base, quantized, steps
 
-from kiln import catalog
+from kiln import catalog, statcache
+from kiln.paths import Paths
 from kiln.plan import plan, toolchain
 from kiln.plan.step import Plan
 from kiln.plan.toolchain import builder_module, current
@@ -249,3 +250,81 @@ def test_every_runner_the_loader_names_is_in_its_family_validate_closure() -> No
         for name in variants.values():
             module = name.partition(":")[0]
             assert module.replace(".", "/") + ".py" in files, (task, name)
+
+
+# ---------------------------------------------------------------- the stat cache
+
+
+def _new_process() -> statcache.StatCache:
+    """Forget what this process computed, as a new process would: only the store's
+    stat cache (kiln.statcache) is left, read afresh. Its racy window is 0 here: the
+    copied tree was written this second (and a ctime cannot be aged), so every entry
+    would be confirmed by the bytes, and these tests pin what the stats alone see."""
+    for cached in (toolchain.digest, toolchain.closure, toolchain._imports):
+        cached.cache_clear()
+    statcache._SHARED.clear()
+    store = Paths.from_env().store
+    cache = statcache._SHARED[store.absolute()] = statcache.StatCache(statcache.path_in(store), 0)
+    return cache
+
+
+MODULES = (
+    "builders.fetch",
+    "builders.causal_lm.reference",
+    "builders.causal_lm.export",
+    "builders.causal_lm.validate",
+    "builders.seq2seq.validate",
+)
+
+
+def _warm(root: Path) -> dict[str, str]:
+    cache = _new_process()
+    digests = {m: toolchain.digest(m, root) for m in MODULES}
+    cache.save()
+    _new_process()
+    return digests
+
+
+def test_an_unchanged_tree_is_hashed_from_stats_parsing_no_python(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KILN_STORE", str(tmp_path / "store"))
+    (tmp_path / "store").mkdir()
+    root = _code_tree(tmp_path, "code")
+    here = {m: toolchain.digest(m, ROOT) for m in MODULES}
+    before = _warm(root)
+    assert before == here  # the copy's digests, through the cache
+
+    def no_parsing(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a Python file was parsed")
+
+    monkeypatch.setattr(toolchain, "_scan", no_parsing)  # the one place Python is parsed
+    stats = statcache.shared(Paths.from_env().store)
+    assert {m: toolchain.digest(m, root) for m in MODULES} == before
+    assert stats.reads == 0  # not a byte read: stats only
+    statcache._SHARED.clear()
+
+
+def test_with_a_warm_cache_an_edited_import_and_an_added_data_file_are_seen(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KILN_STORE", str(tmp_path / "store"))
+    (tmp_path / "store").mkdir()
+    root = _code_tree(tmp_path, "code")
+    before = _warm(root)
+    assert "runtime/audio.py" not in toolchain.closure("builders.fetch", root)
+    fetch = root / "builders" / "fetch.py"
+    fetch.write_text(fetch.read_text() + "\n\ndef _clips():\n    import runtime.audio\n")
+    _new_process()
+    assert "runtime/audio.py" in toolchain.closure("builders.fetch", root)
+    assert toolchain.digest("builders.fetch", root) != before["builders.fetch"]
+
+    (root / "builders" / "data" / "texts" / "extra.txt").write_text("more text\n")
+    _new_process()
+    assert "builders/data/texts/extra.txt" in toolchain.closure(
+        "builders.causal_lm.reference", root
+    )
+    after = {m: toolchain.digest(m, root) for m in MODULES}
+    assert after["builders.causal_lm.reference"] != before["builders.causal_lm.reference"]
+    assert after["builders.seq2seq.validate"] == before["builders.seq2seq.validate"]
+    statcache._SHARED.clear()

@@ -1,0 +1,227 @@
+"""The plan cache (kiln/commands/plancache.py) and what a no-op build does with it.
+
+A hit gives back exactly the plans planning gives; any change to what planning reads
+is a miss; a catalog with a problem is never cached; read-only commands write no
+cache; and a no-op `doit build` of a finished build imports no pydantic, PyYAML or
+catalog, runs nothing, and still sees an edited manifest."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, World, make_world
+
+from kiln import catalog, statcache
+from kiln.commands import build, plancache, workspace
+from kiln.paths import Paths
+from kiln.plan import toolchain
+from kiln.store import Store
+
+RUN = re.compile(r"^\.  ", re.MULTILINE)  # doit prints ".  title" for a task it runs
+RECIPES = ("tiny-llama", "tiny-qwen3", "tiny-bert-classifier", "tiny-t5")
+
+
+@pytest.fixture
+def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
+    w = make_world(tmp_path, tmp_path / "hub", RECIPES)
+    for name, value in w.env.items():
+        if name.startswith("KILN_"):
+            monkeypatch.setenv(name, value)
+    monkeypatch.setenv("KILN_HUB_ONLINE", "1")  # plans only: no mirror is needed
+    w.store.mkdir()
+    _new_process()
+    yield w
+    _new_process()
+
+
+def _new_process() -> None:
+    """Forget what this process computed: only the store's caches are left."""
+    for cached in (workspace._catalog, workspace._plan, plancache.inputs):
+        cached.cache_clear()
+    statcache._SHARED.clear()
+
+
+def _planned(world: World) -> list[build.Plan]:
+    cat = catalog.load(Paths(world.root), cache=False)
+    return [workspace.plan_in(cat, name) for name in sorted(cat.recipes)]
+
+
+def test_a_hit_gives_back_the_plans_planning_gives(world: World) -> None:
+    paths = Paths(world.root)
+    assert plancache.lookup(paths, None) is None  # nothing cached yet
+    build.targets(None)  # plans, and caches
+    _new_process()
+    hit = plancache.lookup(paths, None)
+    assert hit is not None
+    cached, plans = hit
+    assert plans == _planned(world)  # every step: options, inputs, material, key, origin
+    assert cached.tags == {n: list(catalog.load(paths).recipe(n).tags) for n in RECIPES}
+    one = plancache.lookup(paths, ["tiny-t5"])
+    assert one is not None and one[1] == [p for p in plans if p.recipe == "tiny-t5"]
+    assert plancache.lookup(paths, ["tiny-missing"]) is None
+
+
+def test_a_step_whose_key_does_not_come_out_is_a_miss(world: World) -> None:
+    build.targets(None)
+    (path,) = (world.store / "cache" / "plans").glob("*.json")
+    body = path.read_bytes().partition(b"\n")[2]
+    entry = json.loads(body)
+    key = next(iter(entry["steps"]))
+    entry["steps"][key][4]["options"] = {"tampered": True}  # the material, not the key
+    body = json.dumps(entry).encode()
+    meta = {"format": plancache.FORMAT, "sha256": hashlib.sha256(body).hexdigest()}
+    path.write_bytes(json.dumps(meta).encode() + b"\n" + body)
+    _new_process()
+    assert plancache.lookup(Paths(world.root), None) is None
+
+
+@pytest.mark.parametrize(
+    "edit",
+    ["recipe", "thresholds", "prompts", "new recipe", "folder named like a recipe"],
+)
+def test_a_change_to_what_planning_reads_is_a_miss(world: World, edit: str) -> None:
+    paths = Paths(world.root)
+    build.targets(None)
+    _new_process()
+    assert plancache.lookup(paths, None) is not None
+    if edit == "recipe":
+        f = world.root / "recipes" / "tiny-llama.yaml"
+        f.write_text(f.read_text().replace("max_seq_len: 256", "max_seq_len: 128"))
+    elif edit == "thresholds":
+        f = next((world.root / "thresholds").glob("*.yaml"))
+        f.write_text(f.read_text() + "\n# edited\n")
+    elif edit == "prompts":
+        f = next((world.root / "prompts").glob("*.yaml"))
+        f.write_text(f.read_text() + "\n# edited\n")
+    elif edit == "new recipe":
+        shutil.copy(ROOT / "recipes" / "tiny-mistral.yaml", world.root / "recipes")
+    else:
+        (world.root / "recipes" / "x.yaml").mkdir()
+    _new_process()
+    assert plancache.lookup(paths, None) is None
+    if edit == "recipe":  # and the build plans the edit
+        planned = {p.recipe: p for p in build.targets(None).plans}
+        assert planned["tiny-llama"] == {p.recipe: p for p in _planned(world)}["tiny-llama"]
+
+
+def test_the_inputs_cover_the_code_and_the_versions(
+    world: World, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    code = tmp_path / "code"
+    for folder in plancache.CODE:
+        shutil.copytree(ROOT / folder, code / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    paths = Paths(world.root)
+    keys = {plancache.inputs(paths, code)}
+    edits = [
+        code / "kiln" / "plan" / "__init__.py",  # the planner
+        code / "builders" / "common" / "hf.py",  # a builder: in step keys
+        code / "builders" / "data" / "texts" / "new.txt",  # a data file, added
+        code / "catalog" / "rules.yaml",  # the default rules
+    ]
+    for f in edits:
+        f.write_text((f.read_text() if f.exists() else "") + "\n# edited\n")
+        plancache.inputs.cache_clear()
+        keys.add(plancache.inputs(paths, code))
+    monkeypatch.setattr(toolchain, "version", lambda dist: "9.9" if dist == "PyYAML" else "1")
+    plancache.inputs.cache_clear()
+    keys.add(plancache.inputs(paths, code))
+    assert len(keys) == len(edits) + 2
+
+
+def test_a_catalog_with_a_problem_is_never_cached(world: World) -> None:
+    (world.root / "recipes" / "broken.yaml").write_text("schema_version: 1\nmodel: [unclosed\n")
+    out = build.targets(None)
+    assert [name for name, _ in out.failures] == ["catalog"]
+    assert not (world.store / "cache" / "plans").exists()
+
+
+def test_read_only_commands_write_no_build_cache(world: World) -> None:
+    for args in (("plan", "recipe=tiny-llama"), ("check",)):
+        proc = world.doit(*args)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert not (world.store / "cache" / "stat.json").exists(), args
+        assert not (world.store / "cache" / "plans").exists(), args
+
+
+# ---------------------------------------------------------------- a no-op build
+
+
+def finish(world: World) -> None:
+    """Put every planned artifact into the store and record every manifest, as a
+    finished build leaves them (what bench/noop_build.py does, for these recipes)."""
+    from kiln.evidence import record
+    from kiln.store.unsupported import MARKER
+
+    cat = catalog.load(Paths(world.root))
+    store = Store(world.store)
+    plans = [workspace.plan_in(cat, name) for name in sorted(cat.recipes)]
+    for p in plans:
+        shipped = json.loads((ROOT / "manifests" / f"{p.recipe}.json").read_text())
+        evidence = shipped["evidence"][-1]
+        for s in p.steps:
+            if store.has(s.key):
+                continue
+            meta = {"kind": s.kind, "name": s.name, "material": s.material}
+            with store.publish(s.key, meta) as w:
+                if s.kind == "fetch":
+                    config = json.dumps({"architectures": ["LlamaForCausalLM"]}).encode()
+                    w.write_bytes("checkpoint/config.json", config)
+                    entry = {"path": "config.json", "sha256": hashlib.sha256(config).hexdigest()}
+                    pin = {k: s.options[k] for k in ("repo", "revision")}
+                    w.write_json("files.json", {**pin, "files": [{**entry, "size": len(config)}]})
+                elif s.kind == "validate" and evidence["verdict"] == "unsupported-here":
+                    marker = {k: evidence[k] for k in ("reason", "date", "host")}
+                    w.write_json(MARKER, {"step": s.name, **marker})
+                elif s.kind == "validate":
+                    fields = ("date", "host", "backend", "metrics")
+                    w.write_json("evidence.json", {k: evidence[k] for k in fields})
+                else:
+                    w.write_bytes("artifact.bin", s.key.encode())
+        record.record(cat, store, p.recipe, p)
+
+
+def imported(world: World, *args: str) -> tuple[str, set[str]]:
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", *world.argv(*args)[1:]],
+        env={**world.env, "KILN_HUB_ONLINE": "1"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    names = {
+        line.rsplit("|", 1)[1].strip()
+        for line in proc.stderr.splitlines()
+        if line.startswith("import time:") and "|" in line
+    }
+    assert names
+    return proc.stdout, names
+
+
+def test_a_no_op_build_imports_no_catalog_runs_nothing_and_sees_an_edited_manifest(
+    world: World,
+) -> None:
+    finish(world)
+    out, names = imported(world, "build")  # plans, and caches the plans and the records
+    assert not RUN.search(out), out
+    out, names = imported(world, "build")
+    assert not RUN.search(out), out
+    assert {"kiln.commands.plancache", "kiln.store"} <= names
+    assert not {"pydantic", "yaml", "kiln.catalog", "kiln.schema", "filelock"} & names
+
+    manifest = world.root / "manifests" / "tiny-qwen3.json"
+    data = json.loads(manifest.read_text())
+    data["evidence"] = data["evidence"][:-1]  # the run's record is gone
+    manifest.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    out, names = imported(world, "build")
+    assert ".  manifest  tiny-qwen3" in out, out  # recorded again
+    assert "pydantic" in names  # asked find_recorded, which reads the manifest
+    assert len(RUN.findall(out)) == 1, out
