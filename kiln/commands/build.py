@@ -260,8 +260,11 @@ def _save_at_exit() -> None:
 
 
 def built(key: str) -> bool:
-    """Is the step's artifact in the store? (The store is the truth, not doit's DB.)"""
-    return _store(Paths.from_env().store).has(key)
+    """Is the step's artifact in the store, and does it still match its sealed record?
+    (The store is the truth, not doit's DB.) A damaged one is not up to date: its task
+    runs and refuses it, with both digests (kiln.store.execute.refuse_damaged)."""
+    store = _store(Paths.from_env().store)
+    return store.has(key) and not store.trusted(key)
 
 
 @cache

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import json
 import os
 import re
@@ -45,7 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kiln import hostinfo
+from kiln import hostinfo, statcache
 from kiln.canonical import key_of, pretty
 from kiln.errors import KilnError, Location
 from kiln.fsio import (
@@ -76,6 +77,11 @@ def _record_intact(path: Path, record: dict[str, Any]) -> bool:
 
 
 _KEY = re.compile("[0-9a-f]{64}")
+# Every key a record may hold: _seal's, execute's meta ("seconds") and a replay's run.
+RECORD_KEYS = frozenset(
+    {"kind", "name", "material", "key", "files", "sizes", "created", "sha256", "seconds"}
+    | {"run", "attempt", "cpu_seconds"}
+)
 
 
 @dataclass(frozen=True)
@@ -91,6 +97,35 @@ class Damage:
         if self.got:
             return f"{self.file}: the record says sha256 {self.expected}, the file has {self.got}"
         return f"{self.file}: {self.why}"
+
+
+_TRUSTED = "artifact-stamp/1"  # statcache name: key -> the stamp it last verified with
+
+
+def _stamp_of(root: str) -> tuple[str | None, int]:
+    """(sha256 of the lstat of every entry under `root`, the newest mtime or ctime),
+    or (None, 0) when it cannot be listed."""
+    parts, newest, todo = [], 0, [root]
+    try:
+        while todo:
+            top = todo.pop()
+            with os.scandir(top) as it:
+                for entry in it:
+                    st = entry.stat(follow_symlinks=False)
+                    rel = entry.path[len(root) :]
+                    parts.append(
+                        f"{rel}\0{st.st_mode}\0{st.st_size}\0{st.st_mtime_ns}\0"
+                        f"{st.st_ctime_ns}\0{st.st_ino}"
+                    )
+                    newest = max(newest, st.st_mtime_ns, st.st_ctime_ns)
+                    if stat.S_ISDIR(st.st_mode):
+                        todo.append(entry.path)
+            st = os.lstat(top)
+            newest = max(newest, st.st_mtime_ns, st.st_ctime_ns)
+    except OSError:
+        return None, 0
+    digest = hashlib.sha256("\n".join(sorted(parts)).encode()).hexdigest()
+    return digest, newest
 
 
 def check_key(key: str) -> str:
@@ -160,6 +195,7 @@ class Artifact:
 class Store:
     def __init__(self, root: Path) -> None:
         self.root = root
+        self._stats: statcache.StatCache | None = None  # read on first use: trusted()
 
     def object_dir(self, key: str) -> Path:
         check_key(key)
@@ -277,6 +313,35 @@ class Store:
         are missing, unexpected, or not regular files)."""
         return [d.file for d in self.damage(key, digest)]
 
+    def trusted(self, key: str) -> list[Damage]:
+        """What keeps the artifact from being used (empty: use it). Every use of an
+        artifact goes through this: a build deciding a step is up to date, an input
+        handed to a builder, `doit run`'s bundle.
+
+        Cheap, as git's index is: the lstat of every entry of the artifact (size,
+        mtime, ctime, inode, mode) is taken, and if it is the one recorded when the
+        artifact last verified in full, nothing is read. Any write changes a ctime, so
+        a flipped byte, a replaced or added file shows; a stamp taken within
+        statcache.RACY_NS of a change is not kept. Otherwise `damage` runs, through the
+        stat cache's digests."""
+        if self._stats is None:
+            self._stats = statcache.shared(self.root)
+        cache = self._stats
+        stamp, newest = _stamp_of(os.path.join(self.root, "objects", key[:2], key))
+        if stamp is not None and cache.recall(_TRUSTED, key) == stamp:
+            return []
+
+        def digest(path: Path) -> str:
+            try:
+                return cache.digest(path)
+            except OSError:
+                return ""  # gone or not a regular file: damage says which
+
+        bad = self.damage(key, digest)
+        if not bad and stamp is not None and time.time_ns() - newest >= statcache.RACY_NS:
+            cache.remember(_TRUSTED, key, stamp)
+        return bad
+
     def damage(self, key: str, digest: Callable[[Path], str] = sha256_file) -> list[Damage]:
         """What differs between the artifact and its sealed record, file by file, with
         both digests. `digest` may be a stat cache's (kiln/statcache.py): `doit verify`
@@ -288,6 +353,9 @@ class Store:
             sizes: dict[str, int] = record.get("sizes", {})
         except (OSError, ValueError, KeyError, TypeError):
             return [Damage(RECORD, "the artifact record is unreadable")]
+        unknown = sorted(set(record) - RECORD_KEYS) if isinstance(record, dict) else []
+        if unknown:  # a flipped byte in a key, "sha256" too, would otherwise pass as old
+            return [Damage(RECORD, f"the artifact record has unknown keys {unknown}")]
         if not _record_intact(art.path / RECORD, record):
             return [Damage(RECORD, "the artifact record does not match its own digest")]
         bad = []

@@ -88,6 +88,7 @@ def run_step(
     step: Step, store: Store, context: dict[str, Any] | None = None, graph: Graph | None = None
 ) -> bool:
     """Make sure `step`'s artifact is in the store. Returns True if it was built here."""
+    refuse_damaged(step, store, graph)
     with store.lock(step.key, step.name):
         if store.has(step.key):
             return False  # another process built it while we waited
@@ -191,6 +192,34 @@ def share_cores(workers: int) -> dict[str, str]:
     return chosen
 
 
+def refuse_damaged(step: Step, store: Store, graph: Graph | None = None) -> None:
+    """An artifact whose files no longer match its sealed record is never used. In a
+    build (`graph`: the steps it can remake) it is reported with both digests,
+    removed and built again; anywhere else (`doit run`'s bundle) it is refused with
+    both digests and the repair command."""
+    bad = store.trusted(step.key) if store.has(step.key) else []
+    if not bad:
+        return
+    what = f"the {step.kind} artifact {step.key[:12]} ({step.name})"
+    damage = "; ".join(map(str, bad))
+    if graph is None:
+        raise KilnError.one(
+            f"{what} does not match its sealed record: {damage}",
+            Location(str(store.object_dir(step.key))),
+            "`doit verify repair=1` removes it (and any other damaged artifact); then "
+            "`doit build` remakes it",
+        )
+    with store.lock(step.key, step.name):
+        if store.has(step.key) and store.damage(step.key):
+            print(
+                f"   {step.kind}: artifact {step.key[:12]} is corrupt ({damage}): "
+                "removing it and building it again",
+                file=sys.stderr,
+                flush=True,
+            )
+            store.remove(step.key)
+
+
 _VERIFIED: set[Path] = set()
 
 
@@ -201,27 +230,16 @@ def _sound_input(key: str, store: Store, graph: Graph | None) -> Path:
     the build stops rather than build on bad bytes. Tiny artifacts hash in
     milliseconds; a real checkpoint costs seconds, so each is hashed once per process."""
     path = store.object_dir(key)
-    if store.has(key) and (path in _VERIFIED or not store.verify(key)):
+    if store.has(key) and (path in _VERIFIED or not store.trusted(key)):
         _VERIFIED.add(path)  # once per process: a checkpoint feeds several steps
         return path
     step = graph.steps.get(key) if graph else None
     if step is None or graph is None:
-        bad = store.verify(key) if store.has(key) else ["(missing)"]
+        bad = [str(d) for d in store.damage(key)] if store.has(key) else ["(missing)"]
         raise KilnError.one(
-            f"input artifact {key[:12]} is corrupt or missing: {', '.join(bad)}",
+            f"input artifact {key[:12]} is corrupt or missing: {'; '.join(bad)}",
             Location(str(store.object_dir(key))),
-            "run `doit verify`, then build the recipe again",
+            "`doit verify repair=1` removes a damaged artifact; then build the recipe again",
         )
-    with store.lock(key, step.name):
-        if store.has(key):
-            bad = store.verify(key)
-            if bad:
-                print(
-                    f"   {step.kind}: artifact {key[:12]} is corrupt ({', '.join(bad)}): "
-                    "removing it and building it again",
-                    file=sys.stderr,
-                    flush=True,
-                )
-                store.remove(key)
     run_step(step, store, graph.context(step), graph)
     return store.get(key).path

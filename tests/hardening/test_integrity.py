@@ -199,3 +199,32 @@ def test_verify_rehashes_the_hub_cache_of_every_locked_checkpoint(
     proc = world.doit("verify")
     assert proc.returncode == 4, proc.stdout
     assert f"config.json: the lock says sha256 {expected}, the hub cache has {got}" in proc.stdout
+
+
+def test_a_flipped_byte_in_a_stored_engine_is_never_used(built: World, tmp_path: Path) -> None:
+    """doit run refuses it with both digests and the repair command; doit build does not
+    call it up to date: it says so, with both digests, and remakes it."""
+    world = copy_world(built, tmp_path)
+    store = Store(world.store)
+    steps = {s["kind"]: s["key"] for s in world.manifest("tiny-llama")["lock"]["steps"]}
+    path = max(
+        (p for p in store.get(steps["engine"]).path.rglob("*") if p.is_file()),
+        key=lambda p: p.stat().st_size,
+    )
+    recorded = hashlib.sha256(path.read_bytes()).hexdigest()
+    flip(path, path.stat().st_size // 3)
+    got = hashlib.sha256(path.read_bytes()).hexdigest()
+
+    run = world.doit("run", "recipe=tiny-llama", "prompt=Hello", "max_new_tokens=4")
+    out = run.stdout + run.stderr
+    assert run.returncode != 0 and "Traceback" not in out, out
+    assert f"the record says sha256 {recorded}, the file has {got}" in out
+    assert "doit verify repair=1" in out
+
+    build = world.doit("build", "recipe=tiny-llama", check=True)
+    text = build.stdout + build.stderr
+    assert f"artifact {steps['engine'][:12]} is corrupt" in text and got in text
+    assert store.verify(steps["engine"]) == []
+    assert (
+        world.doit("run", "recipe=tiny-llama", "prompt=Hello", "max_new_tokens=4").returncode == 0
+    )

@@ -87,3 +87,35 @@ def test_the_record_is_written_before_the_artifact_appears(tmp_path: Path) -> No
         w.write_bytes("f", b"1")
         assert not store.has(KEY)
     assert (store.object_dir(KEY) / RECORD).is_file()
+
+
+def test_trust_is_cheap_once_verified_and_never_blind(tmp_path: Path) -> None:
+    """Store.trusted: after one full check of an artifact older than the racy window,
+    an unchanged artifact is trusted by the lstat of its entries alone; a flipped
+    byte, an added file or a rewrite that keeps the size are all damage again."""
+    import time
+
+    from kiln import statcache
+
+    store = Store(tmp_path)
+    with store.publish(KEY, {}) as w:
+        w.write_bytes("weights.bin", bytes(range(256)))
+    assert store.trusted(KEY) == []  # too new to remember: checked in full
+    assert store._stats is not None and store._stats.recall("artifact-stamp/1", KEY) is None
+    time.sleep(statcache.RACY_NS / 1e9 + 0.2)
+    assert store.trusted(KEY) == []
+    assert store._stats.recall("artifact-stamp/1", KEY) is not None  # remembered now
+    reads = store._stats.reads
+    assert store.trusted(KEY) == [] and store._stats.reads == reads  # nothing read
+    target = store.get(KEY).path / "weights.bin"
+    target.chmod(0o644)
+    original = target.read_bytes()
+    target.write_bytes(original[:100] + bytes([original[100] ^ 1]) + original[101:])
+    (bad,) = store.trusted(KEY)
+    assert bad.file == "weights.bin" and bad.expected and bad.got and bad.expected != bad.got
+    assert str(bad) == f"weights.bin: the record says sha256 {bad.expected}, the file has {bad.got}"
+    target.write_bytes(original)
+    assert store.trusted(KEY) == []
+    # root writes into the read-only directory; anyone else would chmod it first
+    (store.get(KEY).path / "extra.bin").write_bytes(b"x")
+    assert [d.file for d in store.trusted(KEY)] == ["extra.bin"]
