@@ -23,6 +23,7 @@ from kiln.paths import Paths
 
 if TYPE_CHECKING:
     from kiln.catalog import Catalog
+    from kiln.schema import Manifest
 
 
 def manifest_problems(cat: Catalog, path: Path) -> list[Problem]:
@@ -54,18 +55,15 @@ def manifest_problems(cat: Catalog, path: Path) -> list[Problem]:
     return problems
 
 
-def regated(cat: Catalog, manifests: list[Path]) -> list[tuple[str, str]]:
-    """(recipe, why) for each manifest whose latest verdict was judged under other
-    gates than its recipe's thresholds file holds now (kiln/evidence/gates.py)."""
-    from kiln.evidence import gates, manifest
+def regated(cat: Catalog, parsed: dict[str, Manifest | None]) -> list[tuple[str, str]]:
+    """(recipe, why) for each manifest (parsed, by recipe name) whose latest verdict
+    was judged under other gates than its recipe's thresholds file holds now
+    (kiln/evidence/gates.py)."""
+    from kiln.evidence import gates
 
     out = []
-    for path in manifests:
-        recipe = cat.recipes.get(path.stem)
-        try:
-            found = manifest.read(path)
-        except KilnError:
-            continue  # reported by manifest_problems
+    for name, found in parsed.items():
+        recipe = cat.recipes.get(name)
         if recipe is None or found is None or not found.evidence:
             continue
         latest = found.evidence[-1]
@@ -85,7 +83,7 @@ def regated(cat: Catalog, manifests: list[Path]) -> list[tuple[str, str]]:
                 f"its {latest.verdict} of {latest.date[:10]} was judged under other gates: "
                 f"thresholds/{which}.yaml changed since"
             )
-        out.append((path.stem, why))
+        out.append((name, why))
     return out
 
 
@@ -130,11 +128,11 @@ def _stale(cat: Catalog, manifests: list[Path]) -> list[Stale]:
     from kiln.evidence import manifest
     from kiln.plan import toolchain
 
+    # Every manifest parses here (check reports problems before staleness): read once.
+    parsed = {path.stem: manifest.read(path) for path in manifests}
+
     def gpu_of(name: str) -> str | None:
-        try:
-            found = manifest.read(cat.paths.manifest(name))
-        except KilnError:
-            return None
+        found = parsed.get(name)
         return found.evidence[-1].host.gpu if found and found.evidence else None
 
     out = []
@@ -150,7 +148,7 @@ def _stale(cat: Catalog, manifests: list[Path]) -> list[Stale]:
         cause = "recipe" if edited else "toolchain"
         out.append(Stale(s.recipe, cause, summary, steps, gpu_of(s.recipe)))
     seen = {x.recipe for x in out}
-    for name, why in regated(cat, manifests):
+    for name, why in regated(cat, parsed):
         if name not in seen:
             out.append(Stale(name, "gates", why, [], gpu_of(name)))
     return sorted(out, key=lambda x: x.recipe)
