@@ -1,0 +1,163 @@
+"""The inductor backend's runner: torch.export programs over a static KV cache
+(builders/causal_lm/backends/inductor.py writes them), compiled with Inductor.
+
+InductorBundle is a causal_lm.Bundle whose forward keeps the KV cache on the device
+(the engine's own tensors, updated in place) instead of passing it through numpy:
+the prompt runs through the prefill program chunk by chunk, the rest one token at a
+time through the decode program. On CUDA the decode step is captured in a CUDA graph
+once and replayed; per token the host writes the step's small inputs and reads the
+logits. Both programs read the same weight tensors: one copy in memory.
+
+Inductor's compiled artifacts are cached beside the bundle, in
+.inductor-cache/<torch version>-<device>/ (TORCHINDUCTOR_CACHE_DIR), when the bundle's
+folder is writable, so a second load does not recompile.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from runtime.causal_lm import Bundle
+from runtime.format import BundleError
+
+# torch.compile mode per device when the bundle names none: the fastest measured that
+# keeps fp32 greedy tokens identical (the CUDA graph is ours, so no cudagraphs mode).
+MODES = {"cpu": "default", "cuda": "max-autotune-no-cudagraphs"}
+
+
+class InductorEngine:
+    def __init__(self, file: Path, meta: dict[str, Any], threads: int | None) -> None:
+        import torch
+        from safetensors.torch import load
+
+        self.torch = torch
+        self.device = meta["provider"]
+        if self.device == "cuda" and not torch.cuda.is_available():
+            raise BundleError(f"{file}: this bundle runs on CUDA; this host has no CUDA device")
+        if threads:
+            torch.set_num_threads(threads)
+        _cache_dir(file.parent, torch.__version__, self.device)
+        with zipfile.ZipFile(file) as archive:
+            self.program = json.loads(archive.read("program.json"))
+            weights = load(archive.read("weights.safetensors"))
+            programs = {
+                name: torch.export.load(io.BytesIO(archive.read(name)))
+                for name in ("decode.pt2", "prefill.pt2")
+                if name in archive.namelist()
+            }
+        self.dtype = getattr(torch, self.program["dtype"])
+        self.weights = [weights[n].to(self.device) for n in self.program["weights"]]
+        self.batch, self.length = self.program["batch"], self.program["max_seq_len"]
+        self.chunk = int(self.program["prefill_chunk_len"])
+        self.cache = [
+            torch.zeros(shape, dtype=self.dtype, device=self.device)
+            for shape in self.program["cache"]
+        ]
+        mode = meta.get("compile_mode") or MODES[self.device]
+        self.steps = {
+            (1 if name == "decode.pt2" else self.chunk): _compiled(torch, ep, mode)
+            for name, ep in programs.items()
+        }
+        self.graph: Any = None  # the captured decode step, on CUDA
+
+    def reset(self) -> None:
+        for t in self.cache:
+            t.zero_()
+
+    def run(self, ids: np.ndarray, positions: np.ndarray, slots: np.ndarray, mask: np.ndarray) -> Any:
+        """One program call: ids/positions [B, T], slots [T], mask [B, max_seq_len]."""
+        t = self.torch
+        args = [t.from_numpy(np.ascontiguousarray(a)).to(self.device) for a in (ids, positions, slots, mask)]
+        tokens = ids.shape[1]
+        if self.device == "cuda" and tokens == 1:
+            return self._replay(args)
+        with t.inference_mode():
+            return self.steps[tokens](*self.weights, *args, *self.cache)
+
+    def _replay(self, args: list[Any]) -> Any:
+        """The decode step in a CUDA graph: captured on first use, after warm-up calls
+        on a side stream (their cache writes land in slot args[2], which the prompt
+        rewrites before it is read)."""
+        t = self.torch
+        if self.graph is None:
+            self.inputs = [a.clone() for a in args]
+            saved = [c.clone() for c in self.cache]
+            side = t.cuda.Stream()
+            side.wait_stream(t.cuda.current_stream())
+            with t.cuda.stream(side), t.inference_mode():
+                for _ in range(3):
+                    self.steps[1](*self.weights, *self.inputs, *self.cache)
+            t.cuda.current_stream().wait_stream(side)
+            self.graph = t.cuda.CUDAGraph()
+            with t.cuda.graph(self.graph), t.inference_mode():
+                self.out = self.steps[1](*self.weights, *self.inputs, *self.cache)
+            for c, s in zip(self.cache, saved, strict=True):
+                c.copy_(s)
+        for dst, src in zip(self.inputs, args, strict=True):
+            dst.copy_(src, non_blocking=True)
+        self.graph.replay()
+        return self.out
+
+
+def _compiled(torch: Any, program: Any, mode: str) -> Any:
+    module = program.module()
+    return torch.compile(module, mode=None if mode == "default" else mode, fullgraph=True)
+
+
+def _cache_dir(folder: Path, version: str, device: str) -> None:
+    """Inductor's on-disk cache beside the bundle, keyed by torch version and device;
+    left to Inductor's default where the bundle is read-only (the store seals it)."""
+    if "TORCHINDUCTOR_CACHE_DIR" in os.environ:
+        return
+    target = folder / ".inductor-cache" / f"{version}-{device}"
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return
+    if os.access(target, os.W_OK):
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(target)
+
+
+class InductorBundle(Bundle):
+    """A causal-LM bundle of the inductor backend (ordinary variant)."""
+
+    session: InductorEngine
+
+    def _empty_cache(self, batch: int) -> list[np.ndarray]:
+        return []  # the engine's cache lives on the device; [] marks a fresh sequence
+
+    def forward(
+        self, ids: np.ndarray, mask: np.ndarray, positions: np.ndarray, past: list[np.ndarray]
+    ) -> tuple[np.ndarray, list[np.ndarray]]:
+        """The Bundle contract over the engine's static cache: `mask` covers every slot
+        so far (its last ids.shape[1] columns are the new tokens)."""
+        engine = self.session
+        rows, new = ids.shape
+        width = mask.shape[1]
+        if rows > engine.batch:
+            raise BundleError(f"batch of {rows}; this bundle serves 1 to {engine.batch}")
+        if not past:
+            engine.reset()
+        # Rows beyond the caller's batch repeat its first row: computed, never read.
+        fill = [0] * (engine.batch - rows)
+        ids, mask, positions = (np.concatenate([a, a[fill]]) for a in (ids, mask, positions))
+        visible = np.zeros((engine.batch, engine.length), np.int64)
+        visible[:, :width] = mask
+        logits = []
+        start = 0
+        while start < new:
+            take = engine.chunk if engine.chunk and new - start >= engine.chunk else 1
+            slots = np.arange(width - new + start, width - new + start + take)
+            out = engine.run(
+                ids[:, start : start + take], positions[:, start : start + take], slots, visible
+            )
+            logits.append(out[:rows].float().cpu().numpy())
+            start += take
+        return np.concatenate(logits, axis=1), [np.zeros(0, np.float32)]
