@@ -14,7 +14,7 @@ The weights are program inputs, not constants, so both programs read one copy in
 memory (the runtime passes the same tensors to both). Shapes are static (B is
 max_batch_size): static shapes are what a CUDA graph replays.
 
-The mask is built here as a 4-D boolean tensor (a slot is visible when it is real and
+The mask is built here as a 4-D additive tensor (a slot is visible when it is real and
 not after the query's slot; a query always sees its own slot, so a padded row never
 attends to nothing and fills the cache with NaN), so transformers' mask code, which
 differs between 5.17 (the H200 host) and 5.24, is not traced.
@@ -193,7 +193,10 @@ def _step_module(model: Any, names: list[str], entries: list[dict[str, Any]]) ->
             weights, (ids, positions, slots, visible, *cache) = args[:count], args[count:]
             cols = torch.arange(visible.shape[1], device=ids.device)
             causal = (cols[None, :] <= slots[:, None]) & visible[:, None, :].bool()
-            mask = (causal | (cols[None, :] == slots[:, None]))[:, None]  # [B, 1, T, L]
+            seen = (causal | (cols[None, :] == slots[:, None]))[:, None]  # [B, 1, T, L]
+            # Additive, as eager attention adds it (sdpa takes either form).
+            low = torch.finfo(weights[0].dtype).min
+            mask = torch.where(seen, 0.0, low).to(weights[0].dtype)
             out = torch.func.functional_call(
                 self.model,
                 dict(zip(names, weights, strict=True)),
