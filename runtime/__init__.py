@@ -9,7 +9,7 @@ builders or tasks: a bundle runs on a machine that never built it.
   ngram.py        prompt-lookup drafting, model-free
   sampling.py     Sampler (greedy, temperature / top-k / top-p) and draw()
   backends.py     engine backends behind one run(): onnxruntime, aoti, tensorrt
-  inductor.py     InductorBundle: torch.export programs over a static KV cache, Inductor, CUDA graphs
+  inductor.py     InductorBundle: torch.export programs, static KV cache, Inductor, CUDA graph
   encoder.py      EncoderBundle: loading and right padding shared by classify and embed
   classify.py     Classifier: class probabilities per text (builders/classify/)
   embed.py        Embedder: one pooled vector per text (builders/embed/)
@@ -116,7 +116,9 @@ def open(
             f"{path}: bundle.json names variant {variant!r}; a {task} bundle runs as "
             f"{', '.join(variants)}"
         )
-    engine = meta.get("engines", {}).get("main", {}) if isinstance(meta.get("engines"), dict) else {}
+    engine = (
+        meta.get("engines", {}).get("main", {}) if isinstance(meta.get("engines"), dict) else {}
+    )
     backend = engine.get("backend") if isinstance(engine, dict) else None
     runner = resolve(BACKEND_RUNNERS.get((task, str(variant), str(backend)), named))
     if expect is not None and not issubclass(runner, expect):

@@ -67,15 +67,31 @@ class InductorEngine:
             for name, ep in programs.items()
         }
         self.graph: Any = None  # the captured decode step, on CUDA
+        self._warm()
+
+    def _warm(self) -> None:
+        """Compile every program (and capture the CUDA graph) at load, not inside the
+        first generation: a bundle's first tokens/s then measures decoding."""
+        for tokens in self.steps:
+            ids = np.zeros((self.batch, tokens), np.int64)
+            slots = np.arange(tokens, dtype=np.int64)
+            mask = np.zeros((self.batch, self.length), np.int64)
+            self.run(ids, np.broadcast_to(slots, ids.shape), slots, mask)
+        self.reset()
 
     def reset(self) -> None:
         for t in self.cache:
             t.zero_()
 
-    def run(self, ids: np.ndarray, positions: np.ndarray, slots: np.ndarray, mask: np.ndarray) -> Any:
+    def run(
+        self, ids: np.ndarray, positions: np.ndarray, slots: np.ndarray, mask: np.ndarray
+    ) -> Any:
         """One program call: ids/positions [B, T], slots [T], mask [B, max_seq_len]."""
         t = self.torch
-        args = [t.from_numpy(np.ascontiguousarray(a)).to(self.device) for a in (ids, positions, slots, mask)]
+        args = [
+            t.from_numpy(np.ascontiguousarray(a)).to(self.device)
+            for a in (ids, positions, slots, mask)
+        ]
         tokens = ids.shape[1]
         if self.device == "cuda" and tokens == 1:
             return self._replay(args)

@@ -87,7 +87,9 @@ def build(request: Request, writer: Writer) -> None:
         "batch": opts.max_batch_size,
         "max_seq_len": opts.max_seq_len,
         "prefill_chunk_len": opts.prefill_chunk_len,
-        "cache": [[opts.max_batch_size, e["shape"][1], opts.max_seq_len, e["shape"][3]] for e in entries],
+        "cache": [
+            [opts.max_batch_size, e["shape"][1], opts.max_seq_len, e["shape"][3]] for e in entries
+        ],
         "vocab_size": meta["vocab_size"],
     }
     files["program.json"] = json.dumps(program_meta, sort_keys=True, indent=1).encode()
