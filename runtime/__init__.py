@@ -9,7 +9,8 @@ builders or tasks: a bundle runs on a machine that never built it.
   ngram.py        prompt-lookup drafting, model-free
   sampling.py     Sampler (greedy, temperature / top-k / top-p) and draw()
   backends.py     engine backends behind one run(): onnxruntime, aoti, tensorrt
-  inductor.py     InductorBundle: torch.export programs, static KV cache, Inductor, CUDA graph
+  inductor_lm.py  InductorBundle: a causal LM whose engine keeps the KV cache on the device
+  inductor.py     InductorEngine: torch.export programs, static KV cache, Inductor, CUDA graph
   encoder.py      EncoderBundle: loading and right padding shared by classify and embed
   classify.py     Classifier: class probabilities per text (builders/classify/)
   embed.py        Embedder: one pooled vector per text (builders/embed/)
@@ -61,7 +62,7 @@ RUNNERS: dict[str, dict[str, str]] = {
 # An engine backend whose runner replaces its variant's: the inductor engine keeps the
 # KV cache on the device, so its bundles run through their own forward.
 BACKEND_RUNNERS: dict[tuple[str, str, str], str] = {
-    ("text-generation", "ordinary", "inductor"): "runtime.inductor:InductorBundle",
+    ("text-generation", "ordinary", "inductor"): "runtime.inductor_lm:InductorBundle",
 }
 _PUBLIC = {
     "Bundle": "runtime.causal_lm",

@@ -1,12 +1,9 @@
-"""The inductor backend's runner: torch.export programs over a static KV cache
-(builders/causal_lm/backends/inductor.py writes them), compiled with Inductor.
-
-InductorBundle is a causal_lm.Bundle whose forward keeps the KV cache on the device
-(the engine's own tensors, updated in place) instead of passing it through numpy:
-the prompt runs through the prefill program chunk by chunk, the rest one token at a
-time through the decode program. On CUDA the decode step is captured in a CUDA graph
-once and replayed; per token the host writes the step's small inputs and reads the
-logits. Both programs read the same weight tensors: one copy in memory.
+"""The inductor backend's engine: torch.export programs over a static KV cache
+(builders/causal_lm/backends/inductor.py writes them), compiled with Inductor, the
+cache held on the device and updated in place (runtime/inductor_lm.py drives it).
+On CUDA the decode step is captured in a CUDA graph once and replayed; per token the
+host writes the step's small inputs and reads the logits. Both programs read the
+same weight tensors: one copy in memory.
 
 Inductor's compiled artifacts are cached beside the bundle, in
 .inductor-cache/<torch version>-<device>/ (TORCHINDUCTOR_CACHE_DIR), when the bundle's
@@ -24,7 +21,6 @@ from typing import Any
 
 import numpy as np
 
-from runtime.causal_lm import Bundle
 from runtime.format import BundleError
 
 # torch.compile mode per device when the bundle names none. Inductor's default: the
@@ -76,14 +72,14 @@ class InductorEngine:
             ids = np.zeros((self.batch, tokens), np.int64)
             slots = np.arange(tokens, dtype=np.int64)
             mask = np.zeros((self.batch, self.length), np.int64)
-            self.run(ids, np.broadcast_to(slots, ids.shape), slots, mask)
+            self.call(ids, np.broadcast_to(slots, ids.shape), slots, mask)
         self.reset()
 
     def reset(self) -> None:
         for t in self.cache:
             t.zero_()
 
-    def run(
+    def call(
         self, ids: np.ndarray, positions: np.ndarray, slots: np.ndarray, mask: np.ndarray
     ) -> Any:
         """One program call: ids/positions [B, T], slots [T], mask [B, max_seq_len]."""
@@ -140,41 +136,3 @@ def _cache_dir(folder: Path, version: str, device: str) -> None:
         return
     if os.access(target, os.W_OK):
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(target)
-
-
-class InductorBundle(Bundle):
-    """A causal-LM bundle of the inductor backend (ordinary variant)."""
-
-    session: InductorEngine
-
-    def _empty_cache(self, batch: int) -> list[np.ndarray]:
-        return []  # the engine's cache lives on the device; [] marks a fresh sequence
-
-    def forward(
-        self, ids: np.ndarray, mask: np.ndarray, positions: np.ndarray, past: list[np.ndarray]
-    ) -> tuple[np.ndarray, list[np.ndarray]]:
-        """The Bundle contract over the engine's static cache: `mask` covers every slot
-        so far (its last ids.shape[1] columns are the new tokens)."""
-        engine = self.session
-        rows, new = ids.shape
-        width = mask.shape[1]
-        if rows > engine.batch:
-            raise BundleError(f"batch of {rows}; this bundle serves 1 to {engine.batch}")
-        if not past:
-            engine.reset()
-        # Rows beyond the caller's batch repeat its first row: computed, never read.
-        fill = [0] * (engine.batch - rows)
-        ids, mask, positions = (np.concatenate([a, a[fill]]) for a in (ids, mask, positions))
-        visible = np.zeros((engine.batch, engine.length), np.int64)
-        visible[:, :width] = mask
-        logits = []
-        start = 0
-        while start < new:
-            take = engine.chunk if engine.chunk and new - start >= engine.chunk else 1
-            slots = np.arange(width - new + start, width - new + start + take)
-            out = engine.run(
-                ids[:, start : start + take], positions[:, start : start + take], slots, visible
-            )
-            logits.append(out[:rows].float().cpu().numpy())
-            start += take
-        return np.concatenate(logits, axis=1), [np.zeros(0, np.float32)]

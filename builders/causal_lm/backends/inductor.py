@@ -77,6 +77,7 @@ def build(request: Request, writer: Writer) -> None:
         example = _example(entries, weights, opts, tokens, device, dtype)
         with torch.no_grad():
             program = torch.export.export(step, example, strict=False)
+        program._example_inputs = None  # save would store them: the weights again
         buffer = io.BytesIO()
         torch.export.save(program, buffer)
         files[file] = buffer.getvalue()
@@ -189,7 +190,9 @@ def _step_module(model: Any, names: list[str], entries: list[dict[str, Any]]) ->
     class Step(torch.nn.Module):
         def __init__(self) -> None:
             super().__init__()
-            self.model = model
+            # Not a submodule: export would lift its parameters into the program's
+            # state_dict, a second copy of the weights the program never reads.
+            object.__setattr__(self, "wrapped", model)
 
         def forward(self, *args: Any) -> Any:
             weights, (ids, positions, slots, visible, *cache) = args[:count], args[count:]
@@ -200,7 +203,7 @@ def _step_module(model: Any, names: list[str], entries: list[dict[str, Any]]) ->
             low = torch.finfo(weights[0].dtype).min
             mask = torch.where(seen, 0.0, low).to(weights[0].dtype)
             out = torch.func.functional_call(
-                self.model,
+                self.wrapped,
                 dict(zip(names, weights, strict=True)),
                 (),
                 {
