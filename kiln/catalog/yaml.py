@@ -106,6 +106,17 @@ def _too_big(file: str, size: int, limit: int = MAX_BYTES) -> KilnError:
     )
 
 
+def _utf8(file: str, raw: bytes) -> str:
+    """Strict UTF-8, or a KilnError at the line of the first bad byte."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise KilnError.one(
+            f"invalid UTF-8 at byte {exc.start}", Location(file, line), "save the file as UTF-8"
+        ) from None
+
+
 def decode(file: str, raw: bytes) -> str:
     """Bytes -> text, refusing what a recipe must never be."""
     if len(raw) > MAX_BYTES:
@@ -114,13 +125,7 @@ def decode(file: str, raw: bytes) -> str:
         raise KilnError.one(
             "file starts with a UTF-8 byte-order mark", Location(file, 1, 1), "save it without BOM"
         )
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = raw.count(b"\n", 0, exc.start) + 1
-        raise KilnError.one(
-            f"invalid UTF-8 at byte {exc.start}", Location(file, line), "save the file as UTF-8"
-        ) from None
+    text = _utf8(file, raw)
     for char, what in (("\x00", "a NUL byte"), ("\t", "a tab")):
         at = text.find(char)
         if at >= 0:
@@ -464,13 +469,7 @@ def read_json(path: Path, display: str | None = None, limit: int = MAX_JSON_BYTE
     raw = _read_capped(path, file, limit)
     if len(raw) > limit:  # it grew after fstat
         raise _too_big(file, len(raw), limit)
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = raw.count(b"\n", 0, exc.start) + 1
-        raise KilnError.one(
-            f"invalid UTF-8 at byte {exc.start}", Location(file, line), "save the file as UTF-8"
-        ) from None
+    text = _utf8(file, raw)
     try:
         data = json.loads(text)
     except RecursionError:
