@@ -178,10 +178,11 @@ def _report(stale: list[Stale], verbose: bool) -> list[str]:
     if elsewhere:
         gpus = ", ".join(sorted({str(x.gpu) for x in elsewhere}))
         causes = ", ".join(sorted({x.cause for x in elsewhere}))
-        names = ", ".join(x.recipe for x in elsewhere)
+        names = ", ".join(x.recipe for x in elsewhere[:2])
+        names += f" and {len(elsewhere) - 2} more" if len(elsewhere) > 2 else ""
         lines.append(
             f"stale: {len(elsewhere)} manifests recorded on GPU hosts ({gpus}; by {causes}): "
-            f"{names}; rebuild them on such a host (verbose=1 says why)"
+            f"{names}; rebuild them there (verbose=1: why)"
         )
     return lines
 
