@@ -214,11 +214,46 @@ def measure(dec: GraphDecoder, ids: list[list[int]], new: int, want: list[list[i
     return tokens / min(run() for _ in range(3)), same / tokens, kernels_per_step(dec, ids[0])
 
 
+def measure_bundle(path: Path, ids: list[list[int]], new: int, want: list[list[int]]) -> Any:
+    """(tokens/s, fraction of HF's tokens reproduced, load seconds) of a built bundle,
+    one prompt at a time, EOS suppressed as HF's min_new_tokens does."""
+    import numpy as np
+
+    import runtime
+    from runtime.causal_lm import Bundle
+
+    start = time.perf_counter()
+    bundle = runtime.open(path, expect=Bundle)
+    ready = time.perf_counter() - start
+    eos = sorted(bundle.eos)
+    bundle.eos = set()  # generate runs to `new` tokens; the sampler never picks EOS
+
+    def no_eos(logits: Any) -> Any:
+        logits = logits.copy()
+        logits[:, eos] = -np.inf
+        return logits.argmax(-1)
+
+    got = [bundle.generate([p], new, no_eos).tokens[0] for p in ids]  # type: ignore[arg-type]
+    same = sum(a == b for g, w in zip(got, want, strict=True) for a, b in zip(g, w, strict=True))
+
+    def run() -> float:
+        begin = time.perf_counter()
+        for p in ids:
+            bundle.generate([p], new, no_eos)  # type: ignore[arg-type]
+        return time.perf_counter() - begin
+
+    return len(ids) * new / min(run() for _ in range(3)), same / (len(ids) * new), ready
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repo", default="kiln-tiny/llama")
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--steps-per-graph", type=int, default=16)
+    parser.add_argument(
+        "--bundle", type=Path, help="also time this built bundle through runtime.open"
+    )
+    parser.add_argument("--only-bundle", action="store_true", help="skip the hand-written paths")
     args = parser.parse_args()
     import torch
 
@@ -239,6 +274,14 @@ def main() -> None:
         f"HF generate:                 {hf:9.0f} tokens/s  (best of 3 runs: "
         f"{', '.join(f'{r:.0f}' for r in hf_runs)})"
     )
+    if args.bundle:
+        rate, match, ready = measure_bundle(args.bundle, ids, new, want)
+        print(
+            f"{'bundle (runtime.open):':28} {rate:9.0f} tokens/s  ({rate / hf:.1f}x HF; "
+            f"{match:.3f} of HF's greedy tokens reproduced; load + compile {ready:.0f} s)"
+        )
+    if args.only_bundle:
+        return
     k = args.steps_per_graph
     compiled = compiled_forward(model)
     paths = {

@@ -148,7 +148,7 @@ SchemaVersion = Annotated[Literal[1], BeforeValidator(_exactly_one)]
 WEIGHTS = ("fp32", "fp16", "bf16", "int8-sq", "int8-wo", "fp8", "int4-awq", "w4a8-awq", "nvfp4")
 KV_CACHE = ("auto", "fp16", "bf16", "fp8")
 COMPUTE = ("fp32", "fp16", "bf16")
-BACKENDS = ("onnxruntime", "aoti", "tensorrt")
+BACKENDS = ("onnxruntime", "aoti", "inductor", "tensorrt")
 TARGETS = ("cpu", "sm80", "sm86", "sm89", "sm90", "sm100", "sm120")
 # The tasks kiln builds, each by the builder family (builders/<family>/) named in FAMILY;
 # kiln.plan.toolchain.builder_module dispatches on it.

@@ -9,6 +9,8 @@ builders or tasks: a bundle runs on a machine that never built it.
   ngram.py        prompt-lookup drafting, model-free
   sampling.py     Sampler (greedy, temperature / top-k / top-p) and draw()
   backends.py     engine backends behind one run(): onnxruntime, aoti, tensorrt
+  inductor_lm.py  InductorBundle: a causal LM whose engine keeps the KV cache on the device
+  inductor.py     InductorEngine: torch.export programs, static KV cache, Inductor, CUDA graph
   encoder.py      EncoderBundle: loading and right padding shared by classify and embed
   classify.py     Classifier: class probabilities per text (builders/classify/)
   embed.py        Embedder: one pooled vector per text (builders/embed/)
@@ -56,6 +58,11 @@ RUNNERS: dict[str, dict[str, str]] = {
     "feature-extraction": {"ordinary": "runtime.embed:Embedder"},
     "text2text-generation": {"ordinary": "runtime.seq2seq:Seq2Seq"},
     "automatic-speech-recognition": {"ordinary": "runtime.seq2seq:Speech"},
+}
+# An engine backend whose runner replaces its variant's: the inductor engine keeps the
+# KV cache on the device, so its bundles run through their own forward.
+BACKEND_RUNNERS: dict[tuple[str, str, str], str] = {
+    ("text-generation", "ordinary", "inductor"): "runtime.inductor_lm:InductorBundle",
 }
 _PUBLIC = {
     "Bundle": "runtime.causal_lm",
@@ -110,7 +117,11 @@ def open(
             f"{path}: bundle.json names variant {variant!r}; a {task} bundle runs as "
             f"{', '.join(variants)}"
         )
-    runner = resolve(named)
+    engine = (
+        meta.get("engines", {}).get("main", {}) if isinstance(meta.get("engines"), dict) else {}
+    )
+    backend = engine.get("backend") if isinstance(engine, dict) else None
+    runner = resolve(BACKEND_RUNNERS.get((task, str(variant), str(backend)), named))
     if expect is not None and not issubclass(runner, expect):
         raise BundleError(
             f"{path} is a {task} bundle, run by {runner.__name__}, not by {expect.__name__}"
@@ -119,6 +130,7 @@ def open(
 
 
 __all__ = [
+    "BACKEND_RUNNERS",
     "BUNDLE_SCHEMA",
     "RUNNERS",
     "Bundle",

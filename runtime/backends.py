@@ -3,7 +3,7 @@ returns an object with `run(output_names, feeds) -> list[np.ndarray]` (the shape
 onnxruntime's InferenceSession.run), so runtime/causal_lm.py's loop knows no backend.
 
 Each backend imports its library inside its constructor: an onnxruntime bundle
-never imports torch, and only the aoti and tensorrt backends do.
+never imports torch, and only the aoti, inductor and tensorrt backends do.
 """
 
 from __future__ import annotations
@@ -102,10 +102,18 @@ class TensorRTEngine:
         return [outputs[n].cpu().numpy() for n in output_names]
 
 
-BACKENDS: dict[str, type] = {
+def _inductor(file: Path, meta: dict[str, Any], threads: int | None) -> Any:
+    """runtime/inductor.py's engine, imported only by bundles that need torch."""
+    from runtime.inductor import InductorEngine
+
+    return InductorEngine(file, meta, threads)
+
+
+BACKENDS: dict[str, Any] = {
     "onnxruntime": OnnxRuntimeEngine,
     "aoti": AotiEngine,
     "tensorrt": TensorRTEngine,
+    "inductor": _inductor,
 }
 
 

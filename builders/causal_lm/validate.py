@@ -113,6 +113,7 @@ def build(request: Request, writer: Writer) -> None:
     from builders.common import measure
     from runtime import Sampler
     from runtime.causal_lm import Bundle
+    from runtime.inductor_lm import InductorBundle  # noqa: F401  (runtime.open resolves it by name; imported here it is in this step's key)
     from runtime.speculative import diagnostics
 
     opts = Options.model_validate(request.options)

@@ -25,13 +25,15 @@ QUANTIZED = ("int8-sq", "int8-wo", "fp8", "int4-awq", "w4a8-awq", "nvfp4")
 BUILDABLE: dict[tuple[str, str], tuple[Any, ...]] = {
     ("precision", "weights"): ("fp32", *QUANTIZED),
     ("precision", "kv_cache"): ("auto", "fp8"),
-    ("precision", "compute"): ("fp32",),
+    ("precision", "compute"): ("fp32", "fp16", "bf16"),
     ("execution", "variant"): VARIANTS,
-    ("build", "backend"): ("onnxruntime", "aoti", "tensorrt"),
+    ("build", "backend"): ("onnxruntime", "aoti", "inductor", "tensorrt"),
     ("build", "target"): ("cpu", "sm89", "sm90", "sm100", "sm120"),
     ("build", "tensor_parallel"): (1,),
-    ("build", "prefill_chunk_len"): (0,),
 }
+# What only the inductor backend builds (its engine computes in the recipe's dtype and
+# exports a prefill program of build.prefill_chunk_len tokens); others refuse them.
+INDUCTOR_ONLY = (("precision", "compute", ("fp32",)), ("build", "prefill_chunk_len", (0,)))
 
 # The companion role each variant reads; any other companion would be silently unused.
 USES: dict[str, tuple[str, ...]] = {
@@ -127,6 +129,17 @@ def refusals(recipe: Recipe) -> list[Problem]:
                     f"buildable today: {', '.join(map(str, allowed))}",
                 )
             )
+    if recipe.build.backend != "inductor":
+        for section, key, allowed in INDUCTOR_ONLY:
+            value = getattr(getattr(recipe, section), key)
+            if value not in allowed:
+                problems.append(
+                    Problem(
+                        f"{value!r} is built by the inductor backend only",
+                        _at(section, key),
+                        f"use build.backend inductor, or {section}.{key}: {allowed[0]}",
+                    )
+                )
     used = USES.get(recipe.execution.variant, ())
     problems += [
         Problem(
@@ -137,11 +150,11 @@ def refusals(recipe: Recipe) -> list[Problem]:
         for role in sorted(recipe.companions)
         if role not in used
     ]
-    if recipe.build.backend == "aoti" and quantized(recipe.precision):
+    if recipe.build.backend in ("aoti", "inductor") and quantized(recipe.precision):
         problems.append(
             Problem(
-                "aoti compiles the fp32 checkpoint: torch.export fails on modelopt's "
-                "fake-quantized models",
+                f"{recipe.build.backend} compiles the checkpoint itself: torch.export fails "
+                "on modelopt's fake-quantized models",
                 _at("build", "backend"),
                 "build quantized precisions with onnxruntime or tensorrt",
             )

@@ -169,8 +169,9 @@ def _engine_chain(
     at = f"{checkpoint.repo}@{checkpoint.revision[:7]}"
     fetch = _fetch(role, checkpoint, tools)
     quantize = quantize_step(role, at, precision, calibration, fetch, tools, task)
-    if build.backend == "aoti":  # compiles the checkpoint itself: no ONNX steps
-        return [fetch, _engine(role, at, build, {"checkpoint": fetch}, tools, task, quantize)]
+    if build.backend in ("aoti", "inductor"):  # they compile the checkpoint: no ONNX steps
+        engine = _engine(role, at, build, {"checkpoint": fetch}, tools, task, quantize, precision)
+        return [fetch, engine]
     label = "" if precision is None or quantize is None else f" {precision_label(precision)}"
     label += "".join(f" +{s.role}" for s in (export_inputs or {}).values())
     export = _step(
@@ -210,8 +211,11 @@ def _engine(
     tools: Toolchain,
     task: str,
     quantize: Step | None,
+    precision: Precision | None = None,
 ) -> Step:
-    """`quantized`: the graph stores quantized weights, which an onnxruntime engine keeps."""
+    """`quantized`: the graph stores quantized weights, which an onnxruntime engine keeps.
+    An inductor engine also takes the compute dtype (a companion's is fp32) and the
+    prefill chunk length; other backends' options, and so their keys, stay as they were."""
     options = {
         "task": task,
         "backend": build.backend,
@@ -221,6 +225,9 @@ def _engine(
         "max_input_len": build.max_input_len or build.max_seq_len,
         "quantized": quantize is not None,
     }
+    if build.backend == "inductor":
+        options["compute"] = precision.compute if precision is not None else "fp32"
+        options["prefill_chunk_len"] = build.prefill_chunk_len
     return _step("engine", f"engine {at} {build.backend}", options, inputs, tools, role)
 
 

@@ -62,6 +62,7 @@ LIBRARIES: dict[str, tuple[str, ...]] = {
 BACKEND_LIBRARIES: dict[str, tuple[str, ...]] = {
     "onnxruntime": (),
     "aoti": ("torch",),
+    "inductor": ("torch", "transformers", "safetensors"),
     "tensorrt": ("tensorrt",),
 }
 

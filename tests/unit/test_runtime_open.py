@@ -288,3 +288,27 @@ def test_the_circle_check_finds_a_lazy_circle(tmp_path: Path) -> None:
     assert circles(pkg) == [["pkg.a", "pkg.b", "pkg.a"]]
     (pkg / "b.py").write_text("from pkg import A\n")  # the package's own names: its __init__
     assert circles(pkg) == [["pkg", "pkg.a", "pkg.b", "pkg"]]
+
+
+# ---------------------------------------------------------------- the format, versioned
+
+FIXTURE = ROOT / "tests" / "unit" / "fixtures" / "bundle-v1"
+
+
+def test_a_bundle_json_of_todays_format_still_reads_and_names_its_runner() -> None:
+    """tests/unit/fixtures/bundle-v1/bundle.json is a built tiny-llama bundle's, copied
+    as it was (2026-12-01, schema 1): every later runtime must keep reading it."""
+    from runtime.format import read_meta
+
+    meta = read_meta(FIXTURE, "text-generation")
+    assert meta["schema_version"] == 1 == runtime.BUNDLE_SCHEMA
+    assert runtime.RUNNERS["text-generation"][meta["variant"]] == "runtime.causal_lm:Bundle"
+    assert meta["engines"]["main"]["backend"] == "onnxruntime"
+    assert {"io", "tokenizer", "limits", "vocab_size"} <= set(meta)
+
+
+def test_an_inductor_bundle_is_run_by_its_own_runner() -> None:
+    from runtime.causal_lm import Bundle
+
+    named = runtime.BACKEND_RUNNERS[("text-generation", "ordinary", "inductor")]
+    assert issubclass(runtime.resolve(named), Bundle)

@@ -247,7 +247,9 @@ def test_every_runner_the_loader_names_is_in_its_family_validate_closure() -> No
     for task, variants in runtime.RUNNERS.items():
         files = set(current().files("validate", {"task": task}))
         assert "runtime/__init__.py" in files, task
-        for name in variants.values():
+        names = [*variants.values()]
+        names += [n for (t, _, _), n in runtime.BACKEND_RUNNERS.items() if t == task]
+        for name in names:
             module = name.partition(":")[0]
             assert module.replace(".", "/") + ".py" in files, (task, name)
 

@@ -8,6 +8,8 @@ else in kiln knows which backend built an engine.
                the CUDA provider where onnxruntime-gpu is installed); a quantized
                graph keeps its quantized weights
   aoti         torch.export + AOTInductor: a compiled .pt2 package (CPU or CUDA)
+  inductor     torch.export programs (decode, chunked prefill) over a static KV cache,
+               weights once in safetensors; runtime/ compiles them with Inductor
   tensorrt     the TensorRT Python API: ONNX parser, strongly typed network,
                optimization profiles from the build options, timing cache
 

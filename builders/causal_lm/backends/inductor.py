@@ -1,0 +1,260 @@
+"""inductor: portable torch.export programs over a static KV cache, which runtime/
+compiles with Inductor (and, on CUDA, replays in a CUDA graph).
+
+The engine file is one uncompressed zip (the bundle step copies one file):
+  decode.pt2           torch.export.save of one token's step
+  prefill.pt2          the same step over build.prefill_chunk_len tokens (when > 0)
+  weights.safetensors  the parameters once, in the engine's dtype
+  program.json         what the runtime needs: names, dtype, shapes, chunk length
+
+Each program takes (weights..., input_ids [B, T], position_ids [B, T], slots [T],
+attention_mask [B, max_seq_len], *cache) and returns logits [B, T, vocab] in fp32; the
+cache tensors [B, kv_heads, max_seq_len, head_dim] are updated in place at `slots`.
+The weights are program inputs, not constants, so both programs read one copy in
+memory (the runtime passes the same tensors to both). Shapes are static (B is
+max_batch_size): static shapes are what a CUDA graph replays.
+
+The mask is built here as a 4-D additive tensor (a slot is visible when it is real and
+not after the query's slot; a query always sees its own slot, so a padded row never
+attends to nothing and fills the cache with NaN), so transformers' mask code, which
+differs between 5.17 (the H200 host) and 5.24, is not traced.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import zipfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pydantic import Field
+
+if TYPE_CHECKING:
+    from kiln.store.api import Request, Writer
+
+from builders.causal_lm.backends import Options as BaseOptions
+
+DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
+# The CPU flags that give Inductor's CPU backend native arithmetic in a half dtype;
+# without them each op converts to fp32 and back, slower than fp32 itself.
+CPU_FLAGS = {"fp16": ("avx512_fp16", "amx_fp16"), "bf16": ("avx512_bf16", "amx_bf16")}
+
+
+class Options(BaseOptions):
+    backend: str = Field(pattern="^inductor$", description="Engine backend.")
+    compute: str = Field(pattern="^(fp32|fp16|bf16)$", description="Compute and KV-cache dtype.")
+    prefill_chunk_len: int = Field(
+        ge=0, description="Tokens per prefill program call; 0: token-by-token prefill."
+    )
+
+
+def build(request: Request, writer: Writer) -> None:
+    import torch
+
+    from builders.causal_lm import _cache
+    from builders.causal_lm.export import describe, value_info
+    from builders.common.hf import load_for_export
+    from builders.common.ort import check_limits
+
+    opts = Options.model_validate(request.options)
+    device = _device(request, opts)
+    dtype = getattr(torch, DTYPES[opts.compute])
+    model = load_for_export(request.inputs["checkpoint"] / "checkpoint")
+    entries = _cache.observe(request, model)
+    meta = describe(model, entries)
+    check_limits(request, opts.max_seq_len, meta)
+    meta["kv_cache"]["dtype"] = DTYPES[opts.compute]
+    model.to(device=device, dtype=dtype)
+    names, weights = _weights(model)
+    step = _step_module(model, names, entries)
+    programs = {"decode.pt2": 1}
+    if opts.prefill_chunk_len:
+        programs["prefill.pt2"] = opts.prefill_chunk_len
+    files: dict[str, bytes] = {}
+    for file, tokens in programs.items():
+        request.log(f"torch.export of the {tokens}-token step for {device} ({opts.compute})")
+        example = _example(entries, weights, opts, tokens, device, dtype)
+        with torch.no_grad():
+            program = torch.export.export(step, example, strict=False)
+        program._example_inputs = None  # save would store them: the weights again
+        buffer = io.BytesIO()
+        torch.export.save(program, buffer)
+        files[file] = buffer.getvalue()
+    files["weights.safetensors"] = _safetensors(names, weights)
+    program_meta = {
+        "weights": names,
+        "dtype": DTYPES[opts.compute],
+        "batch": opts.max_batch_size,
+        "max_seq_len": opts.max_seq_len,
+        "prefill_chunk_len": opts.prefill_chunk_len,
+        "cache": [
+            [opts.max_batch_size, e["shape"][1], opts.max_seq_len, e["shape"][3]] for e in entries
+        ],
+        "vocab_size": meta["vocab_size"],
+    }
+    files["program.json"] = json.dumps(program_meta, sort_keys=True, indent=1).encode()
+    _write_zip(writer.path("engine.zip"), files)
+    writer.write_json("io.json", {**meta, **value_info(entries)})
+    writer.write_json(
+        "engine.json",
+        {
+            "backend": "inductor",
+            "version": torch.__version__,
+            "provider": device,
+            "file": "engine.zip",
+            "max_batch_size": opts.max_batch_size,
+            "max_seq_len": opts.max_seq_len,
+        },
+    )
+
+
+def _device(request: Request, opts: Options) -> str:
+    """cpu, or cuda for an sm target; a precision or device this host cannot run well
+    is unsupported here, with the reason."""
+    import torch
+
+    if opts.quantized:
+        raise request.unsupported(
+            "the inductor backend computes in fp32, fp16 or bf16; quantized weights "
+            "(fp8 with torch._scaled_mm, int8, int4) are not built by it yet"
+        )
+    if opts.target == "cpu":
+        if opts.compute != "fp32":
+            flags = _cpu_flags()
+            if not any(f in flags for f in CPU_FLAGS[opts.compute]):
+                raise request.unsupported(
+                    f"{opts.compute} on this CPU has no native arithmetic (none of "
+                    f"{', '.join(CPU_FLAGS[opts.compute])} in /proc/cpuinfo): Inductor would "
+                    "convert every op through fp32, slower than fp32; build it for a GPU target"
+                )
+        return "cpu"
+    if not torch.cuda.is_available():
+        raise request.unsupported(
+            f"inductor for {opts.target} needs a CUDA device; this host has none"
+        )
+    major, minor = torch.cuda.get_device_capability()
+    want = int(opts.target.removeprefix("sm"))
+    if major * 10 + minor != want:
+        raise request.unsupported(
+            f"the recipe targets {opts.target}; this host's GPU is sm{major}{minor}"
+        )
+    return "cuda"
+
+
+def _cpu_flags() -> set[str]:
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return set()
+    line = next((ln for ln in text.splitlines() if ln.startswith("flags")), "")
+    return set(line.partition(":")[2].split())
+
+
+def _weights(model: Any) -> tuple[list[str], list[Any]]:
+    """The parameters, tied ones once (named_parameters drops duplicates)."""
+    named = list(model.named_parameters())
+    return [n for n, _ in named], [p.detach() for _, p in named]
+
+
+class _StaticCache:
+    """What transformers' attention layers call on a cache (`update`), over the step's
+    own cache tensors: writes the new keys and values at `slots`, in place, and returns
+    the whole static cache. The 4-D mask hides every slot not yet written."""
+
+    def __init__(self, tensors: tuple[Any, ...], slots: Any) -> None:
+        self.tensors, self.slots = tensors, slots
+        self.is_compileable = True
+
+    def update(self, key: Any, value: Any, layer_idx: int, *args: Any, **kwargs: Any) -> Any:
+        k, v = self.tensors[2 * layer_idx], self.tensors[2 * layer_idx + 1]
+        k.index_copy_(2, self.slots, key)
+        v.index_copy_(2, self.slots, value)
+        return k, v
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        return 0
+
+    def __len__(self) -> int:
+        return len(self.tensors) // 2
+
+
+def _step_module(model: Any, names: list[str], entries: list[dict[str, Any]]) -> Any:
+    import torch
+
+    from builders.common.hf import cache_keyword
+
+    cache_kw = cache_keyword(model)
+    count = len(names)
+
+    class Step(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            # Not a submodule: export would lift its parameters into the program's
+            # state_dict, a second copy of the weights the program never reads.
+            object.__setattr__(self, "wrapped", model)
+
+        def forward(self, *args: Any) -> Any:
+            weights, (ids, positions, slots, visible, *cache) = args[:count], args[count:]
+            cols = torch.arange(visible.shape[1], device=ids.device)
+            causal = (cols[None, :] <= slots[:, None]) & visible[:, None, :].bool()
+            seen = (causal | (cols[None, :] == slots[:, None]))[:, None]  # [B, 1, T, L]
+            # Additive, as eager attention adds it (sdpa takes either form).
+            low = torch.finfo(weights[0].dtype).min
+            mask = torch.where(seen, 0.0, low).to(weights[0].dtype)
+            out = torch.func.functional_call(
+                self.wrapped,
+                dict(zip(names, weights, strict=True)),
+                (),
+                {
+                    "input_ids": ids,
+                    "position_ids": positions,
+                    "cache_position": slots,
+                    "attention_mask": mask,
+                    "use_cache": True,
+                    cache_kw: _StaticCache(tuple(cache), slots),
+                },
+            )
+            return out.logits.float()
+
+    return Step().eval()
+
+
+def _example(
+    entries: list[dict[str, Any]],
+    weights: list[Any],
+    opts: Options,
+    tokens: int,
+    device: str,
+    dtype: Any,
+) -> tuple[Any, ...]:
+    import torch
+
+    batch, length = opts.max_batch_size, opts.max_seq_len
+    kw = {"device": device}
+    cache = [
+        torch.zeros(batch, e["shape"][1], length, e["shape"][3], dtype=dtype, device=device)
+        for e in entries
+    ]
+    return (
+        *weights,
+        torch.ones(batch, tokens, dtype=torch.long, **kw),
+        torch.arange(tokens, **kw).expand(batch, tokens).contiguous(),
+        torch.arange(tokens, **kw),
+        torch.ones(batch, length, dtype=torch.long, **kw),
+        *cache,
+    )
+
+
+def _safetensors(names: list[str], weights: list[Any]) -> bytes:
+    from safetensors.torch import save
+
+    return bytes(save({n: w.contiguous().cpu() for n, w in zip(names, weights, strict=True)}))
+
+
+def _write_zip(path: Path, files: dict[str, bytes]) -> None:
+    """Stored, not deflated: the runtime reads members without inflating them, and a
+    fixed timestamp keeps the file a function of its contents."""
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as archive:
+        for name in sorted(files):
+            archive.writestr(zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0)), files[name])
