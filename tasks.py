@@ -132,8 +132,31 @@ RUN = Verb(
         ),
         Var("seed", int, 0, "the sampling seed"),
         Var("stats", bool, False, "print the drafter's acceptance diagnostics"),
+        Var(
+            "chat",
+            bool,
+            False,
+            "render the prompt as a user turn through the checkpoint's chat template; "
+            "without prompt or messages, chat turn by turn on standard input",
+        ),
+        Var("system", str, None, "with chat=1: the system message", metavar="TEXT"),
+        Var(
+            "messages",
+            str,
+            None,
+            'with chat=1: a JSON file of [{"role": ..., "content": ...}] turns',
+            metavar="FILE",
+        ),
+        Var(
+            "thinking",
+            str,
+            None,
+            "with chat=1: the template's thinking switch, where it has one",
+            choices=("0", "1"),
+        ),
     ),
-    "Generate with a recipe's bundle: `doit run recipe=NAME prompt=...`.",
+    "Generate with a recipe's bundle: `doit run recipe=NAME prompt=...` "
+    "(`chat=1` for a conversation).",
 )
 SITE = Verb("site", (), "Render the Models & Recipes site into _site/.")
 SERVE = Verb(

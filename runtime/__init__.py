@@ -4,6 +4,7 @@ builders or tasks: a bundle runs on a machine that never built it.
   __init__.py     open(path): reads bundle.json, returns the runner its task and variant call for
   format.py       the bundle format: BUNDLE_SCHEMA, read_meta(), BundleError
   causal_lm.py    Bundle: causal-LM prefill and decode with a KV cache (builders/causal_lm/)
+  chat.py         a conversation through the checkpoint's chat template; the prompt policy
   speculative.py  SpeculativeBundle: a drafter proposes, the target verifies (lossless rule)
   drafters.py     the drafters a bundle carries: draft model, eagle3/mtp chain, dflash/dspark block
   ngram.py        prompt-lookup drafting, model-free

@@ -8,11 +8,12 @@ never imports torch, and only the aoti, inductor and tensorrt backends do.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
+
+from runtime.format import default_threads
 
 
 class Engine(Protocol):
@@ -25,7 +26,7 @@ class OnnxRuntimeEngine:
 
         so = ort.SessionOptions()
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # done at build
-        so.intra_op_num_threads = threads or min(4, os.cpu_count() or 1)
+        so.intra_op_num_threads = threads or default_threads()
         self.session = ort.InferenceSession(str(file), so, providers=[meta["provider"]])
 
     def run(self, output_names: list[str], feeds: dict[str, np.ndarray]) -> list[np.ndarray]:

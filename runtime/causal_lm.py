@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from runtime.chat import Policy, Template, check_messages
 from runtime.format import TEXT_GENERATION, BundleError, read_meta
 from runtime.sampling import Sampler
 
@@ -60,12 +61,37 @@ class Bundle:
         ]
         self.max_batch_size = self.meta["limits"]["max_batch_size"]
         self.max_seq_len = self.meta["limits"]["max_seq_len"]
+        self.policy = Policy(self.meta.get("prompt_policy"))
 
     # ------------------------------------------------------------ text
 
     def encode(self, text: str) -> list[int]:
+        self.policy.check(text)
         ids = self.tokenizer.encode(text, add_special_tokens=False).ids
         return ([self.bos] if self.bos is not None else []) + ids
+
+    @property
+    def has_chat(self) -> bool:
+        return "chat" in self.meta
+
+    def encode_chat(
+        self, messages: list[dict[str, str]], thinking: bool | None = None
+    ) -> list[int]:
+        """A conversation's token ids, rendered through the checkpoint's chat template
+        with the assistant's turn opened (transformers' apply_chat_template with
+        add_generation_prompt). From then on generation also stops at the template's
+        end-of-turn tokens."""
+        if not self.has_chat:
+            raise BundleError(
+                "this bundle carries no chat template (its checkpoint has none); "
+                "give a plain prompt instead"
+            )
+        messages = check_messages(messages)
+        for i, m in enumerate(messages):
+            self.policy.check(m["content"], f"message {i} ({m['role']})")
+        text = Template(self.path, self.meta["chat"]).render(messages, thinking)
+        self.eos |= set(self.meta["chat"].get("end_of_turn", []))
+        return list(self.tokenizer.encode(text, add_special_tokens=False).ids)
 
     def decode(self, ids: list[int]) -> str:
         return str(self.tokenizer.decode([i for i in ids if i not in self.eos]))

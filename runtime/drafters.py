@@ -15,11 +15,11 @@ runtime/speculative.py to verify; none of them decides what is committed.
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import numpy as np
 
+from runtime.format import default_threads
 from runtime.ngram import NgramDrafter
 from runtime.sampling import Sampler, draw
 
@@ -34,7 +34,7 @@ def _session(bundle: Any, name: str) -> Any:
         meta = bundle.meta["engines"][name]
         so = ort.SessionOptions()
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # done at build
-        so.intra_op_num_threads = bundle.threads or min(4, os.cpu_count() or 1)
+        so.intra_op_num_threads = bundle.threads or default_threads()
         cache[name] = ort.InferenceSession(
             str(bundle.path / meta["file"]), so, providers=[meta["provider"]]
         )

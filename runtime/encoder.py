@@ -8,13 +8,12 @@ output is what it gets alone.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from runtime.format import BundleError, read_meta
+from runtime.format import BundleError, default_threads, read_meta
 
 
 def session_options(threads: int | None) -> Any:
@@ -22,7 +21,7 @@ def session_options(threads: int | None) -> Any:
 
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # done at build
-    so.intra_op_num_threads = threads or min(4, os.cpu_count() or 1)
+    so.intra_op_num_threads = threads or default_threads()
     return so
 
 

@@ -52,3 +52,12 @@ def read_meta(path: Path, task: str | None = None) -> dict[str, Any]:
     if task is not None and task_of(meta) != task:
         raise BundleError(f"{path} is a {task_of(meta)} bundle, not {task}")
     return meta
+
+
+def default_threads() -> int:
+    """Intra-op threads when the caller names none: OMP_NUM_THREADS where it is set (a
+    build sets it to the cores free for the step), else up to 4 of this machine's."""
+    import os
+
+    value = os.environ.get("OMP_NUM_THREADS", "")
+    return int(value) if value.isdigit() and int(value) > 0 else min(4, os.cpu_count() or 1)

@@ -34,6 +34,55 @@ class Options(BaseModel):
         "does not draft.",
     )
     task: str = Field(pattern="^text-generation$", description="The recipe's task.")
+    prompt_policy: dict[str, Any] = Field(
+        default_factory=dict,
+        description="What prompts the runtime accepts (charset, max_chars); empty: any.",
+    )
+
+
+def chat_template(ckpt: Any, tok_config: dict[str, Any]) -> str | None:
+    """The checkpoint's chat template: chat_template.jinja, else tokenizer_config's
+    chat_template (a string, or named templates of which 'default' is the one)."""
+    file = ckpt / "chat_template.jinja"
+    if file.is_file():
+        return str(file.read_text(encoding="utf-8"))
+    found = tok_config.get("chat_template")
+    if isinstance(found, list):
+        found = next((t.get("template") for t in found if t.get("name") == "default"), None)
+    return found if isinstance(found, str) and found else None
+
+
+def special_tokens(tok_config: dict[str, Any]) -> dict[str, Any]:
+    """What transformers passes a chat template besides the messages (its
+    special_tokens_map): bos_token, eos_token, ... as strings."""
+    out: dict[str, Any] = {}
+    for key, value in tok_config.items():
+        if key.endswith("_token") and isinstance(value, dict):
+            value = value.get("content")
+        if key.endswith("_token") and isinstance(value, str):
+            out[key] = value
+    extra = tok_config.get("additional_special_tokens") or tok_config.get("extra_special_tokens")
+    if isinstance(extra, list) and all(isinstance(t, str) for t in extra):
+        out["additional_special_tokens"] = list(extra)
+    return out
+
+
+def _chat(writer: Writer, ckpt: Any, tok_config: dict[str, Any], tokenizer: Any) -> Any:
+    """bundle.json's "chat" (the template file, its special tokens, whether it has a
+    thinking switch, the end-of-turn ids), or None for a checkpoint without one."""
+    template = chat_template(ckpt, tok_config)
+    if template is None:
+        return None
+    writer.write_bytes("chat_template.jinja", template.encode("utf-8"))
+    special = special_tokens(tok_config)
+    eos = special.get("eos_token")
+    end = tokenizer.token_to_id(eos) if isinstance(eos, str) else None
+    return {
+        "template": "chat_template.jinja",
+        "special_tokens": special,
+        "thinking": "enable_thinking" in template,
+        "end_of_turn": [end] if end is not None else [],
+    }
 
 
 def build(request: Request, writer: Writer) -> None:
@@ -89,5 +138,10 @@ def build(request: Request, writer: Writer) -> None:
         },
     }
     meta["vocab_size"] = io["vocab_size"]
+    chat = _chat(writer, ckpt, tok_config, tokenizer)
+    if chat is not None:
+        meta["chat"] = chat
+    if opts.prompt_policy:
+        meta["prompt_policy"] = opts.prompt_policy
     extend(request, writer, meta, opts.speculative)
     writer.write_json("bundle.json", meta)

@@ -27,6 +27,7 @@ class Options(BaseModel):
         0, ge=0, description="Positions of the shipped evaluation text to score; 0: none."
     )
     task: str = Field("text-generation", pattern="^text-generation$", description="The task.")
+    chat: bool = Field(False, description="Each prompt is one user turn of a chat.")
 
 
 def build(request: Request, writer: Writer) -> None:
@@ -47,6 +48,14 @@ def build(request: Request, writer: Writer) -> None:
         model = with_adapter(request, model, merge=False)
     eos = model.generation_config.eos_token_id
     eos_ids = [eos] if isinstance(eos, int) else list(eos or [])
+    if opts.chat:  # a chat turn also ends at the template's end of turn (the eos token)
+        if tokenizer.chat_template is None:
+            raise request.error(
+                "validation.chat is set, but the checkpoint has no chat template",
+                "leave validation.chat out for a checkpoint without one",
+            )
+        end = tokenizer.convert_tokens_to_ids(tokenizer.eos_token)
+        eos_ids += [end] if isinstance(end, int) and end not in eos_ids else []
     config = GenerationConfig(
         do_sample=False,
         num_beams=1,
@@ -56,7 +65,12 @@ def build(request: Request, writer: Writer) -> None:
     )
     records, logits = [], {}
     for i, prompt in request.progress(enumerate(opts.prompts), len(opts.prompts), "fp32 reference"):
-        prompt_ids = tokenizer(prompt, add_special_tokens=True)["input_ids"]
+        if opts.chat:
+            turn = [{"role": "user", "content": prompt}]
+            chat = tokenizer.apply_chat_template(turn, add_generation_prompt=True, return_dict=True)
+            prompt_ids = list(chat["input_ids"])
+        else:
+            prompt_ids = tokenizer(prompt, add_special_tokens=True)["input_ids"]
         with torch.no_grad():
             ids = torch.tensor([prompt_ids])
             out = model.generate(ids, attention_mask=torch.ones_like(ids), generation_config=config)

@@ -31,6 +31,7 @@ class Options(BaseModel):
         0, ge=0, description="Evaluation-text positions (must equal the reference's)."
     )
     task: str = Field(pattern="^text-generation$", description="The recipe's task.")
+    chat: bool = Field(False, description="Each prompt is one user turn of a chat.")
 
 
 def compare(
@@ -119,7 +120,11 @@ def build(request: Request, writer: Writer) -> None:
     opts = Options.model_validate(request.options)
     m = measure.start(request, lambda path: runtime.open(path, expect=Bundle))
     bundle, ref = m.bundle, m.reference
-    prompt_ids, tokenizer_agree = m.tokenize(opts.prompts)
+    if opts.chat:  # the bundle renders the turn through its own copy of the template
+        chat = [bundle.encode_chat([{"role": "user", "content": p}]) for p in opts.prompts]
+        prompt_ids, tokenizer_agree = m.agreement(chat)
+    else:
+        prompt_ids, tokenizer_agree = m.tokenize(opts.prompts)
     gen, per_s = m.generate(
         prompt_ids, "greedy decode", lambda b: bundle.generate(b, opts.max_new_tokens, Sampler())
     )

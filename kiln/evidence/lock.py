@@ -6,31 +6,56 @@ from __future__ import annotations
 from kiln.catalog.yaml import read_json
 from kiln.plan import toolchain
 from kiln.plan.step import Plan, Step
-from kiln.schema import CheckpointLock, FileHash, Lock, StepLock
+from kiln.schema import CheckpointLock, FileHash, ImportLock, Lock, StepLock
 from kiln.store import Store
 
+PIN = ("repo", "revision", "package", "version", "file", "path", "sha256", "wheel_sha256")
 
-def checkpoint_lock(store: Store, fetch: Step) -> CheckpointLock:
-    """What a fetch step fetched: repo, revision, architecture and every file's hash."""
+
+def _hashes(files: list[dict[str, object]]) -> list[FileHash]:
+    return [FileHash.model_validate(f) for f in sorted(files, key=lambda f: str(f["path"]))]
+
+
+def checkpoint_lock(store: Store, fetch: Step, imported: Step | None = None) -> CheckpointLock:
+    """What a fetch step fetched (its pin and every file's hash), the architecture its
+    config names, and for an imported file what the import wrote."""
     fetched = store.get(fetch.key)
     files = read_json(fetched.file("files.json"))
-    config_file = fetched.path / "checkpoint" / "config.json"
+    made = store.get(imported.key) if imported is not None else fetched
+    config_file = made.path / "checkpoint" / "config.json"
     config = read_json(config_file) if config_file.is_file() else {}
-    if not config and (fetched.path / "checkpoint" / "adapter_config.json").is_file():
+    if not config and (made.path / "checkpoint" / "adapter_config.json").is_file():
         config = {"model_type": "peft-adapter"}  # an adapter-only checkpoint has no config.json
+    record = None
+    if imported is not None:
+        done = read_json(made.file("files.json"))
+        record = ImportLock(
+            format=done["format"],
+            quantization=done["quantization"],
+            dtype=done["dtype"],
+            converter=done["converter"],
+            files=_hashes(done["files"]),
+        )
     return CheckpointLock(
-        repo=files["repo"],
-        revision=files["revision"],
+        **{k: files[k] for k in PIN if files.get(k) is not None},
         architecture=(config.get("architectures") or [config.get("model_type", "unknown")])[0],
-        files=[FileHash(**f) for f in sorted(files["files"], key=lambda f: f["path"])],
+        files=_hashes(files["files"]),
+        imported=record,
+    )
+
+
+def _imported(p: Plan, fetch: Step) -> Step | None:
+    return next(
+        (s for s in p.steps if s.kind == "import" and s.inputs.get("source") == fetch.key), None
     )
 
 
 def lock(store: Store, p: Plan) -> Lock:
+    model = p.step("fetch")
     return Lock(
-        model=checkpoint_lock(store, p.step("fetch")),
+        model=checkpoint_lock(store, model, _imported(p, model)),
         companions={
-            s.role: checkpoint_lock(store, s)
+            s.role: checkpoint_lock(store, s, _imported(p, s))
             for s in p.steps
             if s.kind == "fetch" and s.role != "model"
         },

@@ -32,8 +32,8 @@ def with_roles(lock: Lock) -> Lock:
     the planner names them. A step that records its role keeps it."""
     if all("role" in s.model_fields_set for s in lock.steps):
         return lock
-    pins = {f"{c.repo}@{c.revision[:7]}": role for role, c in lock.companions.items()}
-    pins[f"{lock.model.repo}@{lock.model.revision[:7]}"] = "model"  # a tie is the model's
+    pins = {c.label: role for role, c in lock.companions.items()}
+    pins[lock.model.label] = "model"  # a tie is the model's
     steps = [
         s
         if "role" in s.model_fields_set

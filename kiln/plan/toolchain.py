@@ -48,6 +48,7 @@ from kiln.paths import ROOT, Paths
 # Libraries whose version can change a step's output, by step kind.
 LIBRARIES: dict[str, tuple[str, ...]] = {
     "fetch": (),
+    "import": ("torch", "transformers", "gguf", "safetensors", "tokenizers", "accelerate"),
     "reference": ("torch", "transformers", "tokenizers", "safetensors", "peft"),
     "quantize": ("nvidia-modelopt", "torch", "transformers", "safetensors"),
     "export": ("torch", "transformers", "onnx", "safetensors", "peft"),
@@ -75,6 +76,8 @@ def builder_module(kind: str, options: Mapping[str, Any]) -> str:
     a text-generation engine's backend module; else builders.<family>.<kind>."""
     if kind == "fetch":
         return "builders.fetch"
+    if kind == "import":
+        return f"builders.{options['format']}"
     from kiln.schema import FAMILY  # pydantic's models: only where a step is dispatched
 
     family = FAMILY[options["task"]]

@@ -120,11 +120,7 @@ def _plan_all(
             early[name] = Outcome(name, "unsupported-here", brief(exc))
             continue
         if not build.fetchable_here(p):
-            pins = ", ".join(
-                f"{s.options['repo']}@{s.options['revision'][:7]}"
-                for s in p.steps
-                if s.kind == "fetch"
-            )
+            pins = ", ".join(s.name.removeprefix("fetch ") for s in p.steps if s.kind == "fetch")
             why = f"{pins} is not in the hub cache and the Hub is not reachable here"
             early[name] = Outcome(name, "unsupported-here", f"{why}; set KILN_HUB_ONLINE=1")
             continue

@@ -26,7 +26,7 @@ def summary(e: Entry) -> dict[str, Any]:
         "description": e.recipe.description,
         "url": e.url,
         "api": f"api/recipes/{e.name}.json",
-        "checkpoint": {"repo": e.recipe.model.repo, "revision": e.recipe.model.revision},
+        "checkpoint": {**e.recipe.model.pin, "described": e.recipe.model.described},
         "architecture": e.architecture,
         "facets": dict(e.facets),
         "verdict": e.verdict,

@@ -126,9 +126,10 @@ def _companions(recipe: Recipe, lock: Any) -> list[Checkpoint]:
     locked_list = list(locked.values()) if isinstance(locked, dict) else list(locked)
     out = []
     for role, c in items:
-        repo = get(c, "repo") or get(c, "model.repo") or ""
-        revision = get(c, "revision") or get(c, "model.revision") or ""
-        match = next((x for x in locked_list if get(x, "repo") == repo), None)
+        repo = get(c, "title") or get(c, "repo") or get(c, "model.repo") or ""
+        revision = get(c, "at") or get(c, "revision") or get(c, "model.revision") or ""
+        pin = get(c, "pin")
+        match = next((x for x in locked_list if get(x, "pin") == pin), None)
         name = role or get(c, "role") or get(c, "name") or "companion"
         files = list(get(match, "files", []))
         out.append(Checkpoint(text(name), repo, revision, get(match, "architecture"), files))
@@ -151,7 +152,14 @@ class Entry:
         if self.manifest is None:
             return False
         lock = self.manifest.lock.model
-        return (lock.repo, lock.revision) != (self.recipe.model.repo, self.recipe.model.revision)
+        return lock.pin != self.recipe.model.pin
+
+    @property
+    def described(self) -> str:
+        """Where the checkpoint comes from and what it is, from the lock once built."""
+        if self.manifest is not None and not self.stale:
+            return self.manifest.lock.model.described
+        return self.recipe.model.described
 
     @property
     def history(self) -> list[Evidence]:
@@ -183,8 +191,8 @@ class Entry:
         lock = self.manifest.lock if self.manifest and not self.stale else None
         main = Checkpoint(
             "model",
-            self.recipe.model.repo,
-            self.recipe.model.revision,
+            self.recipe.model.title,
+            self.recipe.model.at,
             lock.model.architecture if lock else None,
             list(lock.model.files) if lock else [],
         )
@@ -196,7 +204,7 @@ class Entry:
     @property
     def search(self) -> str:
         """What the index's search box matches, lowercased."""
-        words = [self.name, self.recipe.description, self.recipe.model.repo]
+        words = [self.name, self.recipe.description, self.recipe.model.title]
         words += [*self.facets.values(), *self.strings("tags"), *self.strings("owners")]
         return " ".join(words).lower()
 
@@ -255,11 +263,11 @@ class Group:
 
     @property
     def repos(self) -> list[str]:
-        return sorted({e.recipe.model.repo for e in self.entries})
+        return sorted({e.recipe.model.title for e in self.entries})
 
     @property
     def revisions(self) -> list[str]:
-        return sorted({e.recipe.model.revision for e in self.entries})
+        return sorted({e.recipe.model.at for e in self.entries})
 
 
 def facet_values(items: list[Entry], slugs: Slugs) -> dict[str, list[FacetValue]]:
@@ -276,7 +284,7 @@ def groups(items: list[Entry], key: str, slugs: Slugs) -> list[Group]:
     """Group by 'repo' (model pages) or 'architecture' (built recipes only)."""
     found: dict[str, list[Entry]] = defaultdict(list)
     for e in items:
-        value = e.recipe.model.repo if key == "repo" else e.architecture
+        value = e.recipe.model.title if key == "repo" else e.architecture
         if value:
             found[value].append(e)
     return [Group(k, slugs(key, k), found[k]) for k in sorted(found)]

@@ -171,22 +171,36 @@ def cores() -> int:
         return os.cpu_count() or 1
 
 
-def share_cores(workers: int) -> dict[str, str]:
-    """Give each of `workers` processes that build at once its share of the cores.
+def busy_elsewhere() -> int:
+    """Runnable threads on this machine besides this one, now (/proc/loadavg's running
+    count): what other processes will take from a pool sized to every core."""
+    try:
+        with open("/proc/loadavg", encoding="ascii") as fh:
+            running = int(fh.read().split()[3].split("/")[0])
+    except (OSError, ValueError, IndexError):
+        return 0
+    return max(0, running - 1)
 
-    Every library sizes its pool to all the cores by default, so two workers on two
-    cores run four threads, and a tiny model's kernels then spend their time waiting
-    for a thread the other worker holds (OpenMP's fork/join spins: on a 2-core host a
-    tiny-llama reference runs 5x slower at 2 threads than at 1 while the other core
-    is busy). Set in the process that forks the workers, before any of them imports a
-    builder; a variable the user set is left as it is. Returns what was set.
+
+def share_cores(workers: int) -> dict[str, str]:
+    """Give each of `workers` processes that build at once its share of the cores
+    that are free.
+
+    Every library sizes its pool to all the cores by default. On a shared host that
+    oversubscribes them: OpenMP's fork/join spins while it waits for a thread that
+    another process holds (a tiny-llama reference runs 5x slower at 2 threads than at
+    1 while the other core is busy; a cold tiny-llama build took 27.7 s with the
+    default and 8.5 s at one thread). So each worker gets the cores this process may
+    run on, less those busy elsewhere when the build starts, divided among the
+    workers. Set in the process that forks the workers (or runs the steps), before
+    any builder imports a library; a variable the user set is left as it is.
+    Returns what was set.
 
     A thread count is not in any step's key: like a machine's core count, it may
     change a float's last bits, never what a step computes (artifacts are compared
     by their gates' tolerances, never by digest across builds)."""
-    if workers <= 1:
-        return {}
-    threads = str(max(1, cores() // workers))
+    free = max(1, cores() - busy_elsewhere())
+    threads = str(max(1, free // max(1, workers)))
     chosen = {v: threads for v in THREAD_VARIABLES if v not in os.environ}
     os.environ.update(chosen)
     return chosen

@@ -170,6 +170,8 @@ def _check_hub(hub: Path, where: str, m: Manifest, report: Report) -> None:
     and each companion's), where the cache has that revision: a flipped byte there
     would otherwise surface only at the next fetch."""
     for role, cp in [("model", m.lock.model), *sorted(m.lock.companions.items())]:
+        if cp.repo is None or cp.revision is None:
+            continue  # a packaged or local file: fetch re-hashes it against its pin
         # snapshots/<rev>/<file> links to ../../blobs/<sha>: both inside the repo's folder
         repo_dir = hub / f"models--{cp.repo.replace('/', '--')}"
         if not (repo_dir / "snapshots" / cp.revision).is_dir():

@@ -223,7 +223,8 @@ def test_only_tasks_and_dodo_import_doit() -> None:
 
 def _ignored(path: Path) -> bool:
     parts = path.relative_to(ROOT).parts
-    return parts[0] in (".venv", "node_modules", "_site", ".kiln", "build") or parts[0] == "tests"
+    # hidden folders are tools' (.venv, .kiln, a helper's staging copy), not the project's
+    return parts[0].startswith(".") or parts[0] in ("node_modules", "_site", "build", "tests")
 
 
 def _private_rule(path: Path, imp: Import) -> bool | str:
