@@ -38,9 +38,11 @@ def add_draft(request: Request, writer: Writer, meta: dict[str, Any]) -> None:
             f"({meta['vocab_size']})",
             "use a draft checkpoint with the target's tokenizer",
         )
-    shutil.copyfile(engine_dir / engine["file"], writer.path("draft.onnx"))
+    # its own folder: the graph names its weights' file, which is the target's name too
+    for name in [engine["file"], *engine.get("data", [])]:
+        shutil.copyfile(engine_dir / name, writer.path(f"draft/{name}"))
     meta["engines"]["draft"] = {
-        "file": "draft.onnx",
+        "file": f"draft/{engine['file']}",
         "backend": engine["backend"],
         "backend_version": engine["version"],
         "provider": engine["provider"],

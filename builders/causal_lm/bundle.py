@@ -108,7 +108,8 @@ def build(request: Request, writer: Writer) -> None:
     pad = tokenizer.token_to_id(pad_token) if isinstance(pad_token, str) else None
     if pad is None:
         pad = (token_ids(generation.get("pad_token_id", config.get("pad_token_id"))) or eos)[0]
-    shutil.copyfile(engine_dir / engine["file"], writer.path(engine["file"]))
+    for name in [engine["file"], *engine.get("data", [])]:  # the graph and its weights
+        shutil.copyfile(engine_dir / name, writer.path(name))
     shutil.copyfile(ckpt / "tokenizer.json", writer.path("tokenizer.json"))
     meta = {
         "schema_version": BUNDLE_SCHEMA,

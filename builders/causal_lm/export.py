@@ -198,11 +198,28 @@ def build(request: Request, writer: Writer) -> None:
                 f"the TorchScript exporter cannot write this NVFP4 graph at opset "
                 f"{opts.opset}: {type(exc).__name__}: {str(exc)[:300]}"
             ) from None
+    external_weights(writer.path("model.onnx"))
     meta = {**describe(model, entries), "hidden": points}
     if "quantized" in request.inputs:
         done = json.loads((request.inputs["quantized"] / "quantize.json").read_text())
         meta["quantization"] = {k: done[k] for k in ("weights", "kv_cache", "config", "device")}
     writer.write_json("export.json", meta)
+
+
+def external_weights(path: Any) -> None:
+    """Rewrite the exported graph with its weights in one external-data file beside it
+    (model.onnx.data): the exporter writes one protobuf, which cannot pass 2 GiB, or,
+    past it, one file per tensor."""
+    import onnx
+
+    from builders.common import graph
+
+    model = onnx.load(str(path), load_external_data=False)
+    written = graph.external_files(model)  # past 2 GiB, the exporter's per-tensor files
+    onnx.load_external_data_for_model(model, str(path.parent))
+    for name in written:
+        (path.parent / name).unlink()
+    graph.save(model, path)
 
 
 def describe(model: Any, entries: list[dict[str, Any]]) -> dict[str, Any]:

@@ -34,21 +34,22 @@ class Options(BaseModel):
 
 
 def build(request: Request, writer: Writer) -> None:
-    import onnx
 
     from builders.common import graph
 
     opts = Options.model_validate(request.options)
     source = request.inputs["export"]
     exported = json.loads((source / "export.json").read_text())
-    model = onnx.load(str(source / "model.onnx"))
+    model = graph.load(source / "model.onnx")
     before = len(model.graph.node)
     if opts.optimize:  # quantized graphs: fold the weight subgraphs around the Q/DQ ops too
         model = graph.tidy(model, fold_weights=opts.qdq != "none")
     if opts.qdq == "standard":
         model = _standard(request, model)
+    saved = writer.path("model.onnx")
+    graph.save(model, saved)
     # TensorRT's own ops have no ONNX schema; the checker cannot infer through them
-    inputs, outputs = graph.check(model, full=opts.qdq != "tensorrt")
+    inputs, outputs = graph.check(model, full=opts.qdq != "tensorrt", saved=saved)
     entries = exported["kv_cache"]["entries"]
     expected_in = ["input_ids", "attention_mask", "position_ids"] + [e["past"] for e in entries]
     names = [v["name"] for v in inputs]
@@ -57,7 +58,6 @@ def build(request: Request, writer: Writer) -> None:
             f"the exported graph's inputs {names} break the KV-cache contract",
             "this is a kiln bug in builders/causal_lm/export.py; please report it",
         )
-    onnx.save(model, str(writer.path("model.onnx")))
     if opts.qdq != "none":
         from builders.causal_lm._qdq import trt_ops
 

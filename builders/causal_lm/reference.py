@@ -63,6 +63,9 @@ def build(request: Request, writer: Writer) -> None:
         eos_token_id=eos_ids,
         pad_token_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos_ids[0],
     )
+    # the text's windows first: a recipe asking more positions than the text gives
+    # fails here, not after the whole reference has run
+    text_windows = _windows(tokenizer, opts.scored_positions) if opts.scored_positions else None
     records, logits = [], {}
     for i, prompt in request.progress(enumerate(opts.prompts), len(opts.prompts), "fp32 reference"):
         if opts.chat:
@@ -81,7 +84,7 @@ def build(request: Request, writer: Writer) -> None:
             logits[f"p{i}"] = model(full).logits[0].numpy().astype(np.float32)
         records.append({"prompt": prompt, "prompt_ids": prompt_ids, "tokens": new})
     np.savez(writer.path("logits.npz"), **logits)
-    text = _score_text(model, tokenizer, opts.scored_positions) if opts.scored_positions else None
+    text = _score_text(model, text_windows) if text_windows is not None else None
     if text is not None:
         np.savez(writer.path("text.npz"), nll=text.pop("nll"), top1=text.pop("top1"))
     writer.write_json(
@@ -97,15 +100,20 @@ def build(request: Request, writer: Writer) -> None:
     )
 
 
-def _score_text(model: Any, tokenizer: Any, positions: int) -> dict[str, Any]:
+def _windows(tokenizer: Any, positions: int) -> list[list[int]]:
+    from builders.causal_lm._text import TEXT, windows
+
+    ids = tokenizer(TEXT.read_text(), add_special_tokens=True)["input_ids"]
+    return windows(ids, positions)
+
+
+def _score_text(model: Any, chunks: list[list[int]]) -> dict[str, Any]:
     """fp32 next-token NLL and top-1 over the shipped evaluation text."""
     import numpy as np
     import torch
 
-    from builders.causal_lm._text import TEXT, next_token_scores, windows
+    from builders.causal_lm._text import next_token_scores
 
-    ids = tokenizer(TEXT.read_text(), add_special_tokens=True)["input_ids"]
-    chunks = windows(ids, positions)
     nll, top1 = [], []
     with torch.no_grad():
         for chunk in chunks:

@@ -13,9 +13,12 @@ dynamic axes' names).
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 DTYPES = {1: "float32", 7: "int64", 10: "float16", 16: "bfloat16"}
+# Tensors of this many bytes and more are stored as external data beside the graph.
+EXTERNAL_MIN = 1024
 # The optimizer folds constants up to these sizes; weights are larger than its defaults.
 FOLD_LIMIT = 1 << 28
 
@@ -30,6 +33,59 @@ def value_info(values: Any) -> list[dict[str, Any]]:
             {"name": v.name, "dtype": DTYPES.get(t.elem_type, str(t.elem_type)), "shape": shape}
         )
     return out
+
+
+def save(model: Any, path: Any) -> None:
+    """Save with every tensor of 1 KiB or more in one external-data file beside the
+    graph (<name>.data): a single protobuf cannot pass 2 GiB."""
+    import onnx
+
+    onnx.save_model(
+        model,
+        str(path),
+        save_as_external_data=True,
+        all_tensors_to_one_file=True,
+        location=f"{path.name}.data",
+        size_threshold=EXTERNAL_MIN,
+    )
+
+
+def load(path: Any) -> Any:
+    """A graph with its external data read in. onnx's own loader refuses a data file
+    with more than one hardlink (a guard against a link planted in a downloaded
+    model's folder); in kiln's store a large file that two artifacts hold is linked
+    on purpose (kiln/store), and each artifact's files are verified against its
+    sealed record before a builder sees them. So the bytes are read here, from files
+    beside the graph only."""
+    import onnx
+
+    folder = Path(path).parent
+    model = onnx.load(str(path), load_external_data=False)
+    for tensor in model.graph.initializer:
+        if tensor.data_location != onnx.TensorProto.EXTERNAL:
+            continue
+        info = {e.key: e.value for e in tensor.external_data}
+        name = info["location"]
+        if "/" in name or "\\" in name or name in ("", ".", ".."):
+            raise ValueError(f"{path}: external data {name!r} is not a file beside the graph")
+        with (folder / name).open("rb") as fh:
+            fh.seek(int(info.get("offset", 0)))
+            length = info.get("length")
+            tensor.raw_data = fh.read(int(length)) if length is not None else fh.read()
+        del tensor.external_data[:]
+        tensor.data_location = onnx.TensorProto.DEFAULT
+    return model
+
+
+def external_files(model: Any) -> list[str]:
+    """The external-data files a loaded graph's initializers refer to, sorted."""
+    import onnx
+
+    found = set()
+    for tensor in model.graph.initializer:
+        if tensor.data_location == onnx.TensorProto.EXTERNAL:
+            found |= {e.value for e in tensor.external_data if e.key == "location"}
+    return sorted(found)
 
 
 def tidy(model: Any, fold_weights: bool = False) -> Any:
@@ -66,10 +122,13 @@ def tidy(model: Any, fold_weights: bool = False) -> Any:
     return ir.serde.serialize_model(ir_model)
 
 
-def check(model: Any, full: bool = True) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def check(
+    model: Any, full: bool = True, saved: Any = None
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """onnx's checker (with full shape inference when `full`), then the graph's inputs
-    and outputs (value_info)."""
+    and outputs (value_info). `saved`: the file the model was saved to, with external
+    data, which the checker reads from there (a proto past 2 GiB cannot be passed)."""
     import onnx
 
-    onnx.checker.check_model(model, full_check=full)
+    onnx.checker.check_model(str(saved) if saved is not None else model, full_check=full)
     return value_info(model.graph.input), value_info(model.graph.output)

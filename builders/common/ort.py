@@ -16,7 +16,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from builders.common import graph
+
 LEVEL = "ORT_ENABLE_EXTENDED"
+
+
+def external_data(saved: Path) -> list[str]:
+    """The external-data files a saved graph refers to (names beside it), sorted."""
+    import onnx
+
+    return graph.external_files(onnx.load(str(saved), load_external_data=False))
 
 
 def check_limits(request: Any, max_seq_len: int, io: dict[str, Any]) -> None:
@@ -43,14 +52,30 @@ def provider(request: Any, target: str) -> str:
     return name
 
 
-def optimize(source: Path, saved: Path, provider: str, disabled: tuple[str, ...] = ()) -> Any:
+def optimize(
+    source: Path,
+    saved: Path,
+    provider: str,
+    disabled: tuple[str, ...] = (),
+    external: bool = False,
+) -> Any:
     """Optimize the graph at `source` offline, save it as `saved`, and return the
-    session; `disabled` names graph transformers to leave out."""
+    session; `disabled` names graph transformers to leave out. `external`: weights of
+    1 KiB and more go to `<saved>.data` beside it (external_data() lists what was
+    written), so a graph past protobuf's 2 GiB limit saves, and loads."""
     import onnxruntime as ort
 
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
     so.optimized_model_filepath = str(saved)
+    if external:
+        so.add_session_config_entry(
+            "session.optimized_model_external_initializers_file_name", f"{saved.name}.data"
+        )
+        so.add_session_config_entry(
+            "session.optimized_model_external_initializers_min_size_in_bytes",
+            str(graph.EXTERNAL_MIN),
+        )
     extra = {"disabled_optimizers": list(disabled)} if disabled else {}
     return ort.InferenceSession(str(source), so, providers=[provider], **extra)
 

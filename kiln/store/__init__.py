@@ -4,6 +4,7 @@ Layout (the store is the truth; doit's DB is only a hint of what is up to date):
 
     <store>/objects/<key[:2]>/<key>/   a published artifact, read-only
         .kiln-artifact.json            kind, key, name, sha256 and size of every file
+    <store>/blobs/<sha[:2]>/<sha>      which published file holds a large file's bytes
     <store>/tmp/<key>.<random>/        a build in progress, or an artifact being removed
     <store>/locks/<key>.lock           held while one process builds <key>
     <store>/locks/<key>.holder.json    who holds it (pid, host, step), for waiting builds
@@ -19,6 +20,14 @@ then make the directory itself read-only. A killed build leaves only a temp dir,
 which `gc` removes; a reader never sees half an artifact. Removing goes the other
 way: rename out of `objects/` first, then delete, so a kill mid-delete leaves no
 half artifact either.
+
+Large files are stored once. Sealing an artifact hardlinks each file of BLOB_MIN
+bytes or more to a published file with the same sha256, which `blobs/<sha256>` names:
+an engine's weights that the bundle copies take their bytes once however many
+artifacts hold them. Only duplicates are linked (onnx and onnx_ir refuse to read
+external data that has more than one link, so a file nobody duplicates keeps one),
+every artifact still lists and verifies its own files, and removing an artifact
+removes only its links. Where hardlinks cannot be made, the copy stays.
 
   __init__.py     Store, Writer, Artifact: the layout above and the publish protocol
   api.py          Request and Writer protocols: the whole builder contract
@@ -64,6 +73,7 @@ from kiln.fsio import (
 __all__ = ["EVIDENCE", "RECORD", "Artifact", "Store", "Writer", "atomic_write", "sha256_file"]
 
 RECORD = ".kiln-artifact.json"
+BLOB_MIN = 1 << 20  # files this large are stored once by content (blobs/)
 EVIDENCE = "evidence.json"  # what a validate step measured; kiln.evidence records it
 
 
@@ -278,12 +288,37 @@ class Store:
                 )
             fsync_file(p)
             files[rel], sizes[rel] = sha256_file(p), p.lstat().st_size
+            if sizes[rel] >= BLOB_MIN:
+                self._share(p, files[rel], sizes[rel], self.object_dir(key) / rel)
         record = {**meta, "key": key, "files": files, "sizes": sizes, "created": time.time()}
         record["sha256"] = key_of(record)  # so a flipped byte in the record shows too
         write_new(tmp / RECORD, pretty(record), sync=True)  # last: it marks the artifact whole
         make_read_only(tmp, top=False)
         for d in reversed(dirs):
             fsync_dir(d)
+
+    def _share(self, path: Path, digest: str, size: int, final: Path) -> None:
+        """Make `path` a hardlink of a published file with the same bytes, if the store
+        holds one (blobs/<sha256> names it); otherwise name `final`, where `path` will
+        be published, as the holder of these bytes. A holder is linked only while its
+        own bytes still hash to `digest`."""
+        index = self.root / "blobs" / digest[:2] / digest
+        try:
+            held = self.root / index.read_text(encoding="ascii").strip()
+            if (
+                held.is_file()
+                and held.stat().st_size == size
+                and statcache.shared(self.root).digest(held) == digest
+            ):
+                link = path.with_name(f".{path.name}.link")
+                os.link(held, link)
+                os.replace(link, path)
+                return
+        except (OSError, ValueError):
+            pass  # no holder yet, or it is gone or damaged: this file becomes the holder
+        with contextlib.suppress(OSError):
+            index.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write(index, final.relative_to(self.root).as_posix().encode())
 
     def _move_into_place(self, tmp: Path, key: str) -> None:
         final = self.object_dir(key)

@@ -52,12 +52,17 @@ def build(request: Any, writer: Any) -> None:
     ort.check_limits(request, opts.max_seq_len, io)
     provider = ort.provider(request, opts.target)
     disabled = QDQ_TRANSFORMERS if opts.quantized else ()
-    session = ort.optimize(source / "model.onnx", writer.path("engine.onnx"), provider, disabled)
+    session = ort.optimize(
+        source / "model.onnx", writer.path("engine.onnx"), provider, disabled, external=True
+    )
     batch = opts.max_batch_size
     ort.smoke(request, session, "logits", _feeds(io, batch), (batch, 4, io["vocab_size"]))
     shutil.copyfile(source / "io.json", writer.path("io.json"))
     kept = {"disabled_optimizers": list(disabled)} if disabled else {}
-    ort.engine_json(writer, provider, batch, opts.max_seq_len, file="engine.onnx", **kept)
+    data = ort.external_data(writer.path("engine.onnx"))
+    ort.engine_json(
+        writer, provider, batch, opts.max_seq_len, file="engine.onnx", data=data, **kept
+    )
     if opts.quantized:
         request.log(f"kept quantized weights: {_stored(writer.path('engine.onnx'))}")
 
