@@ -78,9 +78,7 @@ def build(request: Request, writer: Writer) -> None:
     request.log(f"{before} -> {len(model.graph.node)} nodes, checked")
 
 
-def _standard(
-    request: Request, model: Any, weight_only: bool
-) -> tuple[Any, dict[str, Any] | None]:
+def _standard(request: Request, model: Any, weight_only: bool) -> tuple[Any, dict[str, Any] | None]:
     from builders.causal_lm._nbits import ACCURACY_LEVEL, to_matmul_nbits
     from builders.causal_lm._qdq import NoStandardForm, fold_weight_quantization, to_standard
     from builders.common import graph

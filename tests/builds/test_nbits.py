@@ -36,8 +36,8 @@ from conftest import World, heavy, make_world
 
 from kiln import catalog as catalog_mod
 from kiln.plan import plan
-from kiln.store import Store
 from kiln.plan.toolchain import current
+from kiln.store import Store
 
 pytestmark = heavy
 
@@ -109,7 +109,6 @@ def module_of(matmul: str) -> str:
     """'/model/model/layers.0/mlp/up_proj/MatMul' -> 'model.layers.0.mlp.up_proj' (the
     exported wrapper's `model` attribute, then the torch module path)."""
     return matmul.removeprefix("/model/").removesuffix("/MatMul").replace("/", ".")
-    return out
 
 
 def nbits_nodes(model: Any) -> list[Any]:

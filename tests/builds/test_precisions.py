@@ -100,10 +100,20 @@ def test_the_onnxruntime_graph_computes_modelopts_fake_quant_model(prec: World, 
     ours = bundle.logits(ids)
     to_fake, quant = np.abs(ours - fake), np.abs(fake - fp32)
     assert quant.max() > 0.1  # quantization visibly changes the logits...
-    if name != "tiny-llama-int8-sq":
-        # ...and the rewritten float8 / blocked int4 graph computes exactly the
-        # fake-quant numbers (measured max 2e-6: summation order only)
+    if name == "tiny-llama-fp8":
+        # ...and the rewritten float8 graph computes exactly the fake-quant numbers
+        # (measured max 2e-6: summation order only)
         assert to_fake.max() < 1e-4, to_fake.max()
+        return
+    if name == "tiny-llama-int4-awq":
+        # The weight-only int4 engine runs MatMulNBits at accuracy_level 4, which
+        # quantizes activations to int8 per block at run time: the exact check (< 1e-4,
+        # the same integers and scales at fp32 accuracy) moved to tests/builds/
+        # test_nbits.py, which also bounds every layer at level 4 by a stated rule. The
+        # bundle is held to the int8-sq criteria for activation-quantized graphs below,
+        # except exact positions, which dynamic quantization of every position removes.
+        assert to_fake.mean() < 0.15 * quant.mean()
+        assert (ours.argmax(-1) == fake.argmax(-1)).mean() > 0.97
         return
     # int8 quantizes activations too: where fp32 summation order puts an activation
     # on the other side of a rounding boundary, it moves one level, and through the
