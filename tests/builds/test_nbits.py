@@ -265,3 +265,89 @@ def test_fp32_level_logits_equal_the_fake_quant_model(wo: World, name: str) -> N
     with torch.no_grad():
         fake = fake_quant_model(wo, name)(torch.tensor([ids])).logits[0].numpy()
     assert np.abs(ours - fake).max() < 1e-4, np.abs(ours - fake).max()
+
+
+def synthetic(q: Any, scale: Any, dq_attrs: dict[str, Any], transpose: bool) -> Any:
+    """x [2, K] -> DequantizeLinear(q, scale) -> (Transpose) -> MatMul, opset 21."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    dtype = TensorProto.INT4 if q.dtype.name == "int4" else TensorProto.INT8
+    k = q.shape[1] if transpose else q.shape[0]
+    n = q.shape[0] if transpose else q.shape[1]
+    nodes = [helper.make_node("DequantizeLinear", ["q", "s"], ["w"], "dq", **dq_attrs)]
+    if transpose:
+        nodes.append(helper.make_node("Transpose", ["w"], ["wt"], "t", perm=[1, 0]))
+    nodes.append(helper.make_node("MatMul", ["x", "wt" if transpose else "w"], ["y"], "mm"))
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, k])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, n])],
+        [
+            helper.make_tensor("q", dtype, q.shape, q.astype(np.int8).ravel().tolist()),
+            numpy_helper.from_array(scale.astype(np.float32), "s"),
+        ],
+    )
+    return helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 21)])
+
+
+def run(model: Any, x: Any) -> Any:
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    return sess.run(["y"], {"x": x})[0]
+
+
+@pytest.mark.parametrize(
+    ("case", "k", "n"),
+    [
+        ("int8 per channel, K=72: no block divides it, the last one padded", 72, 24),
+        ("int4 blocks of 32 along K=80: a partial last block", 80, 24),
+    ],
+)
+def test_padded_blocks_compute_the_dequantized_weights(case: str, k: int, n: int) -> None:
+    """K need not be a multiple of the block: MatMulNBits' last block is padded with
+    the zero code. Same rule as the per-layer test at level 1."""
+    import ml_dtypes
+
+    from builders.causal_lm._nbits import to_matmul_nbits
+
+    rng = np.random.default_rng(0)
+    if case.startswith("int8"):
+        q = rng.integers(-127, 128, (n, k)).astype(np.int8)
+        scale, dq = rng.random(n) + 0.1, {"axis": 0}
+        w = q.astype(np.float64).T * scale
+    else:
+        q = rng.integers(-8, 8, (n, k)).astype(ml_dtypes.int4)
+        scale, dq = rng.random((n, -(-k // 32))) + 0.1, {"axis": 1, "block_size": 32}
+        w = (q.astype(np.float64) * np.repeat(scale, 32, axis=1)[:, :k]).T
+    model = synthetic(q, scale, dq, transpose=True)
+    converted, kept = to_matmul_nbits(model, accuracy_level=1)
+    assert (converted, kept) == (1, {}), case
+    x = rng.standard_normal((2, k)).astype(np.float32)
+    err = np.abs(run(model, x) - x.astype(np.float64) @ w)
+    assert (err <= gamma(k + 2) * (np.abs(x) @ np.abs(w))).all(), case
+
+
+def test_a_layer_matmulnbits_cannot_express_keeps_its_dequantize_and_says_why() -> None:
+    """int4 blocked along N (the MatMul's output axis), not K: scales vary inside every
+    block of K, so the layer stays DequantizeLinear -> MatMul, with the reason."""
+    import ml_dtypes
+
+    from builders.causal_lm._nbits import to_matmul_nbits
+
+    rng = np.random.default_rng(0)
+    k, n = 32, 64
+    q = rng.integers(-8, 8, (k, n)).astype(ml_dtypes.int4)  # [K, N], no Transpose
+    scale = rng.random((k, n // 32)) + 0.1
+    model = synthetic(q, scale, {"axis": 1, "block_size": 32}, transpose=False)
+    x = rng.standard_normal((2, k)).astype(np.float32)
+    before = run(model, x)
+    converted, kept = to_matmul_nbits(model)
+    assert converted == 0
+    assert kept == {"mm": "the scales are not constant over blocks of 32 along K=32"}
+    assert [nd.op_type for nd in model.graph.node] == ["DequantizeLinear", "MatMul"]
+    assert np.array_equal(run(model, x), before)
