@@ -139,7 +139,8 @@ def main() -> None:
         row = {c: micros(s, k) for c, s in cases(k, n, args.threads).items()}
         for c, us in row.items():
             total[c] = total.get(c, 0.0) + count * LAYERS * us
-        print(f"{name:8s} K={k:5d} N={n:5d} " + "  ".join(f"{c} {us:8.1f}" for c, us in row.items()))
+        cells = "  ".join(f"{c} {us:8.1f}" for c, us in row.items())
+        print(f"{name:8s} K={k:5d} N={n:5d} {cells}")
     print("per token (30 layers' linears):")
     for c, us in total.items():
         print(f"  {c:12s} {us / 1000:8.2f} ms   x{total['fp32'] / us:5.2f} vs fp32")
