@@ -8,7 +8,8 @@ is left out), one row of activations (batch 1 decode) through:
 
   fp32         MatMul with an fp32 weight
   dq-int8      DequantizeLinear(int8, per channel) -> Transpose -> MatMul, as kiln's
-               int8-wo engines ran before MatMulNBits (ConstantFolding off for it)
+               int8-wo engines ran before MatMulNBits (the engine step's Q/DQ
+               transformers disabled, so ConstantFolding skips the DequantizeLinear)
   nbits{4,8}   com.microsoft MatMulNBits, block 64 (576 = 9 x 64; 1536 = 24 x 64), at
                accuracy_level 1 (fp32 A) and 4 (A in int8 per block)
 
@@ -22,8 +23,12 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
+from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 HIDDEN, INTER, KV = 576, 1536, 192
 # (name, K, N, count per layer)
@@ -50,7 +55,9 @@ def session(nodes: list[Any], inits: list[Any], k: int, n: int, threads: int, fo
     ops = [helper.make_opsetid("", 21), helper.make_opsetid("com.microsoft", 1)]
     so = ort.SessionOptions()
     so.intra_op_num_threads = threads
-    off = [] if fold else ["ConstantFolding", "QDQSelectorActionTransformer"]
+    from builders.causal_lm.backends.onnxruntime import QDQ_TRANSFORMERS
+
+    off = [] if fold else list(QDQ_TRANSFORMERS)
     return ort.InferenceSession(
         helper.make_model(graph, opset_imports=ops).SerializeToString(),
         so,
