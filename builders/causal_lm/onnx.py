@@ -9,6 +9,11 @@ Quantized graphs (modelopt's Q/DQ) come in two forms (`qdq`): `standard`, where 
 TensorRT-only ops are rewritten to standard ONNX and weights are stored quantized
 (builders/causal_lm/_qdq.py), for onnxruntime; and `tensorrt`, modelopt's own ops kept as they
 are, for TensorRT's ONNX parser, which registers them by name (api_facts 1).
+
+Weight-only graphs (int8-wo, int4-awq) in the standard form then run each quantized
+MatMul as onnxruntime's fused MatMulNBits over the same integers and scales
+(builders/causal_lm/_nbits.py); io.json's `nbits` records how many and which layers
+keep DequantizeLinear -> MatMul, and why.
 """
 
 from __future__ import annotations
@@ -20,6 +25,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 if TYPE_CHECKING:
     from kiln.store.api import Request, Writer
+
+
+# precisions whose quantized MatMuls become MatMulNBits (activations stay fp32)
+WEIGHT_ONLY = ("int8-wo", "int4-awq")
 
 
 class Options(BaseModel):
@@ -34,7 +43,6 @@ class Options(BaseModel):
 
 
 def build(request: Request, writer: Writer) -> None:
-
     from builders.common import graph
 
     opts = Options.model_validate(request.options)
@@ -45,7 +53,10 @@ def build(request: Request, writer: Writer) -> None:
     if opts.optimize:  # quantized graphs: fold the weight subgraphs around the Q/DQ ops too
         model = graph.tidy(model, fold_weights=opts.qdq != "none")
     if opts.qdq == "standard":
-        model = _standard(request, model)
+        weights = exported.get("quantization", {}).get("weights")
+        model, nbits = _standard(request, model, weights in WEIGHT_ONLY)
+        if nbits is not None:
+            exported["nbits"] = nbits
     saved = writer.path("model.onnx")
     graph.save(model, saved)
     # TensorRT's own ops have no ONNX schema; the checker cannot infer through them
@@ -66,7 +77,8 @@ def build(request: Request, writer: Writer) -> None:
     request.log(f"{before} -> {len(model.graph.node)} nodes, checked")
 
 
-def _standard(request: Request, model: Any) -> Any:
+def _standard(request: Request, model: Any, weight_only: bool) -> tuple[Any, dict[str, Any] | None]:
+    from builders.causal_lm._nbits import ACCURACY_LEVEL, to_matmul_nbits
     from builders.causal_lm._qdq import NoStandardForm, fold_weight_quantization, to_standard
     from builders.common import graph
 
@@ -79,4 +91,11 @@ def _standard(request: Request, model: Any) -> Any:
         ) from None
     folded = fold_weight_quantization(model)
     request.log(f"rewrote {rewritten or 'no'} TensorRT ops; {folded} weights stored quantized")
-    return graph.tidy(model)
+    if not weight_only:
+        return graph.tidy(model), None
+    converted, kept = to_matmul_nbits(model)
+    for layer, why in kept.items():
+        request.log(f"{layer} keeps DequantizeLinear -> MatMul: {why}")
+    request.log(f"{converted} MatMuls -> MatMulNBits (accuracy_level {ACCURACY_LEVEL})")
+    nbits = {"matmul_nbits": converted, "accuracy_level": ACCURACY_LEVEL, "kept_dq": kept}
+    return graph.tidy(model), nbits

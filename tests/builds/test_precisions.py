@@ -100,10 +100,20 @@ def test_the_onnxruntime_graph_computes_modelopts_fake_quant_model(prec: World, 
     ours = bundle.logits(ids)
     to_fake, quant = np.abs(ours - fake), np.abs(fake - fp32)
     assert quant.max() > 0.1  # quantization visibly changes the logits...
-    if name != "tiny-llama-int8-sq":
-        # ...and the rewritten float8 / blocked int4 graph computes exactly the
-        # fake-quant numbers (measured max 2e-6: summation order only)
+    if name == "tiny-llama-fp8":
+        # ...and the rewritten float8 graph computes exactly the fake-quant numbers
+        # (measured max 2e-6: summation order only)
         assert to_fake.max() < 1e-4, to_fake.max()
+        return
+    if name == "tiny-llama-int4-awq":
+        # The weight-only int4 engine runs MatMulNBits at accuracy_level 4, which
+        # quantizes activations to int8 per block at run time: the exact check (< 1e-4,
+        # the same integers and scales at fp32 accuracy) moved to tests/builds/
+        # test_nbits.py, which also bounds every layer at level 4 by a stated rule. The
+        # bundle is held to the int8-sq criteria for activation-quantized graphs below,
+        # except exact positions, which dynamic quantization of every position removes.
+        assert to_fake.mean() < 0.15 * quant.mean()
+        assert (ours.argmax(-1) == fake.argmax(-1)).mean() > 0.97
         return
     # int8 quantizes activations too: where fp32 summation order puts an activation
     # on the other side of a rounding boundary, it moves one level, and through the
@@ -117,10 +127,12 @@ def test_the_onnxruntime_graph_computes_modelopts_fake_quant_model(prec: World, 
 def test_standard_graphs_hold_no_tensorrt_ops_and_store_quantized_weights(prec: World) -> None:
     import onnx
 
+    # int4-awq is weight-only: its blocked int4 weights are MatMulNBits' packed uint8
+    # (builders/causal_lm/_nbits.py; tests/builds/test_nbits.py)
     expected = {
         "tiny-llama-int8-sq": onnx.TensorProto.INT8,
         "tiny-llama-fp8": onnx.TensorProto.FLOAT8E4M3FN,
-        "tiny-llama-int4-awq": onnx.TensorProto.INT4,
+        "tiny-llama-int4-awq": onnx.TensorProto.UINT8,
     }
     for name, dtype in expected.items():
         model = onnx.load(str(artifact(prec, name, "onnx") / "model.onnx"))
@@ -135,7 +147,7 @@ def test_standard_graphs_hold_no_tensorrt_ops_and_store_quantized_weights(prec: 
     [
         ("tiny-llama-int8-sq", "tiny-llama", "INT8"),
         ("tiny-llama-fp8", "tiny-llama", "FLOAT8E4M3FN"),
-        ("tiny-llama-int4-awq", "tiny-llama", "INT4"),
+        ("tiny-llama-int4-awq", "tiny-llama", "UINT8"),
         ("tiny-qwen3-fp8", "tiny-qwen3", "FLOAT8E4M3FN"),
     ],
 )
@@ -143,7 +155,9 @@ def test_quantized_engines_keep_quantized_weights_and_are_smaller_than_fp32(
     prec: World, built: World, name: str, fp32: str, dtype: str
 ) -> None:
     """onnxruntime's offline optimization must not fold the weights' DequantizeLinear
-    back to fp32 (builders/causal_lm/qengine.py): the engine file the bundle ships stores them."""
+    back to fp32 (builders/causal_lm/backends/onnxruntime.py): the engine file the bundle
+    ships stores them. Weight-only int4 ships MatMulNBits (packed uint8 weights) instead
+    of DequantizeLinear; activation-quantized and fp8 graphs keep DequantizeLinear."""
     import onnx
 
     def engine_file(w: World, recipe: str) -> Path:
@@ -154,8 +168,13 @@ def test_quantized_engines_keep_quantized_weights_and_are_smaller_than_fp32(
         t for t in model.graph.initializer if t.data_type == onnx.TensorProto.DataType.Value(dtype)
     ]
     assert len(stored) >= 14, name  # every linear layer's weight (7 per layer, 2 layers)
-    assert sum(n.op_type == "DequantizeLinear" for n in model.graph.node) >= 14
-    assert not [n for n in model.graph.node if n.domain == "com.microsoft" and "NBits" in n.op_type]
+    nbits = [n for n in model.graph.node if n.domain == "com.microsoft" and "NBits" in n.op_type]
+    if name.endswith("int4-awq"):
+        assert len(nbits) >= 14
+        assert not [n for n in model.graph.node if n.op_type == "DequantizeLinear"]
+    else:
+        assert sum(n.op_type == "DequantizeLinear" for n in model.graph.node) >= 14
+        assert not nbits
     ours, full = engine_file(prec, name).stat().st_size, engine_file(built, fp32).stat().st_size
     assert ours < 0.8 * full, (ours, full)  # measured 0.66-0.71 for the tiny models
 
