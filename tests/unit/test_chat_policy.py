@@ -1,0 +1,58 @@
+"""The runtime's prompt policy and conversation checks (runtime/chat.py): what a user
+gets wrong is a BundleError that says what and where, before anything is tokenized."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runtime.chat import Policy, check_messages, read_messages
+from runtime.format import BundleError
+
+
+def test_ascii_policy_names_the_character_and_its_place() -> None:
+    Policy({"charset": "ascii"}).check("plain text, 100% ASCII")
+    with pytest.raises(BundleError) as caught:
+        Policy({"charset": "ascii"}).check("caf\u00e9 au lait", "message 0 (user)")
+    said = str(caught.value)
+    assert "ASCII only" in said and "LATIN SMALL LETTER E WITH ACUTE" in said
+    assert "character 3" in said and "message 0 (user)" in said
+    Policy(None).check("caf\u00e9")  # no policy: any text
+
+
+def test_a_length_bound_counts_characters() -> None:
+    Policy({"max_chars": 5}).check("12345")
+    with pytest.raises(BundleError, match="at most 5 characters: the prompt has 6"):
+        Policy({"max_chars": 5}).check("123456")
+
+
+@pytest.mark.parametrize(
+    ("data", "said"),
+    [
+        ([], "non-empty JSON list"),
+        ({"role": "user", "content": "hi"}, "non-empty JSON list"),
+        ([{"role": "user"}], 'a message is {"role": ..., "content": ...}'),
+        ([{"role": "user", "content": "hi", "name": "x"}], "nothing else"),
+        ([{"role": "robot", "content": "hi"}], "role must be one of"),
+        ([{"role": "user", "content": 3}], "content a string"),
+    ],
+)
+def test_messages_in_the_usual_form_or_a_clear_error(data: Any, said: str) -> None:
+    with pytest.raises(BundleError) as caught:
+        check_messages(data)
+    assert said in str(caught.value)
+
+
+def test_a_messages_file_that_is_not_json_says_so(tmp_path: Path) -> None:
+    bad = tmp_path / "turns.json"
+    bad.write_bytes(b"\xff\xfe not json")
+    with pytest.raises(BundleError, match="is not UTF-8 JSON"):
+        read_messages(bad)
+    good = tmp_path / "ok.json"
+    good.write_text(
+        json.dumps([{"role": "system", "content": "s"}, {"role": "user", "content": "u"}])
+    )
+    assert [m["role"] for m in read_messages(good)] == ["system", "user"]
