@@ -179,7 +179,7 @@ def describe(found: Read, task: str, precision: str) -> str:
     what = pin_described(pin, Imported(found.quantization))
     return (
         f"{what}: {', '.join(facts)}. {task}, {precision} on onnxruntime CPU"
-        f"{chat if task == 'text-generation' else ''}. Written by `doit new`."
+        f"{chat if task == 'text-generation' else ''}. Written by doit new."
     )
 
 

@@ -333,7 +333,7 @@ def tree_digest(files: list[tuple[str, str]]) -> str:
 
 
 def _local(spec: str, paths: Paths) -> Read:
-    root = paths.root.resolve()
+    root = Path(os.path.abspath(paths.root))  # as the user sees it: symlinks kept
     given = Path(spec)
     full = Path(os.path.normpath(given if given.is_absolute() else root / given))
     try:
