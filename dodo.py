@@ -6,6 +6,7 @@ doit build recipe=NAME     build one recipe (or all), incrementally; -n 2 builds
 doit check                 validate the catalog
 doit plan recipe=NAME      what a build would run, with step keys
 doit run recipe=NAME prompt="..."   (a speech recipe: audio=FILE.wav or a folder of them)
+doit new name=NAME model=SOURCE   write recipes/NAME.yaml for a checkpoint (precision=...)
 doit site                  render the Models & Recipes site into _site/
 doit serve                 preview the site on http://127.0.0.1:8000/
 doit diff base=REV         what a PR changes, as Markdown (format=json for a bot; exit 0/1)

