@@ -52,6 +52,9 @@ def quantization(gguf_file: Path) -> str:
 
 
 def build(request: Request, writer: Writer) -> None:
+    import os
+
+    os.environ.setdefault("TQDM_DISABLE", "1")  # the loader's own bars: this step logs
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging

@@ -50,6 +50,7 @@ def build(request: Request, writer: Writer) -> None:
     exported = json.loads((source / "export.json").read_text())
     model = graph.load(source / "model.onnx")
     before = len(model.graph.node)
+    request.log(f"optimizing {before} nodes: constant folding, dead nodes, common subexpressions")
     if opts.optimize:  # quantized graphs: fold the weight subgraphs around the Q/DQ ops too
         model = graph.tidy(model, fold_weights=opts.qdq != "none")
     if opts.qdq == "standard":

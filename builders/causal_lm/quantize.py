@@ -88,9 +88,9 @@ def build(request: Request, writer: Writer) -> None:
         AutoTokenizer.from_pretrained(checkpoint), opts.samples, opts.max_tokens
     )
 
-    def forward_loop(m: Any) -> None:
+    def forward_loop(m: Any, texts: list[list[int]] = calibration) -> None:
         with torch.no_grad():
-            for ids in calibration:
+            for ids in request.progress(texts, len(texts), "calibration texts"):
                 m(torch.tensor([ids], device=device))
 
     cfg = config(mtq, opts.weights, opts.kv_cache)
@@ -98,7 +98,8 @@ def build(request: Request, writer: Writer) -> None:
     started = time.monotonic()
     try:
         mtq.quantize(model, cfg, forward_loop)
-        forward_loop(model)  # the fake-quant model must run here (NVFP4's does not on CPU)
+        # the fake-quant model must run here (NVFP4's does not on CPU): one text shows it
+        forward_loop(model, calibration[:1])
     except (AssertionError, RuntimeError, NotImplementedError) as exc:
         if opts.weights in NEEDS_CUDA and not cuda:
             raise request.unsupported(
