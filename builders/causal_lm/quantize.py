@@ -76,7 +76,7 @@ def build(request: Request, writer: Writer) -> None:
     import torch
     from transformers import AutoTokenizer
 
-    from builders.common.hf import load_causal_lm
+    from builders.common.hf import load_causal_lm, quiet_stdout
 
     opts = Options.model_validate(request.options)
     checkpoint = request.inputs["checkpoint"] / "checkpoint"
@@ -97,7 +97,8 @@ def build(request: Request, writer: Writer) -> None:
     request.log(f"{CONFIGS[opts.weights] or 'FP8_KV_CFG'} on {device}, {len(calibration)} texts")
     started = time.monotonic()
     try:
-        mtq.quantize(model, cfg, forward_loop)
+        with quiet_stdout():
+            mtq.quantize(model, cfg, forward_loop)
         # the fake-quant model must run here (NVFP4's does not on CPU): one text shows it
         forward_loop(model, calibration[:1])
     except (AssertionError, RuntimeError, NotImplementedError) as exc:

@@ -46,7 +46,17 @@ def restore_quantized(model: Any, artifact: Any) -> Any:
     """Put modelopt's calibrated quantizers (the quantize step's mto.save) on the model."""
     import modelopt.torch.opt as mto
 
-    return mto.restore(model, str(artifact / "quantized.pt")).eval()
+    with quiet_stdout():  # modelopt prints "Inserted N quantizers"; the step logs its own
+        return mto.restore(model, str(artifact / "quantized.pt")).eval()
+
+
+def quiet_stdout() -> Any:
+    """What a library prints to stdout (modelopt's progress lines) kept out of the
+    build's output; errors still reach stderr."""
+    import contextlib
+    import io
+
+    return contextlib.redirect_stdout(io.StringIO())
 
 
 def load_for_export(checkpoint: Path) -> Any:
