@@ -164,8 +164,9 @@ class GraphDecoder:
         return [int(t) for t in self.tokens[:new].tolist()]
 
 
-def kernels_per_step(dec: GraphDecoder, prompt: list[int]) -> tuple[int, float]:
-    """(kernels, summed kernel microseconds) of one decode step, profiled unbatched."""
+def kernels_per_step(dec: GraphDecoder, prompt: list[int]) -> tuple[int, float, list[Any]]:
+    """(kernels, summed kernel microseconds, (name, µs) by time) of one decode step,
+    profiled unbatched."""
     from torch.profiler import ProfilerActivity, profile
 
     dec.prefill(prompt)
@@ -173,7 +174,12 @@ def kernels_per_step(dec: GraphDecoder, prompt: list[int]) -> tuple[int, float]:
         dec._step()
         dec.torch.cuda.synchronize()
     kernels = [e for e in prof.events() if e.device_type.name == "CUDA"]
-    return len(kernels), sum(e.time_range.elapsed_us() for e in kernels)
+    times = sorted(((e.name, e.time_range.elapsed_us()) for e in kernels), key=lambda x: -x[1])
+    return len(kernels), sum(us for _, us in times), times
+
+
+def top(times: list[Any], n: int = 8) -> str:
+    return "; ".join(f"{us:.1f} {name[:60]}" for name, us in times[:n])
 
 
 def launch_floor(kernels: int, replays: int) -> float:
@@ -329,9 +335,11 @@ def main() -> None:
                 model, max_len, compiled_forward(model, "max-autotune-no-cudagraphs"), k
             ),
         }
+    extra = []
     for label, make in paths.items():
         start = time.perf_counter()
-        run, match, (kernels, busy) = prepare(make(), ids, new, want)
+        run, match, (kernels, busy, times) = prepare(make(), ids, new, want)
+        extra.append(f"{label} top kernels (us): {top(times)}")
         floor = 1 / launch_floor(kernels, 2000)
         runs[label] = run
         notes[label] = (
@@ -339,11 +347,11 @@ def main() -> None:
             f"{busy:.0f} us of kernel time; launch-bound limit for that many kernels "
             f"{floor:.0f} tokens/s; capture + compile {time.perf_counter() - start:.0f} s"
         )
-    extra = []
     if args.bundle:  # last: the hand-written paths reset dynamo, which would recompile it
-        run, match, (kernels, busy), ready, (peak, weights, cache), (length, ttft) = prepare_bundle(
-            args.bundle, ids, new, want
+        run, match, (kernels, busy, times), ready, (peak, weights, cache), (length, ttft) = (
+            prepare_bundle(args.bundle, ids, new, want)
         )
+        extra.append(f"bundle top kernels (us): {top(times)}")
         floor = 1 / launch_floor(kernels, 2000)
         runs["bundle (runtime.open)"] = run
         notes["bundle (runtime.open)"] = (

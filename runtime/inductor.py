@@ -191,9 +191,10 @@ class InductorEngine:
                 self.out = self._step()
             return self.out
 
-    def profile(self) -> tuple[int, float]:
-        """(kernels, summed kernel microseconds) of one decode step, run outside its
-        graph (the same kernels the graph replays); CUDA only. Leaves the state reset."""
+    def profile(self) -> tuple[int, float, list[tuple[str, float]]]:
+        """(kernels, summed kernel microseconds, the kernels by time) of one decode
+        step, run outside its graph (the kernels the graph replays); CUDA only. Leaves
+        the state reset."""
         from torch.profiler import ProfilerActivity, profile
 
         t = self.torch
@@ -203,7 +204,8 @@ class InductorEngine:
             t.cuda.synchronize()
         self.reset()
         kernels = [e for e in prof.events() if e.device_type.name == "CUDA"]
-        return len(kernels), sum(e.time_range.elapsed_us() for e in kernels)
+        times = sorted(((e.name, e.time_range.elapsed_us()) for e in kernels), key=lambda x: -x[1])
+        return len(kernels), sum(us for _, us in times), times
 
 
 def _greedy_step(module: Any, count: int) -> Callable[..., Any]:

@@ -58,18 +58,28 @@ class InductorBundle(Bundle):
         keep: Callable[[Any], Any],
     ) -> list[Any]:
         """The new tokens ids [B, T] (the last T of `width` slots) through the programs:
-        prefill chunks while they fit, then single decode steps; `keep` of each call's
-        logits (on the device, in a buffer the next call may overwrite)."""
+        prefill chunks when T holds one, else single decode steps; `keep` of each
+        call's logits at positions not kept before (on the device, in a buffer the next
+        call may overwrite)."""
         engine = self.engine
         new = ids.shape[1]
+        chunk = engine.chunk if engine.chunk and new >= engine.chunk else 0
+        # Whole chunks; a remainder runs as one more chunk that ends at the last token
+        # and starts inside the one before: it rewrites those slots with what they
+        # already hold (the same tokens over the same cache), so no single steps.
+        starts = list(range(0, new - chunk + 1, chunk)) if chunk else []
+        if chunk and starts[-1] + chunk < new:
+            starts.append(new - chunk)
+        done = starts[-1] + chunk if starts else 0
+        steps = [(s, chunk) for s in starts] + [(s, 1) for s in range(done, new)]
         out = []
-        start = 0
-        while start < new:
-            take = engine.chunk if engine.chunk and new - start >= engine.chunk else 1
+        end = 0
+        for start, take in steps:
             slots = np.arange(width - new + start, width - new + start + take)
             part = slice(start, start + take)
-            out.append(keep(engine.call(ids[:, part], positions[:, part], slots, visible)))
-            start += take
+            logits = engine.call(ids[:, part], positions[:, part], slots, visible)
+            out.append(keep(logits[:, end - start :]))  # only positions not returned yet
+            end = start + take
         return out
 
     def forward(
