@@ -36,6 +36,9 @@ from runtime.format import BundleError
 # to keep fp32 greedy tokens identical on the H200 (bench/results/); on CPU Inductor's
 # default (max-autotune on CPU tunes little and compiles for minutes on 2 cores).
 MODES = {"cpu": "default", "cuda": "max-autotune-no-cudagraphs"}
+# The prefill program's mode on CUDA: autotuning its chunk-sized matmuls would add
+# about a minute to every uncached load, for a call made once per chunk of a prompt.
+PREFILL_MODES = {"cpu": "default", "cuda": "default"}
 # Decode steps per CUDA graph replay, and per read of the generated ids.
 BLOCK = 16
 
@@ -78,17 +81,21 @@ class InductorEngine:
         self.bias = torch.zeros(self.vocab, device=self.device)  # -inf bans a token
         self.state = [self.ids, self.positions, self.slots, self.visible, self.bias, self.history]
         self.steps: dict[int, Callable[..., Any]] = {
-            1: self._compile(_greedy_step(programs["decode.pt2"].module(), len(self.weights)))
+            1: self._compile(
+                _greedy_step(programs["decode.pt2"].module(), len(self.weights)), self.mode
+            )
         }
         if "prefill.pt2" in programs:
-            self.steps[self.chunk] = self._compile(programs["prefill.pt2"].module())
+            self.steps[self.chunk] = self._compile(
+                programs["prefill.pt2"].module(), _mode(PREFILL_MODES[self.device])
+            )
         self.graphs: dict[int, Any] = {}  # steps per replay -> captured CUDA graph
         self.out: Any = None  # the logits of the last decode step
         self._warm()
 
-    def _compile(self, fn: Any) -> Callable[..., Any]:
+    def _compile(self, fn: Any, mode: str | None) -> Callable[..., Any]:
         compiled: Callable[..., Any] = self.torch.compile(
-            fn, mode=self.mode, fullgraph=True, dynamic=False
+            fn, mode=mode, fullgraph=True, dynamic=False
         )
         return compiled
 
@@ -140,7 +147,16 @@ class InductorEngine:
         return self.steps[self.chunk](*self.weights, *self.chunk_in, *self.cache)
 
     def _step(self) -> Any:
-        return self.steps[1](*self.weights, *self.state, *self.cache)
+        """One decode step. On CUDA it is traced with sdpa's math backend: for one query
+        Inductor fuses that into a few small kernels, where the fused attention kernels
+        (fp32 has no flash kernel; a mask rules it out anyway) take over 20 µs a layer.
+        Every call keeps the same backend, so the compiled step is never retraced."""
+        if self.device != "cuda":
+            return self.steps[1](*self.weights, *self.state, *self.cache)
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        with sdpa_kernel([SDPBackend.MATH]):
+            return self.steps[1](*self.weights, *self.state, *self.cache)
 
     def reset(self) -> None:
         for t in (*self.cache, self.ids, self.positions, self.slots, self.visible, self.history):
