@@ -2,6 +2,7 @@
 CUDA graph, and how far that is from the launch-bound limit.
 
     python bench/decode_gpu.py [--repo kiln-tiny/llama] [--new-tokens 128]
+        [--recipe tiny-llama-inductor-h200 | --bundle PATH] [--rounds 5]
 
 Same tiny checkpoint (from tinyhub's mirror, sdpa attention for both sides: the
 eager mask builds a CPU scalar that CUDA graph capture refuses), same 8 prompts, fp32, EOS off so
@@ -9,6 +10,14 @@ every run makes exactly --new-tokens tokens. The graph path uses transformers'
 StaticCache, prefills eagerly, then captures one decode step (forward, argmax,
 position += 1) and replays it: no host work and no sync per token. Both sides
 suppress EOS (HF through min_new_tokens), so their greedy tokens can be compared.
+
+Every path is compiled and captured first, then timed in --rounds interleaved rounds
+(HF, each hand-written path, the bundle, again), and each path's figure is its median
+round. A bundle goes through the product: `runtime.open`, then `generate` (greedy on
+the device, EOS suppressed as min_new_tokens does); its kernels per token come from
+its engine's decode step profiled outside the CUDA graph, its GPU memory from
+max_memory_allocated, its time to first token from Generation.first_token_seconds
+with the prompt chunked and token by token.
 
 Launch-bound limit: a graph of the same number of kernels, each doing (almost)
 nothing, replayed the same way; the step cannot be faster than that.
@@ -155,8 +164,9 @@ class GraphDecoder:
         return [int(t) for t in self.tokens[:new].tolist()]
 
 
-def kernels_per_step(dec: GraphDecoder, prompt: list[int]) -> tuple[int, float]:
-    """(kernels, summed kernel microseconds) of one decode step, profiled unbatched."""
+def kernels_per_step(dec: GraphDecoder, prompt: list[int]) -> tuple[int, float, list[Any]]:
+    """(kernels, summed kernel microseconds, (name, µs) by time) of one decode step,
+    profiled unbatched."""
     from torch.profiler import ProfilerActivity, profile
 
     dec.prefill(prompt)
@@ -164,7 +174,12 @@ def kernels_per_step(dec: GraphDecoder, prompt: list[int]) -> tuple[int, float]:
         dec._step()
         dec.torch.cuda.synchronize()
     kernels = [e for e in prof.events() if e.device_type.name == "CUDA"]
-    return len(kernels), sum(e.time_range.elapsed_us() for e in kernels)
+    times = sorted(((e.name, e.time_range.elapsed_us()) for e in kernels), key=lambda x: -x[1])
+    return len(kernels), sum(us for _, us in times), times
+
+
+def top(times: list[Any], n: int = 8) -> str:
+    return "; ".join(f"{us:.1f} {name[:60]}" for name, us in times[:n])
 
 
 def launch_floor(kernels: int, replays: int) -> float:
@@ -195,8 +210,9 @@ def compiled_forward(model: Any, mode: str | None = None) -> Any:
     return torch.compile(model.forward, dynamic=False, mode=mode)
 
 
-def measure(dec: GraphDecoder, ids: list[list[int]], new: int, want: list[list[int]]) -> Any:
-    """(tokens/s, fraction of HF's tokens reproduced, (kernels, kernel µs) per step)."""
+def prepare(dec: GraphDecoder, ids: list[list[int]], new: int, want: list[list[int]]) -> Any:
+    """(one timed pass over the prompts, fraction of HF's tokens reproduced, (kernels,
+    kernel µs) per step) of a hand-written path, captured now."""
     import torch
 
     dec.capture(ids[0])
@@ -210,39 +226,68 @@ def measure(dec: GraphDecoder, ids: list[list[int]], new: int, want: list[list[i
         torch.cuda.synchronize()
         return time.perf_counter() - start
 
-    tokens = len(ids) * new
-    return tokens / min(run() for _ in range(3)), same / tokens, kernels_per_step(dec, ids[0])
+    return run, same / (len(ids) * new), kernels_per_step(dec, ids[0])
 
 
-def measure_bundle(path: Path, ids: list[list[int]], new: int, want: list[list[int]]) -> Any:
-    """(tokens/s, fraction of HF's tokens reproduced, load seconds) of a built bundle,
-    one prompt at a time, EOS suppressed as HF's min_new_tokens does."""
-    import numpy as np
+def prepare_bundle(path: Path, ids: list[list[int]], new: int, want: list[list[int]]) -> Any:
+    """The same for a built bundle through runtime.open, one prompt at a time, EOS
+    suppressed as HF's min_new_tokens does; plus its load seconds, kernels per step
+    (the engine's decode step profiled outside its graph), GPU memory and time to first
+    token, chunked prefill against token by token."""
+    import torch
 
     import runtime
-    from runtime.causal_lm import Bundle
+    from runtime.inductor_lm import InductorBundle
 
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
     start = time.perf_counter()
-    bundle = runtime.open(path, expect=Bundle)
+    bundle = runtime.open(path, expect=InductorBundle)
     ready = time.perf_counter() - start
-    eos = sorted(bundle.eos)
-    bundle.eos = set()  # generate runs to `new` tokens; the sampler never picks EOS
+    eos = tuple(sorted(bundle.eos))
+    bundle.eos = set()  # generate runs to `new` tokens; greedy never picks EOS
 
-    def no_eos(logits: Any) -> Any:
-        logits = logits.copy()
-        logits[:, eos] = -np.inf
-        return logits.argmax(-1)
+    def gen(p: list[int]) -> list[int]:
+        return bundle.generate([p], new, suppress=eos).tokens[0]
 
-    got = [bundle.generate([p], new, no_eos).tokens[0] for p in ids]  # type: ignore[arg-type]
+    got = [gen(p) for p in ids]
     same = sum(a == b for g, w in zip(got, want, strict=True) for a, b in zip(g, w, strict=True))
 
     def run() -> float:
         begin = time.perf_counter()
         for p in ids:
-            bundle.generate([p], new, no_eos)  # type: ignore[arg-type]
+            gen(p)
         return time.perf_counter() - begin
 
-    return len(ids) * new / min(run() for _ in range(3)), same / (len(ids) * new), ready
+    run()
+    engine = bundle.engine
+    weights = sum(w.numel() * w.element_size() for w in engine.weights)
+    cache = sum(c.numel() * c.element_size() for c in engine.cache)
+    memory = (torch.cuda.max_memory_allocated() - before, weights, cache)
+    kernels = engine.profile()
+    # Time to first token: the longest prompt the bundle holds (up to 512 tokens).
+    length = min(512, bundle.max_seq_len - 2)
+    prompt = (ids[0] * length)[:length]
+    ttft = {}
+    for label, chunk in (("chunked", engine.chunk), ("token by token", 0)):
+        engine.chunk = chunk
+        ttft[label] = min(bundle.generate([prompt], 1).first_token_seconds for _ in range(3))
+    engine.chunk = int(engine.program["prefill_chunk_len"])
+    return run, same / (len(ids) * new), kernels, ready, memory, (length, ttft)
+
+
+def built_bundle(recipe: str) -> Path:
+    """The store path of a recipe's built bundle (KILN_ROOT's store)."""
+    from kiln.commands.build import plan_of
+    from kiln.commands.workspace import store
+
+    return store().get(plan_of(recipe).step("bundle").key).path
+
+
+def median(xs: list[float]) -> float:
+    xs = sorted(xs)
+    return xs[len(xs) // 2] if len(xs) % 2 else (xs[len(xs) // 2 - 1] + xs[len(xs) // 2]) / 2
 
 
 def main() -> None:
@@ -250,12 +295,17 @@ def main() -> None:
     parser.add_argument("--repo", default="kiln-tiny/llama")
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--steps-per-graph", type=int, default=16)
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved timed rounds")
     parser.add_argument(
         "--bundle", type=Path, help="also time this built bundle through runtime.open"
     )
+    parser.add_argument("--recipe", help="time this recipe's bundle (built by doit build)")
     parser.add_argument("--only-bundle", action="store_true", help="skip the hand-written paths")
     args = parser.parse_args()
     import torch
+
+    if args.recipe:
+        args.bundle = built_bundle(args.recipe)
 
     model, ids = load(args.repo)
     new = args.new_tokens
@@ -263,48 +313,84 @@ def main() -> None:
     hf_generate(model, ids[:1], 8)  # warm up
     want: list[Any] = []
     hf_generate(model, ids, new, want)
-    hf_runs = [tokens / hf_generate(model, ids, new) for _ in range(3)]
-    hf = max(hf_runs)  # the best HF run: ratios are then the least flattering
     max_len = max(map(len, ids)) + new + 1
     print(
         f"{args.repo}: {len(ids)} prompts x {new} new tokens, batch 1, fp32, "
-        f"{torch.cuda.get_device_name()}"
+        f"{torch.cuda.get_device_name()}, torch {torch.__version__}"
     )
-    print(
-        f"HF generate:                 {hf:9.0f} tokens/s  (best of 3 runs: "
-        f"{', '.join(f'{r:.0f}' for r in hf_runs)})"
-    )
-    if args.bundle:
-        rate, match, ready = measure_bundle(args.bundle, ids, new, want)
-        print(
-            f"{'bundle (runtime.open):':28} {rate:9.0f} tokens/s  ({rate / hf:.1f}x HF; "
-            f"{match:.3f} of HF's greedy tokens reproduced; load + compile {ready:.0f} s)"
-        )
-    if args.only_bundle:
-        return
+    # Every path is prepared (compiled, captured) first, then timed in interleaved
+    # rounds; each path's figure is its median round.
+    runs: dict[str, Any] = {"HF generate": lambda: hf_generate(model, ids, new)}
+    notes: dict[str, str] = {"HF generate": ""}
     k = args.steps_per_graph
-    compiled = compiled_forward(model)
-    paths = {
-        "eager step, CUDA graph": lambda: GraphDecoder(model, max_len),
-        "Inductor step, CUDA graph": lambda: GraphDecoder(model, max_len, compiled),
-        f"Inductor, {k} steps/graph": lambda: GraphDecoder(model, max_len, compiled, k),
-        # Autotuned matmul and reduction kernels (Triton templates vs cuBLAS, per shape)
-        "Inductor max-autotune, graph": lambda: GraphDecoder(
-            model, max_len, compiled_forward(model, "max-autotune-no-cudagraphs"), k
-        ),
-    }
+    paths: dict[str, Any] = {}
+    if not args.only_bundle:
+        compiled = compiled_forward(model)
+        paths = {
+            "eager step, CUDA graph": lambda: GraphDecoder(model, max_len),
+            "Inductor step, CUDA graph": lambda: GraphDecoder(model, max_len, compiled),
+            f"Inductor, {k} steps/graph": lambda: GraphDecoder(model, max_len, compiled, k),
+            # Autotuned matmul and reduction kernels (Triton templates vs cuBLAS, per shape)
+            "Inductor max-autotune, graph": lambda: GraphDecoder(
+                model, max_len, compiled_forward(model, "max-autotune-no-cudagraphs"), k
+            ),
+        }
+    extra = []
     for label, make in paths.items():
         start = time.perf_counter()
-        rate, match, (kernels, busy) = measure(make(), ids, new, want)
-        ready = time.perf_counter() - start
+        run, match, (kernels, busy, times) = prepare(make(), ids, new, want)
+        extra.append(f"{label} top kernels (us): {top(times)}")
         floor = 1 / launch_floor(kernels, 2000)
-        print(
-            f"{label + ':':28} {rate:9.0f} tokens/s  ({rate / hf:.1f}x HF; {match:.3f} of HF's "
-            f"greedy tokens reproduced; {kernels} kernels/token summing {busy:.0f} us of "
-            f"kernel time (wall {1e6 / rate:.0f} us/token); launch-bound limit for that many "
-            f"kernels {floor:.0f} tokens/s, this path at {rate / floor:.0%} of it; "
-            f"capture + compile {ready:.0f} s)"
+        runs[label] = run
+        notes[label] = (
+            f"{match:.3f} of HF's greedy tokens reproduced; {kernels} kernels/token summing "
+            f"{busy:.0f} us of kernel time; launch-bound limit for that many kernels "
+            f"{floor:.0f} tokens/s; capture + compile {time.perf_counter() - start:.0f} s"
         )
+    if args.bundle:  # last: the hand-written paths reset dynamo, which would recompile it
+        run, match, (kernels, busy, times), ready, (peak, weights, cache), (length, ttft) = (
+            prepare_bundle(args.bundle, ids, new, want)
+        )
+        extra.append(f"bundle top kernels (us): {top(times)}")
+        floor = 1 / launch_floor(kernels, 2000)
+        runs["bundle (runtime.open)"] = run
+        notes["bundle (runtime.open)"] = (
+            f"{match:.3f} of HF's greedy tokens reproduced; {kernels} kernels/token summing "
+            f"{busy:.0f} us of kernel time; launch-bound limit for that many kernels "
+            f"{floor:.0f} tokens/s; load + compile + capture {ready:.0f} s"
+        )
+        mib = 1 / 2**20
+        extra.append(
+            f"bundle GPU memory: max_memory_allocated during load and runs {peak * mib:.1f} MiB; "
+            f"weights {weights * mib:.1f} MiB + KV cache {cache * mib:.1f} MiB = "
+            f"{(weights + cache) * mib:.1f} MiB ({peak / (weights + cache):.2f}x)"
+        )
+        extra.append(
+            f"bundle time to first token, {length}-token prompt (best of 3): "
+            + "; ".join(f"{label} {s * 1e3:.1f} ms" for label, s in ttft.items())
+            + f" ({ttft['token by token'] / ttft['chunked']:.1f}x)"
+        )
+    seconds: dict[str, list[float]] = {label: [] for label in runs}
+    for _ in range(args.rounds):
+        for label, run in runs.items():
+            seconds[label].append(run())
+    rates = {label: tokens / median(s) for label, s in seconds.items()}
+    hf = rates["HF generate"]
+    best = max(
+        (r for label, r in rates.items() if label not in ("HF generate", "bundle (runtime.open)")),
+        default=0.0,
+    )
+    for label, rate in rates.items():
+        spread = ", ".join(f"{tokens / s:.0f}" for s in seconds[label])
+        vs_best = (
+            f"; {rate / best:.2f}x the best hand-written" if best and "bundle" in label else ""
+        )
+        print(
+            f"{label + ':':30} {rate:9.0f} tokens/s  ({rate / hf:.1f}x HF{vs_best}; wall "
+            f"{1e6 / rate:.0f} us/token; rounds {spread}) {notes[label]}"
+        )
+    for line in extra:
+        print(line)
 
 
 if __name__ == "__main__":

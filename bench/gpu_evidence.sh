@@ -9,6 +9,6 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 python3 -c "import torch, transformers; print(torch.__version__, transformers.__version__)"
 mkdir -p "$OUT/manifests"
 for r in "$@"; do
-  timeout 170 python3 -m doit -f dodo.py build recipe="$r" allow_quality_fail=1 2>&1 | tail -25
+  timeout 300 python3 -m doit -f dodo.py build recipe="$r" allow_quality_fail=1 2>&1 | tail -25
   cp "manifests/$r.json" "$OUT/manifests/" 2>/dev/null || echo "no manifest for $r"
 done

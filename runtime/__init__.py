@@ -10,7 +10,7 @@ builders or tasks: a bundle runs on a machine that never built it.
   ngram.py        prompt-lookup drafting, model-free
   sampling.py     Sampler (greedy, temperature / top-k / top-p) and draw()
   backends.py     engine backends behind one run(): onnxruntime, aoti, tensorrt
-  inductor_lm.py  InductorBundle: a causal LM whose engine keeps the KV cache on the device
+  inductor_lm.py  InductorBundle: KV cache on the device, greedy decoding there (ids only back)
   inductor.py     InductorEngine: torch.export programs, static KV cache, Inductor, CUDA graph
   encoder.py      EncoderBundle: loading and right padding shared by classify and embed
   classify.py     Classifier: class probabilities per text (builders/classify/)

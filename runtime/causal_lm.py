@@ -30,6 +30,7 @@ class Generation:
     tokens: list[list[int]]  # generated ids per prompt, up to and including EOS
     steps: int  # target forward passes after the prefill
     seconds: float
+    first_token_seconds: float = 0.0  # from the call until the first token was chosen
 
 
 class Bundle:
@@ -131,13 +132,10 @@ class Bundle:
 
     # ------------------------------------------------------------ generation
 
-    def generate(
-        self, prompts: list[list[int]], max_new_tokens: int, sampler: Sampler | None = None
-    ) -> Generation:
-        """Generate for a batch of token-id prompts (left-padded into one batch)."""
-        import time
-
-        sampler = sampler or Sampler()
+    def _batch(
+        self, prompts: list[list[int]], max_new_tokens: int
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The prompts left-padded into one batch: ids, attention mask, positions."""
         if not prompts or len(prompts) > self.max_batch_size:
             raise BundleError(
                 f"batch of {len(prompts)} prompts; this bundle serves 1 to {self.max_batch_size}"
@@ -146,7 +144,6 @@ class Bundle:
             raise BundleError("empty prompt: nothing to condition on")
         width = max(len(p) for p in prompts)
         self._check_length(width, max_new_tokens)
-        started = time.perf_counter()
         batch = len(prompts)
         ids = np.full((batch, width), self.pad, np.int64)
         mask = np.zeros((batch, width), np.int64)
@@ -154,13 +151,28 @@ class Bundle:
             ids[row, width - len(p) :] = p
             mask[row, width - len(p) :] = 1
         positions = np.maximum(mask.cumsum(axis=1) - 1, 0)
+        return ids, mask, positions
+
+    def generate(
+        self, prompts: list[list[int]], max_new_tokens: int, sampler: Sampler | None = None
+    ) -> Generation:
+        """Generate for a batch of token-id prompts (left-padded into one batch)."""
+        import time
+
+        sampler = sampler or Sampler()
+        started = time.perf_counter()
+        ids, mask, positions = self._batch(prompts, max_new_tokens)
+        batch = len(prompts)
         logits, past = self.forward(ids, mask, positions, self._empty_cache(batch))
         out: list[list[int]] = [[] for _ in prompts]
         done = np.zeros(batch, bool)
         last_pos = positions[:, -1:]
         steps = 0
+        first_token = 0.0
         for step in range(max_new_tokens):
             nxt = sampler(logits[:, -1, :])
+            if step == 0:
+                first_token = time.perf_counter() - started
             for row in np.flatnonzero(~done).tolist():
                 out[row].append(int(nxt[row]))
                 done[row] = int(nxt[row]) in self.eos
@@ -171,4 +183,4 @@ class Bundle:
             last_pos = last_pos + 1
             logits, past = self.forward(nxt[:, None], mask, last_pos, past)
             steps += 1
-        return Generation(out, steps, time.perf_counter() - started)
+        return Generation(out, steps, time.perf_counter() - started, first_token)

@@ -1,9 +1,16 @@
 """The inductor backend's engine: torch.export programs over a static KV cache
 (builders/causal_lm/backends/inductor.py writes them), compiled with Inductor, the
 cache held on the device and updated in place (runtime/inductor_lm.py drives it).
-On CUDA the decode step is captured in a CUDA graph once and replayed; per token the
-host writes the step's small inputs and reads the logits. Both programs read the
-same weight tensors: one copy in memory.
+Both programs read the same weight tensors: one copy in memory.
+
+The decode step is compiled together with its bookkeeping: the greedy token (argmax
+of the logits plus a bias row that bans tokens, e.g. EOS while it is suppressed) is
+written to the step's own `ids` input and to a `history` row, the new slot becomes
+visible, and position and slot advance, all on the device. So consecutive steps need
+no host work: on CUDA one step, and a block of BLOCK steps, are each captured in a
+CUDA graph at load and replayed (so is the prefill chunk), and the host reads the
+generated ids once a block (runtime/inductor_lm.py). The same code runs on CPU,
+without the graphs.
 
 Inductor's compiled artifacts are cached beside the bundle, in
 .inductor-cache/<torch version>-<device>/ (TORCHINDUCTOR_CACHE_DIR), when the bundle's
@@ -16,6 +23,7 @@ import io
 import json
 import os
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,10 +31,16 @@ import numpy as np
 
 from runtime.format import BundleError
 
-# torch.compile mode per device when the bundle names none. Inductor's default: the
-# CUDA graph is ours (so no cudagraphs mode), and max-autotune-no-cudagraphs is not
-# yet measured against it inside a validate step's time (issue 18).
-MODES = {"cpu": "default", "cuda": "default"}
+# torch.compile mode per device when the bundle names none: on CUDA autotuned matmul
+# and reduction kernels (the CUDA graph is ours, so the no-cudagraphs form), measured
+# to keep fp32 greedy tokens identical on the H200 (bench/results/); on CPU Inductor's
+# default (max-autotune on CPU tunes little and compiles for minutes on 2 cores).
+MODES = {"cpu": "default", "cuda": "max-autotune-no-cudagraphs"}
+# The prefill program's mode on CUDA: autotuning its chunk-sized matmuls would add
+# about a minute to every uncached load, for a call made once per chunk of a prompt.
+PREFILL_MODES = {"cpu": "default", "cuda": "default"}
+# Decode steps per CUDA graph replay, and per read of the generated ids.
+BLOCK = 16
 
 
 class InductorEngine:
@@ -53,75 +67,189 @@ class InductorEngine:
         self.weights = [weights[n].to(self.device) for n in self.program["weights"]]
         self.batch, self.length = self.program["batch"], self.program["max_seq_len"]
         self.chunk = int(self.program["prefill_chunk_len"])
+        self.vocab = int(self.program["vocab_size"])
         self.cache = [
             torch.zeros(shape, dtype=self.dtype, device=self.device)
             for shape in self.program["cache"]
         ]
-        mode = meta.get("compile_mode") or MODES[self.device]
-        self.steps = {
-            (1 if name == "decode.pt2" else self.chunk): _compiled(torch, ep, mode)
-            for name, ep in programs.items()
+        self.mode = _mode(meta.get("compile_mode") or MODES[self.device])
+        # The decode step's inputs and bookkeeping, resident on the device.
+        b, n, kw = self.batch, self.length, {"device": self.device, "dtype": torch.long}
+        self.ids, self.positions = torch.zeros(b, 1, **kw), torch.zeros(b, 1, **kw)
+        self.slots, self.visible = torch.zeros(1, **kw), torch.zeros(b, n, **kw)
+        self.history = torch.zeros(b, n, **kw)  # history[:, s]: the token step s chose
+        self.bias = torch.zeros(self.vocab, device=self.device)  # -inf bans a token
+        self.state = [self.ids, self.positions, self.slots, self.visible, self.bias, self.history]
+        self.steps: dict[int, Callable[..., Any]] = {
+            1: self._compile(
+                _greedy_step(programs["decode.pt2"].module(), len(self.weights)), self.mode
+            )
         }
-        self.graph: Any = None  # the captured decode step, on CUDA
+        if "prefill.pt2" in programs:
+            self.steps[self.chunk] = self._compile(
+                programs["prefill.pt2"].module(), _mode(PREFILL_MODES[self.device])
+            )
+        self.graphs: dict[int, Any] = {}  # steps per replay -> captured CUDA graph
+        self.out: Any = None  # the logits of the last decode step
         self._warm()
 
+    def _compile(self, fn: Any, mode: str | None) -> Callable[..., Any]:
+        compiled: Callable[..., Any] = self.torch.compile(
+            fn, mode=mode, fullgraph=True, dynamic=False
+        )
+        return compiled
+
     def _warm(self) -> None:
-        """Compile every program (and capture the CUDA graph) at load, not inside the
+        """Compile every program and capture the CUDA graphs at load, not inside the
         first generation: a bundle's first tokens/s then measures decoding."""
-        for tokens in self.steps:
-            ids = np.zeros((self.batch, tokens), np.int64)
-            slots = np.arange(tokens, dtype=np.int64)
-            mask = np.zeros((self.batch, self.length), np.int64)
-            self.call(ids, np.broadcast_to(slots, ids.shape), slots, mask)
+        t = self.torch
+        chunk = self.chunk
+        if chunk:  # the prefill chunk's inputs: host arrays are copied into these
+            kw = {"device": self.device, "dtype": t.long}
+            self.chunk_in = [
+                t.zeros(self.batch, chunk, **kw),
+                t.zeros(self.batch, chunk, **kw),
+                t.zeros(chunk, **kw),
+                t.zeros(self.batch, self.length, **kw),
+            ]
+        with t.inference_mode():
+            if self.device != "cuda":
+                self.out = self._step()
+                if chunk:
+                    self.chunk_out = self._prefill()
+                self.reset()
+                return
+            side = t.cuda.Stream()
+            side.wait_stream(t.cuda.current_stream())
+            with t.cuda.stream(side):
+                for _ in range(3):
+                    self._step()
+                    if chunk:
+                        self._prefill()
+            t.cuda.current_stream().wait_stream(side)
+            for steps in (1, BLOCK):
+                self.reset()
+                graph = t.cuda.CUDAGraph()
+                with t.cuda.graph(graph):
+                    for _ in range(steps):
+                        out = self._step()
+                self.graphs[steps] = graph
+                if steps == 1:
+                    self.out = out
+            if chunk:
+                self.reset()
+                self.chunk_graph = t.cuda.CUDAGraph()
+                with t.cuda.graph(self.chunk_graph):
+                    self.chunk_out = self._prefill()
         self.reset()
 
+    def _prefill(self) -> Any:
+        return self.steps[self.chunk](*self.weights, *self.chunk_in, *self.cache)
+
+    def _step(self) -> Any:
+        """One decode step. On CUDA it is traced with sdpa's math backend: for one query
+        Inductor fuses that into a few small kernels, where the fused attention kernels
+        (fp32 has no flash kernel; a mask rules it out anyway) take over 20 µs a layer.
+        Every call keeps the same backend, so the compiled step is never retraced."""
+        if self.device != "cuda":
+            return self.steps[1](*self.weights, *self.state, *self.cache)
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        with sdpa_kernel([SDPBackend.MATH]):
+            return self.steps[1](*self.weights, *self.state, *self.cache)
+
     def reset(self) -> None:
-        for t in self.cache:
+        for t in (*self.cache, self.ids, self.positions, self.slots, self.visible, self.history):
             t.zero_()
+
+    def ban(self, tokens: list[int]) -> None:
+        """Greedy steps never choose these ids (until the next ban)."""
+        self.bias.zero_()
+        if tokens:
+            self.bias[self.torch.tensor(tokens, device=self.device)] = float("-inf")
+
+    def advance(self, steps: int) -> None:
+        """`steps` greedy decode steps from the device state, enqueued, not awaited."""
+        with self.torch.inference_mode():
+            while steps > 0:
+                take = BLOCK if steps >= BLOCK else 1
+                if self.graphs:
+                    self.graphs[take].replay()
+                else:
+                    for _ in range(take):
+                        self.out = self._step()
+                steps -= take
 
     def call(
         self, ids: np.ndarray, positions: np.ndarray, slots: np.ndarray, mask: np.ndarray
     ) -> Any:
-        """One program call: ids/positions [B, T], slots [T], mask [B, max_seq_len]."""
+        """One program call from host arrays: ids/positions [B, T], slots [T], mask
+        [B, max_seq_len]; the logits [B, T, vocab] on the device, in the program's own
+        output buffer (the next call of that program overwrites it). One token goes
+        through the decode step (its greedy bookkeeping is then overwritten by the next
+        call's inputs, or continued by `advance`)."""
         t = self.torch
-        args = [
-            t.from_numpy(np.ascontiguousarray(a)).to(self.device)
-            for a in (ids, positions, slots, mask)
-        ]
-        tokens = ids.shape[1]
-        if self.device == "cuda" and tokens == 1:
-            return self._replay(args)
+        args = [t.from_numpy(np.ascontiguousarray(a)) for a in (ids, positions, slots, mask)]
         with t.inference_mode():
-            return self.steps[tokens](*self.weights, *args, *self.cache)
+            if ids.shape[1] != 1:
+                for dst, src in zip(self.chunk_in, args, strict=True):
+                    dst.copy_(src)
+                if self.graphs:
+                    self.chunk_graph.replay()
+                else:
+                    self.chunk_out = self._prefill()
+                return self.chunk_out
+            for dst, src in zip(self.state, args, strict=False):
+                dst.copy_(src)
+            if self.graphs:
+                self.graphs[1].replay()
+            else:
+                self.out = self._step()
+            return self.out
 
-    def _replay(self, args: list[Any]) -> Any:
-        """The decode step in a CUDA graph: captured on first use, after warm-up calls
-        on a side stream (their cache writes land in slot args[2], which the prompt
-        rewrites before it is read)."""
+    def profile(self) -> tuple[int, float, list[tuple[str, float]]]:
+        """(kernels, summed kernel microseconds, the kernels by time) of one decode
+        step, run outside its graph (the kernels the graph replays); CUDA only. Leaves
+        the state reset."""
+        from torch.profiler import ProfilerActivity, profile
+
         t = self.torch
-        if self.graph is None:
-            self.inputs = [a.clone() for a in args]
-            saved = [c.clone() for c in self.cache]
-            side = t.cuda.Stream()
-            side.wait_stream(t.cuda.current_stream())
-            with t.cuda.stream(side), t.inference_mode():
-                for _ in range(3):
-                    self.steps[1](*self.weights, *self.inputs, *self.cache)
-            t.cuda.current_stream().wait_stream(side)
-            self.graph = t.cuda.CUDAGraph()
-            with t.cuda.graph(self.graph), t.inference_mode():
-                self.out = self.steps[1](*self.weights, *self.inputs, *self.cache)
-            for c, s in zip(self.cache, saved, strict=True):
-                c.copy_(s)
-        for dst, src in zip(self.inputs, args, strict=True):
-            dst.copy_(src, non_blocking=True)
-        self.graph.replay()
-        return self.out
+        self.reset()
+        with t.inference_mode(), profile(activities=[ProfilerActivity.CUDA]) as prof:
+            self._step()
+            t.cuda.synchronize()
+        self.reset()
+        kernels = [e for e in prof.events() if e.device_type.name == "CUDA"]
+        times = sorted(((e.name, e.time_range.elapsed_us()) for e in kernels), key=lambda x: -x[1])
+        return len(kernels), sum(us for _, us in times), times
 
 
-def _compiled(torch: Any, program: Any, mode: str) -> Any:
-    module = program.module()
-    return torch.compile(module, mode=None if mode == "default" else mode, fullgraph=True)
+def _greedy_step(module: Any, count: int) -> Callable[..., Any]:
+    """The decode program plus its bookkeeping, as one function for Inductor to fuse."""
+
+    def step(*args: Any) -> Any:
+        weights, (ids, positions, slots, visible, bias, history, *cache) = (
+            args[:count],
+            args[count:],
+        )
+        logits = module(*weights, ids, positions, slots, visible, *cache)
+        token = (logits[:, -1] + bias).argmax(-1, keepdim=True)  # [B, 1]
+        history.index_copy_(1, slots, token)
+        visible.index_fill_(1, slots, 1)
+        ids.copy_(token)
+        positions.add_(1)
+        slots.add_(1)
+        return logits
+
+    return step
+
+
+def _mode(name: str) -> str | None:
+    """torch.compile's mode for a bundle's name of it; the CUDA graph is ours, so a
+    mode that would capture its own is taken in its no-cudagraphs form."""
+    if name == "default":
+        return None
+    return "max-autotune-no-cudagraphs" if name == "max-autotune" else name
 
 
 def _cache_dir(folder: Path, version: str, device: str) -> None:

@@ -1,50 +1,162 @@
 """InductorBundle: a causal_lm.Bundle whose forward keeps the KV cache on the device,
 in the inductor engine's own tensors (runtime/inductor.py), instead of passing it
 through numpy: the prompt runs through the prefill program chunk by chunk, the rest
-one token at a time through the decode program."""
+one token at a time through the decode program.
+
+Greedy generation stays on the device: the prompt's last logits row is reduced to
+its argmax there, then the engine's decode steps feed their own tokens back (its
+greedy step, replayed in CUDA graphs of BLOCK steps), and the host reads the new ids
+once a block, to stop when every row has reached EOS. Only token ids cross to the
+host. Sampling (temperature > 0) takes Bundle's loop, which reads logits.
+"""
 
 from __future__ import annotations
 
-from typing import cast
+import time
+from collections.abc import Callable
+from typing import Any, cast
 
 import numpy as np
 
-from runtime.causal_lm import Bundle
+from runtime.causal_lm import Bundle, Generation
 from runtime.format import BundleError
-from runtime.inductor import InductorEngine
+from runtime.inductor import BLOCK, InductorEngine
+from runtime.sampling import Sampler
 
 
 class InductorBundle(Bundle):
     """A causal-LM bundle of the inductor backend (ordinary variant)."""
 
+    @property
+    def engine(self) -> InductorEngine:
+        return cast(InductorEngine, self.session)
+
     def _empty_cache(self, batch: int) -> list[np.ndarray]:
         return []  # the engine's cache lives on the device; [] marks a fresh sequence
+
+    def _rows(
+        self, ids: np.ndarray, mask: np.ndarray, positions: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The engine's static batch: rows beyond the caller's repeat its first row
+        (computed, never read); the mask widened to every slot."""
+        engine = self.engine
+        rows = ids.shape[0]
+        if rows > engine.batch:
+            raise BundleError(f"batch of {rows}; this bundle serves 1 to {engine.batch}")
+        fill = [0] * (engine.batch - rows)
+        ids, mask, positions = (np.concatenate([a, a[fill]]) for a in (ids, mask, positions))
+        visible = np.zeros((engine.batch, engine.length), np.int64)
+        visible[:, : mask.shape[1]] = mask
+        return ids, visible, positions
+
+    def _run(
+        self,
+        ids: np.ndarray,
+        positions: np.ndarray,
+        visible: np.ndarray,
+        width: int,
+        keep: Callable[[Any], Any],
+    ) -> list[Any]:
+        """The new tokens ids [B, T] (the last T of `width` slots) through the programs:
+        prefill chunks when T holds one, else single decode steps; `keep` of each
+        call's logits at positions not kept before (on the device, in a buffer the next
+        call may overwrite)."""
+        engine = self.engine
+        new = ids.shape[1]
+        chunk = engine.chunk if engine.chunk and new >= engine.chunk else 0
+        # Whole chunks; a remainder runs as one more chunk that ends at the last token
+        # and starts inside the one before: it rewrites those slots with what they
+        # already hold (the same tokens over the same cache), so no single steps.
+        starts = list(range(0, new - chunk + 1, chunk)) if chunk else []
+        if chunk and starts[-1] + chunk < new:
+            starts.append(new - chunk)
+        done = starts[-1] + chunk if starts else 0
+        steps = [(s, chunk) for s in starts] + [(s, 1) for s in range(done, new)]
+        out = []
+        end = 0
+        for start, take in steps:
+            slots = np.arange(width - new + start, width - new + start + take)
+            part = slice(start, start + take)
+            logits = engine.call(ids[:, part], positions[:, part], slots, visible)
+            out.append(keep(logits[:, end - start :]))  # only positions not returned yet
+            end = start + take
+        return out
 
     def forward(
         self, ids: np.ndarray, mask: np.ndarray, positions: np.ndarray, past: list[np.ndarray]
     ) -> tuple[np.ndarray, list[np.ndarray]]:
         """The Bundle contract over the engine's static cache: `mask` covers every slot
         so far (its last ids.shape[1] columns are the new tokens)."""
-        engine = cast(InductorEngine, self.session)
-        rows, new = ids.shape
-        width = mask.shape[1]
-        if rows > engine.batch:
-            raise BundleError(f"batch of {rows}; this bundle serves 1 to {engine.batch}")
+        rows = ids.shape[0]
         if not past:
-            engine.reset()
-        # Rows beyond the caller's batch repeat its first row: computed, never read.
-        fill = [0] * (engine.batch - rows)
-        ids, mask, positions = (np.concatenate([a, a[fill]]) for a in (ids, mask, positions))
-        visible = np.zeros((engine.batch, engine.length), np.int64)
-        visible[:, :width] = mask
-        logits = []
-        start = 0
-        while start < new:
-            take = engine.chunk if engine.chunk and new - start >= engine.chunk else 1
-            slots = np.arange(width - new + start, width - new + start + take)
-            out = engine.call(
-                ids[:, start : start + take], positions[:, start : start + take], slots, visible
-            )
-            logits.append(out[:rows].float().cpu().numpy())
-            start += take
+            self.engine.reset()
+        ids, visible, positions = self._rows(ids, mask, positions)
+        logits = self._run(
+            ids, positions, visible, mask.shape[1], lambda out: out[:rows].float().cpu().numpy()
+        )
         return np.concatenate(logits, axis=1), [np.zeros(0, np.float32)]
+
+    def generate(
+        self,
+        prompts: list[list[int]],
+        max_new_tokens: int,
+        sampler: Sampler | None = None,
+        *,
+        suppress: tuple[int, ...] = (),
+    ) -> Generation:
+        """As Bundle.generate; greedy runs on the device. `suppress`: ids greedy
+        decoding never picks (as transformers' min_new_tokens does for EOS)."""
+        sampler = sampler or Sampler()
+        if not sampler.greedy:
+            if suppress:
+                raise BundleError("suppress applies to greedy decoding only")
+            return super().generate(prompts, max_new_tokens, sampler)
+        torch, engine = self.engine.torch, self.engine
+        started = time.perf_counter()
+        ids, mask, positions = self._batch(prompts, max_new_tokens)
+        rows, width = ids.shape
+        engine.reset()
+        engine.ban(list(suppress))
+        ids, visible, positions = self._rows(ids, mask, positions)
+        with torch.inference_mode():
+            last = self._run(ids, positions, visible, width, lambda out: out[:, -1])[-1]
+            first = (last + engine.bias).argmax(-1, keepdim=True)
+            engine.ids.copy_(first)
+            engine.positions.copy_(torch.from_numpy(positions[:, -1:] + 1))
+            engine.slots.fill_(width)
+            engine.visible.copy_(torch.from_numpy(visible))
+            tokens = [[int(t)] for t in first[:rows, 0].tolist()]
+        first_token = time.perf_counter() - started
+        done = [t[0] in self.eos for t in tokens]
+        made = 0  # decode steps run; step s wrote history[:, width + s]
+        pending: tuple[int, int, Any, Any] | None = None
+        while True:
+            launched = None
+            if made < max_new_tokens - 1 and not all(done):
+                take = min(BLOCK, max_new_tokens - 1 - made)
+                engine.advance(take)
+                with torch.inference_mode():
+                    ids_out = engine.history[:rows, width + made : width + made + take]
+                    host = ids_out.to("cpu", non_blocking=True)
+                event = torch.cuda.Event() if engine.graphs else None
+                if event is not None:
+                    event.record()
+                launched = (made, take, host, event)
+                made += take
+            if pending is not None:  # read the block before the one just launched
+                _, _, host, event = pending
+                if event is not None:
+                    event.synchronize()
+                for row, new in enumerate(host.tolist()):
+                    for t in new:
+                        if not done[row]:
+                            tokens[row].append(int(t))
+                            done[row] = int(t) in self.eos
+            pending = launched
+            if pending is None:
+                break
+            if all(done):  # a block may be in flight: its ids are past every EOS
+                break
+        if engine.graphs:
+            torch.cuda.current_stream().synchronize()
+        return Generation(tokens, made, time.perf_counter() - started, first_token)

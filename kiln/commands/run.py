@@ -70,6 +70,7 @@ def generate(
     print((prompt or "") + bundle.decode(out.tokens[0]))
     if stats:
         print(_stats_line(bundle, out.tokens[0]))
+        print(_timing_line(bundle, out))
 
 
 def _conversation(system: str | None, messages: str | None, prompt: str | None) -> list[Any]:
@@ -138,6 +139,26 @@ def _stats_line(bundle: Any, tokens: list[int]) -> str:
         f"{d['verify_forwards']:.0f} verify forwards, "
         f"{d['tokens_per_forward']:.3f} committed tokens per target forward"
     )
+
+
+def _timing_line(bundle: Any, out: Any) -> str:
+    """Speed of the generation, by the runtime's own clock (Generation.seconds and
+    first_token_seconds): tokens/s overall, time to first token (prompt processing plus
+    the first choice), and the decode rate after it. The bundle was loaded (and, on the
+    inductor backend, compiled) before, so neither figure counts loading."""
+    engine = bundle.meta["engines"]["main"]
+    where = f"{engine['backend']} on {engine['provider']}"
+    n, seconds, first = len(out.tokens[0]), out.seconds, out.first_token_seconds
+    line = f"timing: {where}: {n} tokens in {seconds * 1e3:.1f} ms"
+    if seconds > 0:
+        line += f", {n / seconds:.1f} tokens/s"
+    if first > 0:
+        line += f"; time to first token {first * 1e3:.1f} ms"
+        if n > 1 and seconds > first:
+            line += f"; then {(n - 1) / (seconds - first):.1f} tokens/s"
+    else:
+        line += "; this runner does not time the first token"
+    return line
 
 
 def _transcribe(model: Any, audio: str, max_new_tokens: int) -> str:

@@ -106,3 +106,40 @@ def test_what_this_host_cannot_run_is_unsupported_here_with_the_reason(ind: Worl
     bf16 = last(ind, CPU_BF16)
     assert bf16["verdict"] == "unsupported-here"
     assert "no native arithmetic" in bf16["reason"]
+
+
+def test_greedy_on_the_device_matches_the_host_loop_for_a_padded_batch(ind: World) -> None:
+    """The engine's own greedy steps (argmax inside the compiled step, ids read once a
+    block) choose what Bundle's host loop over the logits chooses, row by row of a
+    left-padded batch; suppressed ids are never chosen; the first token is timed."""
+    import runtime
+    from runtime.causal_lm import Bundle
+    from runtime.inductor import BLOCK
+    from runtime.inductor_lm import InductorBundle
+
+    bundle = runtime.open(artifact(ind, BUILT, "bundle"), expect=InductorBundle)
+    reference = json.loads((artifact(ind, BUILT, "reference") / "reference.json").read_text())
+    prompts = [r["prompt_ids"] for r in reference["records"][:2]]
+    assert len(prompts[0]) != len(prompts[1])  # so one row is left-padded
+    new = BLOCK + 5  # a whole block and single steps
+    device = bundle.generate(prompts, new)
+    host = Bundle.generate(bundle, prompts, new)
+    assert device.tokens == host.tokens
+    assert [
+        t[: len(r["tokens"])] for t, r in zip(device.tokens, reference["records"], strict=False)
+    ] == [r["tokens"][:new] for r in reference["records"][:2]]
+    assert 0 < device.first_token_seconds <= device.seconds
+    assert 0 < host.first_token_seconds <= host.seconds
+    banned = tuple(sorted({t for row in device.tokens for t in row}))[:5]
+    bundle.eos = set()
+    out = bundle.generate(prompts, new, suppress=banned).tokens
+    assert all(len(row) == new and not set(row) & set(banned) for row in out)
+
+
+def test_doit_run_prints_tokens_per_second_and_time_to_first_token(ind: World) -> None:
+    out = ind.doit(
+        "run", f"recipe={BUILT}", "prompt=one two", "max_new_tokens=8", "stats=1", check=True
+    ).stdout
+    line = next(x for x in out.splitlines() if x.startswith("timing:"))
+    assert "inductor on cpu: 8 tokens in" in line and "tokens/s" in line
+    assert "time to first token" in line
