@@ -109,6 +109,7 @@ def _chat(
         print(reply, flush=True)
         if stats:
             print(_stats_line(bundle, out.tokens[0]), flush=True)
+            print(_timing_line(bundle, out), flush=True)
 
     if turns and turns[-1]["role"] == "user":
         answer()
