@@ -17,7 +17,7 @@ from kiln.commands import check, workspace
 from kiln.errors import KilnError
 
 GOOD = (ROOT / "recipes" / "tiny-llama.yaml").read_text()
-OK = "ok: 2 recipes, {t} thresholds, 1 prompt sets, 0 manifests, 15 rules; 0 stale manifests"
+OK = "ok: 2 recipes, {t} thresholds, {p} prompt sets, 0 manifests, 15 rules; 0 stale manifests"
 
 
 @pytest.fixture
@@ -47,7 +47,8 @@ def verdicts(root: Path) -> list[Path]:
 
 
 def expected(root: Path) -> str:
-    return OK.format(t=len([*(root / "thresholds").glob("*.yaml")]))
+    count = {f: len([*(root / f).glob("*.yaml")]) for f in ("thresholds", "prompts")}
+    return OK.format(t=count["thresholds"], p=count["prompts"])
 
 
 def test_a_fresh_catalog_records_no_verdict(root: Path, capsys: pytest.CaptureFixture[str]) -> None:
