@@ -10,9 +10,12 @@ ConstantFolding fold DequantizeLinear too: graph_transformer_utils.cc builds
 quantized bundle was no smaller than the fp32 one (tiny-llama: 0.64 MB fp32, 0.65-0.70
 MB quantized). So the Q/DQ transformers stay enabled at the session level, and
 ConstantFolding skips DequantizeLinear, while each transformer that would fuse or
-rewrite Q/DQ is disabled by name (QDQ_TRANSFORMERS). The saved graph keeps
-`DQ(int8|float8|int4 weight) -> MatMul`: exactly the fake-quant arithmetic validate
-compares, with quantized initializers on disk.
+rewrite Q/DQ is disabled by name (QDQ_TRANSFORMERS). The saved graph keeps what the
+onnx step wrote: `DQ(int8|float8 weight) -> MatMul` for activation-quantized and fp8
+graphs, and for weight-only int8/int4 the fused MatMulNBits the onnx step converted
+them to (builders/causal_lm/_nbits.py), with quantized initializers on disk. Weights
+of 1 KiB and more are saved as external data (engine.onnx.data), which the bundle
+carries beside the graph.
 
 GPU targets use the CUDA provider, which only onnxruntime-gpu has; where it is not
 installed the step ends `unsupported-here`.
