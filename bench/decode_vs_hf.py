@@ -1,7 +1,8 @@
 """Bundle greedy decode vs HF `generate`, same model, same prompts, one run.
 
     .venv/bin/python bench/decode_vs_hf.py [--recipe tiny-llama] [--new-tokens 128]
-        [--hf DIR]   # the checkpoint folder, for a recipe whose model is not a Hub repo
+        [--hf DIR]      # the checkpoint folder, for a recipe whose model is not a Hub repo
+        [--bundle DIR]  # a bundle folder, instead of the recipe's built one
 
 Both sides decode greedily at batch 1 with EOS masked as HF's `min_new_tokens` masks
 it (never emitted: bench/_eos.py's sampler sets its logits to -inf inside the bundle's
@@ -44,7 +45,9 @@ def bundle_dir(recipe: str) -> tuple[Path, str | None, str | None]:
     return next(store.glob(f"*/{key.group(1)}*")), model.repo, model.revision
 
 
-def setup(recipe: str, threads: int, hf: Path | None) -> tuple[Any, list[list[int]], Any]:
+def setup(
+    recipe: str, threads: int, hf: Path | None, folder: Path | None = None
+) -> tuple[Any, list[list[int]], Any]:
     """The recipe's built bundle, the default prompts' ids, and the same checkpoint in
     transformers (fp32, from the recipe's Hub repo or from `hf`), both at `threads`
     CPU threads."""
@@ -55,7 +58,7 @@ def setup(recipe: str, threads: int, hf: Path | None) -> tuple[Any, list[list[in
     from kiln import catalog
 
     torch.set_num_threads(threads)
-    path, repo, revision = bundle_dir(recipe)
+    path, repo, revision = (folder, None, None) if folder else bundle_dir(recipe)
     bundle = runtime.open(path, threads=threads)
     cat = catalog.load()
     ids = [bundle.encode(p) for p in cat.prompts["default"].prompts]
@@ -96,11 +99,12 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--hf", type=Path, help="checkpoint folder (default: the recipe's repo)")
+    parser.add_argument("--bundle", type=Path, help="bundle folder (default: the recipe's)")
     args = parser.parse_args()
 
     from _eos import NoEos
 
-    bundle, ids, model = setup(args.recipe, args.threads, args.hf)
+    bundle, ids, model = setup(args.recipe, args.threads, args.hf, args.bundle)
     eos = frozenset(bundle.eos) | frozenset(_ids(model.generation_config.eos_token_id))
 
     def run_bundle() -> tuple[float, list[list[int]]]:
