@@ -215,6 +215,10 @@ class LlamaSide(Side):
 
     def generate(self, ids: list[int], n: int) -> tuple[list[int], list[float]]:
         tokens, stamps = [], []
+        # generate() reuses the KV cache of the longest prefix shared with the previous
+        # call (the chat prompts share the system turn; the TTFT prompt repeats):
+        # forget it, so every call prefills its whole prompt as the other sides do
+        self.llm.reset()
         for tok in self.llm.generate(
             ids, temp=0.0, top_k=1, reset=True, logits_processor=self.processors
         ):
@@ -300,6 +304,7 @@ class Entry:
     cpu: list[float] = field(default_factory=list)  # CPU s per run
     ttft: list[float] = field(default_factory=list)
     rss_mb: float | None = None
+    faults: set[str] = field(default_factory=set)  # a run not of n tokens, or with EOS
 
     def ask(self, req: dict[str, Any]) -> dict[str, Any]:
         assert self.proc is not None and self.proc.stdin and self.proc.stdout
@@ -527,6 +532,11 @@ def run(args: argparse.Namespace) -> None:
                 for e in live[k:] + live[:k]:
                     rep = e.ask({"op": "gen", "ids": ids, "n": args.new_tokens})
                     e.tokens.setdefault(i, rep["tokens"])
+                    if len(rep["tokens"]) != args.new_tokens or set(rep["tokens"]) & set(eos):
+                        e.faults.add(
+                            f"p{i + 1}: {len(rep['tokens'])} tokens, EOS masked: "
+                            f"{not set(rep['tokens']) & set(eos)}"
+                        )
                     e.rates.append((args.new_tokens - 1) / rep["decode"])
                     e.cpu.append(rep["cpu"])
                 print(f"[{threads}t] round {r + 1} prompt {i + 1}/{len(prompts)} done", flush=True)
@@ -622,6 +632,9 @@ def report(
     if versions:
         lines.append("versions: " + "; ".join(versions))
     lines += [f"note: {n}" for n in notes]
+    for e in rows:
+        if e.faults:
+            lines.append(f"NOT COMPARABLE: {e.name} {e.threads}t: {'; '.join(sorted(e.faults))}")
     for name, gaps in ref_gaps.items():
         if gaps:
             shown = ", ".join(f"p{i + 1}@{k} gap {g:.3f}" for i, k, g in sorted(gaps))
