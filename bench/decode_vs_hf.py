@@ -46,7 +46,7 @@ def bundle_dir(recipe: str) -> tuple[Path, str | None, str | None]:
 
 
 def setup(
-    recipe: str, threads: int, hf: Path | None, folder: Path | None = None
+    recipe: str, threads: int, hf: Path | None = None, folder: Path | None = None
 ) -> tuple[Any, list[list[int]], Any]:
     """The recipe's built bundle, the default prompts' ids, and the same checkpoint in
     transformers (fp32, from the recipe's Hub repo or from `hf`), both at `threads`
