@@ -52,6 +52,14 @@ with HF's top-1 minus top-2 logit gap there (a small gap explains a flip).
 The host's load average is read before and after each thread count and printed; above
 1.5 the output says so. The table goes to stdout and to
 bench/results/chat_peers_<date>.txt. No asserts: timings belong in bench/, not tests.
+
+Cost. The 2026-12-01 run (both thread counts, load 2.9-4.2 from other work) took
+22 minutes, most of it HF at 2 threads (2.5 tokens/s under contention); its workers
+used about 300 CPU s at 1 thread and 700 at 2, so an idle host needs roughly 10
+minutes. `--threads 1` halves it. llama-cpp-python is not a kiln dependency: it
+compiles llama.cpp from source at install (0.3.36, CPU build with
+CMAKE_ARGS="-DGGML_NATIVE=ON -DGGML_CUDA=OFF -DGGML_BLAS=OFF": 27 min wall, 1,221 CPU s
+on this 2-core host under load 3-6), so install it once outside CI.
 """
 
 from __future__ import annotations
