@@ -76,7 +76,7 @@ def main() -> None:
 
     def hf_rate() -> float:
         torch.set_num_threads(args.threads)
-        return len(ids) * args.new_tokens / hf_seconds(model, ids, args.new_tokens)
+        return len(ids) * args.new_tokens / hf_seconds(model, ids, args.new_tokens)[0]
 
     rates: dict[str, list[float]] = {"hf": [], **{k: [] for k in variants}}
     hf_rate(), [bundle_rate(run) for run in variants.values()]  # warm up
