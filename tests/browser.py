@@ -77,6 +77,8 @@ class PageReport:
     scripts: list[str]
     errors: list[str]  # console errors and uncaught exceptions (CSP violations land here)
     axe: list[dict[str, Any]] = field(default_factory=list)
+    pwned: str = "undefined"  # typeof window.__pwned once loaded: a payload that ran sets it
+    embeds: int = 0  # iframe and img elements (the site has none; a payload could add one)
 
 
 @dataclass
@@ -105,6 +107,8 @@ def _visit(page: Any, url: str, axe: str | None) -> PageReport:
         handlers=page.evaluate(HANDLERS_JS),
         scripts=page.evaluate(SCRIPTS_JS),
         errors=errors,
+        pwned=page.evaluate("typeof window.__pwned"),
+        embeds=page.evaluate("document.querySelectorAll('iframe, img').length"),
     )
     if axe is not None:
         # Evaluated through the DevTools protocol, which the page's CSP (no inline
