@@ -14,7 +14,6 @@ verify.py     re-hash the store against its records and the manifests' locks
 gc.py         remove what no manifest and no current plan references
 upkeep.py     what verify and gc both need: the keys manifests and plans reference
 schema.py     the editor JSON Schemas in schema/
-review.py     which step is which (kind, role), why it is stale: shared by check, plan, diff
 diffing.py    what a change does, recipe by recipe: fields, rebuilds, evidence, matrix cells
 
 `doit site`/`doit serve` are kiln/site (its command() functions); `doit replay` is

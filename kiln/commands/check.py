@@ -13,17 +13,17 @@ loads.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from kiln.catalog import verdict
 from kiln.errors import KilnError, Location, Problem
+from kiln.evidence.stale import Stale
+from kiln.evidence.stale import find as find_stale
 from kiln.paths import Paths
 
 if TYPE_CHECKING:
     from kiln.catalog import Catalog
-    from kiln.schema import Manifest
 
 
 def manifest_problems(cat: Catalog, path: Path) -> list[Problem]:
@@ -55,103 +55,12 @@ def manifest_problems(cat: Catalog, path: Path) -> list[Problem]:
     return problems
 
 
-def regated(cat: Catalog, parsed: dict[str, Manifest | None]) -> list[tuple[str, str]]:
-    """(recipe, why) for each manifest (parsed, by recipe name) whose latest verdict
-    was judged under other gates than its recipe's thresholds file holds now
-    (kiln/evidence/gates.py)."""
-    from kiln.evidence import gates
-
-    out = []
-    for name, found in parsed.items():
-        recipe = cat.recipes.get(name)
-        if recipe is None or found is None or not found.evidence:
-            continue
-        latest = found.evidence[-1]
-        which = recipe.validation.thresholds
-        now = gates.ref(which, cat.thresholds[which])
-        if latest.thresholds == now:
-            continue
-        if latest.thresholds is None:
-            why = f"its {latest.verdict} of {latest.date[:10]} names no gates"
-        elif latest.thresholds.name != which:
-            why = (
-                f"its {latest.verdict} of {latest.date[:10]} was judged under "
-                f"thresholds/{latest.thresholds.name}.yaml; the recipe names {which}"
-            )
-        else:
-            why = (
-                f"its {latest.verdict} of {latest.date[:10]} was judged under other gates: "
-                f"thresholds/{which}.yaml changed since"
-            )
-        out.append((name, why))
-    return out
-
-
 def _ok(counts: dict[str, int], manifests: int, stale: int) -> str:
     return (
         f"ok: {counts['recipes']} recipes, {counts['thresholds']} thresholds, "
         f"{counts['prompts']} prompt sets, {manifests} manifests, {counts['rules']} rules; "
         f"{stale} stale manifests"
     )
-
-
-@dataclass
-class Stale:
-    """One stale manifest: why, in one line and step by step, and where it was made."""
-
-    recipe: str
-    cause: str  # "recipe" (an edit), "toolchain" (libraries or kiln's code), "gates"
-    summary: str
-    steps: list[dict[str, Any]] = field(default_factory=list)
-    gpu: str | None = None  # the GPU its latest evidence ran on
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "recipe": self.recipe,
-            "cause": self.cause,
-            "summary": self.summary,
-            "gpu": self.gpu,
-            "steps": self.steps,
-        }
-
-
-def _short(reasons: list[str], limit: int = 3) -> str:
-    shown = "; ".join(reasons[:limit])
-    return shown + (f"; +{len(reasons) - limit} more" if len(reasons) > limit else "")
-
-
-def _stale(cat: Catalog, manifests: list[Path]) -> list[Stale]:
-    """Every stale manifest: its lock no longer matches, or its verdict was judged
-    under other gates. Planning (and the toolchain's digests) only when there are
-    manifests."""
-    from kiln.commands import review
-    from kiln.evidence import manifest
-    from kiln.plan import toolchain
-
-    # Every manifest parses here (check reports problems before staleness): read once.
-    parsed = {path.stem: manifest.read(path) for path in manifests}
-
-    def gpu_of(name: str) -> str | None:
-        found = parsed.get(name)
-        return found.evidence[-1].host.gpu if found and found.evidence else None
-
-    out = []
-    for s in review.manifest_staleness(cat, toolchain.current()):
-        reasons = list(dict.fromkeys(r for _, why in s.steps for r in why))
-        edited = review.recipe_changed(s)
-        own = [r for r in reasons if not r.startswith("input ")] or reasons
-        label = "recipe edit" if edited else "toolchain only"
-        summary = f"{label} ({_short(own, 1)}; {len(s.steps)} steps rebuild)"
-        steps = [
-            {"kind": st.kind, "role": st.role, "key": st.key, "reasons": why} for st, why in s.steps
-        ]
-        cause = "recipe" if edited else "toolchain"
-        out.append(Stale(s.recipe, cause, summary, steps, gpu_of(s.recipe)))
-    seen = {x.recipe for x in out}
-    for name, why in regated(cat, parsed):
-        if name not in seen:
-            out.append(Stale(name, "gates", why, [], gpu_of(name)))
-    return sorted(out, key=lambda x: x.recipe)
 
 
 def _report(stale: list[Stale], verbose: bool) -> list[str]:
@@ -165,10 +74,7 @@ def _report(stale: list[Stale], verbose: bool) -> list[str]:
     for x in stale:
         if x in elsewhere:
             continue
-        verb = "re-judge" if x.cause == "gates" else "rebuild"
-        lines.append(
-            f"stale: manifests/{x.recipe}.json: {x.summary}; {verb}: doit build recipe={x.recipe}"
-        )
+        lines.append(f"stale: manifests/{x.recipe}.json: {x.summary}; {x.verb}: {x.command}")
         if verbose:
             lines += [
                 f"       {st['kind']} ({st['role']}): {'; '.join(st['reasons'])}" for st in x.steps
@@ -213,7 +119,7 @@ def check(strict: bool, format: str = "text", verbose: bool = False) -> None:
     if problems:
         _print(as_json, {**counts, "manifests": len(manifests)}, problems, [], "")
         raise KilnError(problems)
-    stale = _stale(cat, manifests) if manifests else []
+    stale = find_stale(cat, manifests) if manifests else []
     if inputs is not None:
         verdict.write(paths, inputs, counts)
     ok = _ok(counts, len(manifests), len(stale))

@@ -44,7 +44,8 @@ import re
 import textwrap
 from typing import Any
 
-from kiln.commands import diffing, review
+from kiln.commands import diffing
+from kiln.evidence import review
 from kiln.errors import KilnError, Problem
 from kiln.paths import Paths
 

@@ -36,7 +36,7 @@ from typing import Any
 
 from kiln import catalog as catalog_mod
 from kiln.catalog.yaml import read_source
-from kiln.commands import review
+from kiln.evidence import review
 from kiln.commands.check import manifest_problems
 from kiln.commands.workspace import located
 from kiln.errors import KilnError, Problem

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from kiln.commands import review
+from kiln.evidence import review
 from kiln.commands.workspace import catalog, plan_in, selected, store
 from kiln.errors import KilnError
 from kiln.evidence import manifest

@@ -13,7 +13,8 @@ import pytest
 import yaml
 from conftest import ROOT, World
 
-from kiln.commands import diffing, review
+from kiln.commands import diffing
+from kiln.evidence import review
 from kiln.commands.diff import markdown
 from kiln.evidence import manifest
 from kiln.plan import plan, toolchain
