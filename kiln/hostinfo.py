@@ -12,9 +12,11 @@ from __future__ import annotations
 import datetime
 import os
 import platform
+import re
 import shutil
 import subprocess
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, NamedTuple
 
 
 def cpu_name() -> str:
@@ -54,6 +56,42 @@ def host() -> dict[str, Any]:
         "python": platform.python_version(),
         "gpu": gpu_name(),
     }
+
+
+class HostClass(NamedTuple):
+    """Where evidence was validated, as the site groups it: the GPU model when the run
+    had one, else the CPU model and its core count (throughput differs by cores)."""
+
+    key: str  # "gpu:NVIDIA H200" or "cpu:AMD EPYC:2": stable, for URLs and the API
+    label: str  # "NVIDIA H200" or "AMD EPYC, 2 cores"
+    short: str  # "H200" or "EPYC ×2": a matrix column header
+    kind: str  # "gpu" or "cpu"
+
+
+_NOISE = re.compile(r"\((R|TM|tm|r)\)|\b(Intel|AMD|NVIDIA|Processor|CPU|Core\(TM\))\b|@.*$")
+
+
+def _shorten(name: str) -> str:
+    short = " ".join(_NOISE.sub(" ", name).split())
+    return short or name
+
+
+def host_class(host: Any) -> HostClass:
+    """The host class of an evidence record's host (a schema Host or its dict)."""
+    data: Mapping[str, Any] = host if isinstance(host, Mapping) else vars(host)
+    gpu, cpu = data.get("gpu"), str(data.get("cpu") or "unknown CPU")
+    if gpu:
+        return HostClass(f"gpu:{gpu}", str(gpu), _shorten(str(gpu)), "gpu")
+    cores = int(data.get("cores") or 0)
+    return HostClass(f"cpu:{cpu}:{cores}", f"{cpu}, {cores} cores", f"{_shorten(cpu)} ×{cores}", "cpu")
+
+
+def scope(environ: Mapping[str, str] | None = None) -> str:
+    """The scope of a record this process makes: 'ci' where the environment says CI
+    (CI set to anything but '', '0' or 'false', as CI services set it), else 'local'.
+    `doit replay` records 'nightly' itself."""
+    value = (os.environ if environ is None else environ).get("CI", "")
+    return "ci" if value.strip().lower() not in ("", "0", "false", "no") else "local"
 
 
 def stamp() -> dict[str, Any]:

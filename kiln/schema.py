@@ -67,6 +67,9 @@ PATTERN_HELP: dict[str, tuple[str, str]] = {
 }
 
 Verdict = Literal["pass", "quality-fail", "build-fail", "unsupported-here", "not-run"]
+# Which kind of run produced an evidence record: a registered CI job, the nightly
+# replay, or a person's build (kiln.hostinfo.scope).
+Scope = Literal["ci", "nightly", "local"]
 VERDICTS: tuple[str, ...] = ("pass", "quality-fail", "build-fail", "unsupported-here", "not-run")
 
 # What the validate step measures; a gate may name any of these.
@@ -865,6 +868,14 @@ class Evidence(Recorded):
         exclude_if=_unrecorded,
         description="Seconds each step took to build the artifact this record stands on, by "
         "step (kind, or role:kind for companions). Absent when not recorded.",
+    )
+    scope: Scope | None = Field(
+        None,
+        exclude_if=_unrecorded,
+        description="Which kind of run produced the record: 'ci' (a registered CI job, the "
+        "environment sets CI), 'nightly' (doit replay) or 'local' (a person's build). Absent "
+        "on records made before scopes were recorded; every one of those came from a "
+        "person's build, so a reader takes it as 'local' (kiln.evidence.manifest.scope).",
     )
 
 

@@ -45,6 +45,12 @@ def with_roles(lock: Lock) -> Lock:
     return lock.model_copy(update={"steps": steps})
 
 
+def scope(evidence: Evidence) -> str:
+    """The scope of a record: as recorded, or 'local' for a record made before scopes
+    were recorded (every one of those came from a person's `doit build`)."""
+    return evidence.scope or "local"
+
+
 def write(path: Path, manifest: Manifest) -> None:
     atomic_write(path, pretty(manifest.model_dump(mode="json")))
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from kiln import hostinfo
 from kiln.canonical import key_of
 from kiln.catalog import Catalog
 from kiln.catalog.yaml import read_json
@@ -58,7 +59,8 @@ def record(
     cat: Catalog, store: Store, name: str, p: Plan, extra: dict[str, Any] | None = None
 ) -> Evidence:
     """Judge the validation against the recipe's gates and append the evidence.
-    `extra`: what a replay adds (attempt, step durations)."""
+    `extra`: what a replay adds (attempt, step durations, scope "nightly"); otherwise
+    the scope is the environment's (kiln.hostinfo.scope: "ci" in CI, else "local")."""
     validate = p.step("validate")
     found = measured(cat, store, validate, name)
     judged_by = _gates(cat, name)
@@ -76,7 +78,7 @@ def record(
         verdict=verdict,
         reason=reason,
         thresholds=judged_by,
-        **(extra or {}),
+        **{"scope": hostinfo.scope(), **(extra or {})},  # a replay says "nightly"
     )
     path = cat.paths.manifest(name)
     # Concurrent builds of one recipe record one run once (issue 7), and a manifest

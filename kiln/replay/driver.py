@@ -157,7 +157,11 @@ def _outcome(
     name = result["recipe"]
     base = {"seconds": float(result.get("seconds", 0.0)), "built": result.get("built", [])}
     if result["status"] == "measured":
-        extra = {"attempt": result["attempt"], "durations": _durations(p, store)}
+        extra = {
+            "attempt": result["attempt"],
+            "durations": _durations(p, store),
+            "scope": "nightly",
+        }
         try:
             evidence = record.record(cat, store, name, p, extra)
         except KilnError as exc:  # e.g. a manifest that no longer parses: this recipe only
