@@ -11,7 +11,7 @@ script enhances the index, and a Content-Security-Policy says so.
 
   __init__.py  build(): render every page into a temp dir, then swap it in
   view.py      what a page shows of a recipe and its manifest (only what evidence proves)
-  matrix.py    the support matrix: architecture x precision x variant x backend
+  matrix.py    the support matrix (architecture x precision x host class) and its grid machinery
   api.py       the JSON API next to the pages
   plot.py      the metric sparklines
   coverage.py  the coverage table (architectures x verdict) for the site and the README
@@ -22,23 +22,27 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from kiln import __version__
 from kiln.canonical import dumps
 from kiln.catalog import Catalog
 from kiln.errors import KilnError
 from kiln.evidence.gates import bound
+from kiln.evidence.manifest import scope as scope_of
 from kiln.paths import ROOT, Paths
-from kiln.schema import METRICS
+from kiln.hostinfo import host_class
+from kiln.schema import METRICS, Evidence
 from kiln.site import api as siteapi
 from kiln.site import plot as siteplot
 from kiln.site import view as siteview
-from kiln.site.matrix import Matrix, matrix
+from kiln.site.matrix import Matrix, View, matrix, views
 
 SITE = ROOT / "site"
 TEMPLATES = SITE / "templates"
@@ -84,12 +88,56 @@ def command() -> None:
 
 
 @dataclass(frozen=True)
+class Made:
+    """What made the site: kiln's version, the git commit of its code, and when."""
+
+    version: str
+    commit: str  # 12 hex digits, "+" when the work tree has uncommitted changes; or "unknown"
+    date: str  # UTC, ISO 8601 to the second
+
+    @staticmethod
+    def now() -> Made:
+        epoch = os.environ.get("SOURCE_DATE_EPOCH")  # reproducible builds pin the date
+        when = datetime.fromtimestamp(int(epoch), UTC) if epoch else datetime.now(UTC)
+        return Made(__version__, _commit(), when.isoformat(timespec="seconds"))
+
+
+def _commit() -> str:
+    def git(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            ["git", "-C", str(ROOT), *args], capture_output=True, text=True, timeout=30
+        )
+
+    try:
+        head = git("rev-parse", "--short=12", "HEAD")
+        if head.returncode != 0:
+            return "unknown"
+        dirty = git("diff", "--quiet", "HEAD", "--", "kiln", "site", "schema").returncode != 0
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return head.stdout.strip() + ("+" if dirty else "")
+
+
+@dataclass(frozen=True)
 class Site:
     entries: list[siteview.Entry]
     facets: dict[str, list[siteview.FacetValue]]
     models: list[siteview.Group]
     architectures: list[siteview.Group]
     matrix: Matrix
+    views: list[View]
+    made: Made
+
+    @property
+    def catalog(self) -> list[siteview.Entry]:
+        """The recipes in the catalog's order: by evidence, passing first."""
+        return siteview.by_evidence(self.entries)
+
+    def ordered(self, items: list[siteview.Entry]) -> list[siteview.Entry]:
+        return siteview.by_evidence(items)
+
+    def view_of(self, variant: str, backend: str | None) -> View | None:
+        return next((v for v in self.views if (v.variant, v.backend) == (variant, backend)), None)
 
     def model_url(self, repo: str) -> str:
         return next(f"models/{g.slug}.html" for g in self.models if g.key == repo)
@@ -109,6 +157,8 @@ def view(catalog: Catalog) -> Site:
         models=siteview.groups(items, "repo", slugs),
         architectures=siteview.groups(items, "architecture", slugs),
         matrix=matrix(items),
+        views=views(items),
+        made=Made.now(),
     )
 
 
@@ -117,6 +167,18 @@ def _when(date: str) -> str:
         return datetime.fromisoformat(date).strftime("%Y-%m-%d %H:%M UTC")
     except ValueError:
         return date
+
+
+def _breakable(name: str) -> Any:
+    """A name that may wrap before each CamelCase word and after each hyphen
+    ("Bart<wbr>For<wbr>Conditional...", "unsupported-<wbr>here"), escaped: the
+    matrix's columns stay narrow."""
+    import re
+
+    from markupsafe import Markup, escape
+
+    parts = re.split(r"(?<=[a-z0-9])(?=[A-Z])|(?<=-)", name)
+    return Markup("<wbr>").join(escape(p) for p in parts)
 
 
 def _environment() -> Any:
@@ -134,8 +196,62 @@ def _environment() -> Any:
     env.filters["num"] = lambda v: "—" if v is None else f"{v:.6g}"
     env.filters["when"] = _when
     env.filters["slug"] = siteview.slug
-    env.globals.update(FACETS=siteview.FACETS, METRICS=METRICS, NAV=NAV)
+    env.filters["breakable"] = _breakable
+    env.globals.update(
+        FACETS=siteview.FACETS,
+        METRICS=METRICS,
+        NAV=NAV,
+        SCOPES=SCOPES,
+        GUTTER=siteplot.GUTTER,
+        stale_of=siteapi.stale_reason,
+        scope_of=scope_of,
+        zip=zip,
+    )
     return env
+
+
+SCOPES = {
+    "ci": "a registered CI job",
+    "nightly": "the nightly replay",
+    "local": "a person's build",
+}
+
+
+@dataclass(frozen=True)
+class Records:
+    """Consecutive evidence records that say the same thing, shown as one row."""
+
+    indexes: list[int]  # newest first
+    record: Evidence  # the newest
+
+    @property
+    def first(self) -> int:
+        return self.indexes[0]
+
+    @property
+    def older(self) -> list[int]:
+        return self.indexes[1:]
+
+    def dates(self, history: list[Evidence]) -> tuple[str, str]:
+        return history[self.indexes[-1]].date, history[self.indexes[0]].date
+
+
+def _same(ev: Evidence) -> str:
+    """What makes two records identical on the page: all but the date and the keys."""
+    data = ev.model_dump(mode="json", exclude={"date", "step_key", "thresholds", "durations"})
+    data["host"] = host_class(ev.host).key
+    return str(dumps(data))
+
+
+def collapsed(history: list[Evidence]) -> list[Records]:
+    """The evidence newest first, identical consecutive records in one row."""
+    out: list[Records] = []
+    for i in reversed(range(len(history))):
+        if out and _same(history[i]) == _same(out[-1].record):
+            out[-1].indexes.append(i)
+        else:
+            out.append(Records([i], history[i]))
+    return out
 
 
 def gate_rows(e: siteview.Entry) -> list[dict[str, Any]]:
@@ -171,6 +287,7 @@ def _recipe_page(e: siteview.Entry) -> dict[str, Any]:
         "gates": gate_rows(e),
         "plots": siteplot.plots(e.history),
         "plot_size": (siteplot.WIDTH, siteplot.HEIGHT),
+        "records": collapsed(e.history),
         "limitations": e.strings("known_limitations"),
         "tags": e.strings("tags"),
         "owners": e.strings("owners"),
@@ -179,12 +296,13 @@ def _recipe_page(e: siteview.Entry) -> dict[str, Any]:
 
 def pages(site: Site) -> Iterator[PageSpec]:
     """(path, template, context) of every page."""
-    yield "index.html", "index.html", {"entries": site.entries, "selected": None}
+    yield "index.html", "index.html", {"entries": site.catalog, "selected": None}
     for facet, values in site.facets.items():
         for fv in values:
-            chosen = [e for e in site.entries if e.facets[facet] == fv.value]
+            chosen = [e for e in site.catalog if e.facets[facet] == fv.value]
             yield fv.url(facet), "index.html", {"entries": chosen, "selected": (facet, fv)}
-    yield "matrix.html", "matrix.html", {}
+    for v in site.views:
+        yield v.url, "matrix.html", {"view": v}
     yield "models/index.html", "groups.html", {"kind": "models", "groups": site.models}
     for g in site.models:
         yield f"models/{g.slug}.html", "model.html", {"g": g}

@@ -2,7 +2,7 @@
 
     api/recipes.json            every recipe: checkpoint, facets, verdict, evidence link
     api/recipes/<name>.json     one recipe: the recipe as loaded, gates, lock, evidence
-    api/matrix.json             the support matrix, cell by cell
+    api/matrix.json             the support matrix, cell by cell, each cell per host class
 
 Documented by schema/site-api.schema.json (copied to api/schema/ with the schemas it
 references); a test validates every emitted file against it. URLs are relative to
@@ -14,10 +14,26 @@ from __future__ import annotations
 
 from typing import Any
 
-from kiln.site.matrix import Matrix
+from kiln.hostinfo import HostClass
+from kiln.site.matrix import Cell, Matrix
 from kiln.site.view import Entry
 
 API_VERSION = 1
+
+
+def host(h: HostClass | None) -> dict[str, str] | None:
+    return {"key": h.key, "label": h.label, "kind": h.kind} if h else None
+
+
+def stale_reason(e: Entry) -> dict[str, str] | None:
+    """Why `doit check` calls the manifest stale, and what makes it current."""
+    s = e.stale_reason
+    if s is not None:
+        return {"cause": s.cause, "summary": s.summary, "command": s.command, "verb": s.verb}
+    if e.pin_moved:
+        why = "the manifest records another checkpoint pin than the recipe declares"
+        return {"cause": "recipe", "summary": why, "command": f"doit build recipe={e.name}", "verb": "rebuild"}
+    return None
 
 
 def summary(e: Entry) -> dict[str, Any]:
@@ -34,6 +50,13 @@ def summary(e: Entry) -> dict[str, Any]:
         "evidence_count": len(e.history),
         "latest_date": e.latest.date if e.latest else None,
         "stale": e.stale,
+        "stale_reason": stale_reason(e),
+        "host": host(e.host),
+        "scope": e.scope,
+        "validated_on": [
+            {"host": host(c.host), "verdict": c.verdict, "scope": c.scope, "evidence": c.href}
+            for c in e.claims
+        ],
     }
 
 
@@ -58,20 +81,35 @@ def detail(e: Entry) -> dict[str, Any]:
     }
 
 
+def _cell(c: Cell) -> dict[str, Any]:
+    return {
+        "verdict": c.verdict,
+        "label": c.label,
+        "counts": c.counts,
+        "evidence": c.href,
+        "recipes": [e.name for e in c.entries],
+        "scopes": c.scopes,
+        "stale": [e.name for e in c.stale],
+    }
+
+
 def matrix(m: Matrix) -> dict[str, Any]:
     return {
         "api_version": API_VERSION,
         "columns": [{"precision": p, "variant": v, "backend": b} for p, v, b in m.columns],
+        "hosts": [host(h) for h in m.by_host.hosts],
         "rows": [
             {
                 "architecture": row.architecture,
                 "cells": [
                     {
-                        "verdict": c.verdict,
-                        "evidence": c.href,
-                        "recipes": [e.name for e in c.entries],
+                        **_cell(c),
+                        "hosts": [
+                            {"host": host(h.column.host), **_cell(h)}
+                            for h in m.hosts(row.key, col)
+                        ],
                     }
-                    for c in row.cells
+                    for col, c in zip(m.columns, row.cells, strict=True)
                 ],
             }
             for row in m.rows

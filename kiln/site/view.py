@@ -22,11 +22,13 @@ from typing import Any
 from kiln.catalog import Catalog
 from kiln.errors import KilnError
 from kiln.evidence import manifest
+from kiln.evidence.stale import Stale
+from kiln.hostinfo import HostClass, host_class
 from kiln.schema import Evidence, Manifest, Recipe, Thresholds
 
 NOT_BUILT = "not built"
 UNKNOWN = "unknown"
-# Facets of the index, in display order: key -> label.
+# Facets of the index, in display order: key -> label (a label lowercased is its key).
 FACETS: dict[str, str] = {
     "architecture": "Architecture",
     "task": "Task",
@@ -34,8 +36,13 @@ FACETS: dict[str, str] = {
     "variant": "Variant",
     "backend": "Backend",
     "target": "Target",
+    "host": "Host",
+    "scope": "Scope",
     "verdict": "Verdict",
 }
+# The catalog's order: what passes first, then what was measured and failed, what
+# could not run here, and what proves nothing yet; by name within each.
+EVIDENCE_ORDER = ("pass", "quality-fail", "build-fail", "unsupported-here", "not-run", NOT_BUILT)
 
 
 def get(obj: Any, dotted: str, default: Any = None) -> Any:
@@ -136,6 +143,29 @@ def _companions(recipe: Recipe, lock: Any) -> list[Checkpoint]:
     return out
 
 
+@dataclass(frozen=True)
+class Claim:
+    """What one evidence record claims for a recipe on one host class: the latest record
+    of the recipe's current build (the lock's validate step) on that host class."""
+
+    entry: Entry
+    index: int  # the record's number in the manifest (the page's #evidence-<index>)
+    record: Evidence
+    host: HostClass
+
+    @property
+    def verdict(self) -> str:
+        return self.record.verdict
+
+    @property
+    def scope(self) -> str:
+        return manifest.scope(self.record)
+
+    @property
+    def href(self) -> str:
+        return f"{self.entry.url}#evidence-{self.index}"
+
+
 @dataclass
 class Entry:
     """One recipe as the site shows it."""
@@ -145,19 +175,31 @@ class Entry:
     thresholds: Thresholds
     manifest: Manifest | None
     facets: dict[str, str] = field(default_factory=dict)
+    stale_reason: Stale | None = None  # what `doit check` says (kiln.evidence.stale)
+    # unsupported here: the recipes of its checkpoint, precision and variant that pass
+    # somewhere (set by entries(); their host classes say what would run it)
+    runs_on: list[Entry] = field(default_factory=list, repr=False)
+    target_hosts: list[HostClass] = field(default_factory=list)  # GPUs that passed its target
 
     @property
-    def stale(self) -> bool:
-        """The manifest records another checkpoint pin than the recipe declares."""
+    def pin_moved(self) -> bool:
+        """The manifest records another checkpoint pin than the recipe declares: its
+        evidence proves nothing about the recipe as written (it is "not built")."""
         if self.manifest is None:
             return False
         lock = self.manifest.lock.model
         return lock.pin != self.recipe.model.pin
 
     @property
+    def stale(self) -> bool:
+        """Stale as `doit check` means it (the lock no longer matches the recipe, or the
+        verdict was judged under other gates), or the pin moved."""
+        return self.pin_moved or self.stale_reason is not None
+
+    @property
     def described(self) -> str:
         """Where the checkpoint comes from and what it is, from the lock once built."""
-        if self.manifest is not None and not self.stale:
+        if self.manifest is not None and not self.pin_moved:
             return self.manifest.lock.model.described
         return self.recipe.model.described
 
@@ -167,7 +209,39 @@ class Entry:
 
     @property
     def latest(self) -> Evidence | None:
-        return self.history[-1] if self.history and not self.stale else None
+        return self.history[-1] if self.history and not self.pin_moved else None
+
+    @property
+    def host(self) -> HostClass | None:
+        """Where the deciding record was validated."""
+        return host_class(self.latest.host) if self.latest else None
+
+    @property
+    def scope(self) -> str | None:
+        return manifest.scope(self.latest) if self.latest else None
+
+    @cached_property
+    def claims(self) -> list[Claim]:
+        """One claim per host class the current build was validated on, the deciding
+        record's host first: a record of an older build (another validate step key)
+        proves nothing about this one."""
+        if self.latest is None or self.manifest is None:
+            return []
+        key = self.latest.step_key
+        found: dict[str, Claim] = {}
+        for i, ev in enumerate(self.history):
+            if ev.step_key == key:
+                cls = host_class(ev.host)
+                found.pop(cls.key, None)
+                found[cls.key] = Claim(self, i, ev, cls)
+        return list(reversed(found.values()))  # the latest record's host comes first
+
+    @property
+    def rank(self) -> tuple[int, str]:
+        """The catalog's sort key: by evidence (EVIDENCE_ORDER), then by name."""
+        order = EVIDENCE_ORDER.index(self.verdict) if self.verdict in EVIDENCE_ORDER else 99
+        return order, self.name
+
 
     @property
     def verdict(self) -> str:
@@ -184,11 +258,13 @@ class Entry:
 
     @property
     def architecture(self) -> str | None:
-        return self.manifest.lock.model.architecture if self.manifest and not self.stale else None
+        if self.manifest and not self.pin_moved:
+            return self.manifest.lock.model.architecture
+        return None
 
     @cached_property
     def checkpoints(self) -> list[Checkpoint]:
-        lock = self.manifest.lock if self.manifest and not self.stale else None
+        lock = self.manifest.lock if self.manifest and not self.pin_moved else None
         main = Checkpoint(
             "model",
             self.recipe.model.title,
@@ -218,11 +294,51 @@ def _facets(e: Entry) -> dict[str, str]:
         "variant": text(get(r, "execution.variant", UNKNOWN)),
         "backend": text(get(r, "build.backend", UNKNOWN)),
         "target": _target(r, e.latest),
+        "host": e.host.label if e.host else NOT_BUILT,
+        "scope": e.scope or NOT_BUILT,
         "verdict": e.verdict,
     }
 
 
-def entries(catalog: Catalog) -> list[Entry]:
+def by_evidence(items: list[Entry]) -> list[Entry]:
+    """The catalog's order: passing first, then quality-fail, unsupported-here, not built."""
+    return sorted(items, key=lambda e: e.rank)
+
+
+def _alternatives(items: list[Entry]) -> None:
+    """For each recipe that is unsupported here: the recipes of the same checkpoint,
+    precision and variant that pass somewhere (the host class they pass on says
+    what would run it)."""
+
+    def same(e: Entry) -> tuple[object, ...]:
+        r = e.recipe
+        return (r.model.title, r.precision.model_dump_json(), r.execution.variant)
+
+    for e in items:
+        if e.verdict == "unsupported-here":
+            e.runs_on = [
+                o for o in items if o is not e and o.verdict == "pass" and same(o) == same(e)
+            ]
+            target = text(get(e.recipe, "build.target", "cpu"))
+            if target != "cpu":  # a GPU target: the GPU host classes that passed it
+                found = {
+                    c.host.key: c.host
+                    for o in items
+                    if text(get(o.recipe, "build.target", "cpu")) == target
+                    for c in o.claims
+                    if c.verdict == "pass" and c.host.kind == "gpu"
+                }
+                e.target_hosts = sorted(found.values(), key=lambda h: h.label)
+
+
+def entries(catalog: Catalog, stale: list[Stale] | None = None) -> list[Entry]:
+    """Every recipe joined with its manifest, by name; `stale`: what `doit check` finds
+    stale (kiln.evidence.stale.find), computed here when not given."""
+    if stale is None:
+        from kiln.evidence.stale import find
+
+        stale = find(catalog)
+    why = {s.recipe: s for s in stale}
     out = []
     for name, recipe in sorted(catalog.recipes.items()):
         path = catalog.paths.manifest(name)
@@ -233,9 +349,10 @@ def entries(catalog: Catalog) -> list[Entry]:
         if found is not None and found.recipe != name:
             found = None
         thresholds = catalog.thresholds[recipe.validation.thresholds]
-        entry = Entry(name, recipe, thresholds, found)
+        entry = Entry(name, recipe, thresholds, found, stale_reason=why.get(name))
         entry.facets = _facets(entry)
         out.append(entry)
+    _alternatives(out)
     return out
 
 

@@ -3,6 +3,8 @@
 // server-rendered page per facet value. No framework, no inline code (the pages
 // carry a Content-Security-Policy that forbids it). State lives in the query string
 // (?q=llama&precision=fp32), so a filtered view can be bookmarked and shared.
+// Each option's count follows the other filters: it says how many recipes choosing
+// it would show.
 "use strict";
 
 (function () {
@@ -15,9 +17,24 @@
   const selects = Array.from(form.querySelectorAll("select"));
   const search = form.elements.namedItem("q");
 
-  function matches(row, query) {
+  function matches(row, query, except) {
     if (query && !row.dataset.search.includes(query)) return false;
-    return selects.every((s) => !s.value || row.dataset[s.name] === s.value);
+    return selects.every((s) => s === except || !s.value || row.dataset[s.name] === s.value);
+  }
+
+  function recount(query) {
+    for (const select of selects) {
+      const counts = new Map();
+      for (const row of rows) {
+        if (!matches(row, query, select)) continue;
+        const value = row.dataset[select.name];
+        counts.set(value, (counts.get(value) || 0) + 1);
+      }
+      for (const option of select.options) {
+        if (!option.value) continue;
+        option.textContent = option.value + " (" + (counts.get(option.value) || 0) + ")";
+      }
+    }
   }
 
   function remember() {
@@ -39,6 +56,7 @@
         ? "Showing all " + rows.length + " recipes."
         : "Showing " + shown + " of " + rows.length + " recipes.";
     empty.hidden = shown > 0;
+    recount(query);
     remember();
   }
 
