@@ -83,7 +83,9 @@ def host_class(host: Any) -> HostClass:
     if gpu:
         return HostClass(f"gpu:{gpu}", str(gpu), _shorten(str(gpu)), "gpu")
     cores = int(data.get("cores") or 0)
-    return HostClass(f"cpu:{cpu}:{cores}", f"{cpu}, {cores} cores", f"{_shorten(cpu)} ×{cores}", "cpu")
+    return HostClass(
+        f"cpu:{cpu}:{cores}", f"{cpu}, {cores} cores", f"{_shorten(cpu)} ×{cores}", "cpu"
+    )
 
 
 def scope(environ: Mapping[str, str] | None = None) -> str:

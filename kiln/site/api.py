@@ -32,7 +32,12 @@ def stale_reason(e: Entry) -> dict[str, str] | None:
         return {"cause": s.cause, "summary": s.summary, "command": s.command, "verb": s.verb}
     if e.pin_moved:
         why = "the manifest records another checkpoint pin than the recipe declares"
-        return {"cause": "recipe", "summary": why, "command": f"doit build recipe={e.name}", "verb": "rebuild"}
+        return {
+            "cause": "recipe",
+            "summary": why,
+            "command": f"doit build recipe={e.name}",
+            "verb": "rebuild",
+        }
     return None
 
 
@@ -105,8 +110,7 @@ def matrix(m: Matrix) -> dict[str, Any]:
                     {
                         **_cell(c),
                         "hosts": [
-                            {"host": host(h.column.host), **_cell(h)}
-                            for h in m.hosts(row.key, col)
+                            {"host": host(h.column.host), **_cell(h)} for h in m.hosts(row.key, col)
                         ],
                     }
                     for col, c in zip(m.columns, row.cells, strict=True)

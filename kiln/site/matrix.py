@@ -210,7 +210,9 @@ def _architecture(e: Entry) -> str:
     return cell(e.recipe, e.manifest.lock if e.manifest else None).architecture
 
 
-def _claims(items: Iterable[Entry], group: Callable[[Entry], Group]) -> list[tuple[str, Group, Claim]]:
+def _claims(
+    items: Iterable[Entry], group: Callable[[Entry], Group]
+) -> list[tuple[str, Group, Claim]]:
     return [(_architecture(e), group(e), c) for e in items for c in e.claims]
 
 

@@ -53,7 +53,9 @@ class Series:
 
     @property
     def polylines(self) -> list[str]:
-        return [" ".join(f"{p.x:.1f},{p.y:.1f}" for p in seg) for seg in self.segments if len(seg) > 1]
+        return [
+            " ".join(f"{p.x:.1f},{p.y:.1f}" for p in seg) for seg in self.segments if len(seg) > 1
+        ]
 
     @property
     def points(self) -> list[Point]:
@@ -143,7 +145,9 @@ def plots(history: list[Evidence]) -> list[Plot]:
         ]
         series = []
         for number, host in enumerate(hosts):
-            mine = [p for p, (_, e) in zip(points, measured, strict=True) if host_class(e.host) == host]
+            mine = [
+                p for p, (_, e) in zip(points, measured, strict=True) if host_class(e.host) == host
+            ]
             if not mine:
                 continue
             segments: list[list[Point]] = [[mine[0]]]

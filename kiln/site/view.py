@@ -176,7 +176,7 @@ class Entry:
     manifest: Manifest | None
     facets: dict[str, str] = field(default_factory=dict)
     stale_reason: Stale | None = None  # what `doit check` says (kiln.evidence.stale)
-    # unsupported here: the recipes of its checkpoint, precision and variant that pass
+    # unsupported here: the recipes of its checkpoint, precision, variant, backend that pass
     # somewhere (set by entries(); their host classes say what would run it)
     runs_on: list[Entry] = field(default_factory=list, repr=False)
     target_hosts: list[HostClass] = field(default_factory=list)  # GPUs that passed its target
@@ -242,7 +242,6 @@ class Entry:
         order = EVIDENCE_ORDER.index(self.verdict) if self.verdict in EVIDENCE_ORDER else 99
         return order, self.name
 
-
     @property
     def verdict(self) -> str:
         return self.latest.verdict if self.latest else NOT_BUILT
@@ -307,12 +306,13 @@ def by_evidence(items: list[Entry]) -> list[Entry]:
 
 def _alternatives(items: list[Entry]) -> None:
     """For each recipe that is unsupported here: the recipes of the same checkpoint,
-    precision and variant that pass somewhere (the host class they pass on says
-    what would run it)."""
+    precision, variant and backend that pass somewhere (the host class they pass on
+    says what would run it), and for a GPU target the GPU host classes that passed
+    recipes of that target."""
 
     def same(e: Entry) -> tuple[object, ...]:
         r = e.recipe
-        return (r.model.title, r.precision.model_dump_json(), r.execution.variant)
+        return (r.model.title, r.precision.model_dump_json(), r.execution.variant, r.build.backend)
 
     for e in items:
         if e.verdict == "unsupported-here":
