@@ -45,8 +45,8 @@ import textwrap
 from typing import Any
 
 from kiln.commands import diffing
-from kiln.evidence import review
 from kiln.errors import KilnError, Problem
+from kiln.evidence import review
 from kiln.paths import Paths
 
 WIDTH = 100  # Markdown source lines are wrapped here; rendered, they join again

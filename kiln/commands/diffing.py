@@ -36,11 +36,10 @@ from typing import Any
 
 from kiln import catalog as catalog_mod
 from kiln.catalog.yaml import read_source
-from kiln.evidence import review
 from kiln.commands.check import manifest_problems
 from kiln.commands.workspace import located
 from kiln.errors import KilnError, Problem
-from kiln.evidence import cells, manifest
+from kiln.evidence import cells, manifest, review
 from kiln.paths import Paths
 from kiln.plan import plan
 from kiln.plan.step import Plan, Step

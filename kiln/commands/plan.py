@@ -8,10 +8,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from kiln.evidence import review
 from kiln.commands.workspace import catalog, plan_in, selected, store
 from kiln.errors import KilnError
-from kiln.evidence import manifest
+from kiln.evidence import manifest, review
 
 
 def plans(recipe: str | None) -> list[dict[str, Any]]:

@@ -36,8 +36,8 @@ from kiln.catalog import Catalog
 from kiln.errors import KilnError
 from kiln.evidence.gates import bound
 from kiln.evidence.manifest import scope as scope_of
-from kiln.paths import ROOT, Paths
 from kiln.hostinfo import host_class
+from kiln.paths import ROOT, Paths
 from kiln.schema import METRICS, Evidence
 from kiln.site import api as siteapi
 from kiln.site import plot as siteplot

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from itertools import pairwise
 
 from kiln.hostinfo import HostClass, host_class
 from kiln.schema import Evidence
@@ -151,7 +152,7 @@ def plots(history: list[Evidence]) -> list[Plot]:
             if not mine:
                 continue
             segments: list[list[Point]] = [[mine[0]]]
-            for prev, p in zip(mine, mine[1:], strict=False):
+            for prev, p in pairwise(mine):
                 if any(prev.index < i <= p.index for i in cut):
                     segments.append([p])
                 else:

@@ -14,9 +14,8 @@ import yaml
 from conftest import ROOT, World
 
 from kiln.commands import diffing
-from kiln.evidence import review
 from kiln.commands.diff import markdown
-from kiln.evidence import manifest
+from kiln.evidence import manifest, review
 from kiln.plan import plan, toolchain
 from kiln.plan.step import Plan
 from kiln.schema import Manifest, StepLock
