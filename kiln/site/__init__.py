@@ -65,9 +65,16 @@ def sources() -> list[Path]:
 
 
 def inputs(paths: Paths) -> list[Path]:
-    """What `doit site` reads: the catalog's files (found by name, not loaded) and
-    `sources()`; doit's file_dep, so an unchanged site is not rendered again."""
+    """What `doit site` reads: the catalog's files (found by name, not loaded),
+    `sources()`, and the code step keys hash (the planner, builders/, runtime/):
+    the site badges what `doit check` calls stale, which they decide. doit's
+    file_dep, so an unchanged site is not rendered again. A library upgrade alone
+    is not seen here (it re-keys steps, which `doit check` sees): `doit site -a`."""
+    keyed = [*(ROOT / "kiln" / "plan").rglob("*.py")]
+    for folder in ("builders", "runtime"):
+        keyed += [p for p in (ROOT / folder).rglob("*") if "__pycache__" not in p.parts]
     data = [
+        *keyed,
         *paths.recipes.glob("*.yaml"),
         *paths.thresholds.glob("*.yaml"),
         *paths.prompts.glob("*.yaml"),

@@ -220,3 +220,44 @@ def test_recipe_page_and_index_show_limitations_tags_owners_and_companions(tmp_p
         assert shown in page, shown
     index = (tmp_path / "site" / "index.html").read_text()
     assert '<span class="tag">tiny</span>' in index
+
+
+# ---------------------------------------------------------------- host class and scope
+
+
+def test_a_record_names_its_scope_and_older_records_read_as_local() -> None:
+    from kiln.evidence.manifest import scope
+    from kiln.hostinfo import scope as scope_here
+
+    assert scope_here({"CI": "true"}) == "ci" and scope_here({"CI": "1"}) == "ci"
+    assert scope_here({}) == "local" and scope_here({"CI": "false"}) == "local"
+    old = json.loads((ROOT / "manifests" / "tiny-llama.json").read_text())["evidence"][0]
+    assert "scope" not in old  # recorded before scopes were: a person's build
+    record = schema.Evidence.model_validate(old)
+    assert scope(record) == "local" and "scope" not in record.model_dump(mode="json")
+    nightly = schema.Evidence.model_validate({**old, "scope": "nightly"})
+    assert scope(nightly) == "nightly" and nightly.model_dump(mode="json")["scope"] == "nightly"
+
+
+def test_host_class_is_the_gpu_or_the_cpu_and_its_cores() -> None:
+    from kiln.hostinfo import host_class
+
+    gpu = host_class({"cpu": "Intel(R) Xeon(R) Processor", "cores": 16, "gpu": "NVIDIA H200"})
+    assert (gpu.label, gpu.short, gpu.kind) == ("NVIDIA H200", "H200", "gpu")
+    cpu = host_class({"cpu": "AMD EPYC", "cores": 2, "gpu": None})
+    assert (cpu.label, cpu.short, cpu.kind) == ("AMD EPYC, 2 cores", "EPYC ×2", "cpu")
+    assert host_class({"cpu": "AMD EPYC", "cores": 4}).key != cpu.key
+
+
+def test_a_plot_is_flat_below_display_precision_and_breaks_where_the_build_changed() -> None:
+    from kiln.site import plot
+
+    old = json.loads((ROOT / "manifests" / "tiny-llama.json").read_text())["evidence"][0]
+    a = schema.Evidence.model_validate({**old, "metrics": {"m": 0.2976221}})
+    b = a.model_copy(update={"metrics": {"m": 0.2976224}, "step_key": "f" * 64})
+    c = b.model_copy(update={"metrics": {"m": 0.5}})
+    (flat,) = plot.plots([a, b])
+    assert flat.flat and len({p.y for p in flat.points}) == 1 and flat.scale.startswith("flat")
+    assert len(flat.breaks) == 1 and [len(s) for s in flat.series[0].segments] == [1, 1]
+    (moved,) = plot.plots([a, b, c])
+    assert not moved.flat and [t for _, t in moved.ticks] == ["0.5", "0.297622"]
