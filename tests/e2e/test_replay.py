@@ -55,6 +55,7 @@ def test_replay_without_changes_remeasures_and_only_appends_evidence(replay_worl
         assert record["date"] != old["evidence"][-1]["date"]
         assert record["attempt"] == 1
         assert set(record["durations"]) == {s["kind"] for s in new["lock"]["steps"]}
+        assert record["scope"] == "nightly"  # the replay says which run made it
         assert record["verdict"] == "pass"
         for metric in ("token_match_rate", "max_abs_logit_diff", "min_logit_cosine"):
             assert record["metrics"][metric] == old["evidence"][-1]["metrics"][metric]
