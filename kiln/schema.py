@@ -358,6 +358,12 @@ class Precision(Strict):
     compute: Literal[COMPUTE] = Field(  # type: ignore[valid-type]
         "fp32", description="Dtype of activations and accumulation outside quantized matmuls."
     )
+    block_size: Literal[16, 32, 64, 128, 256] | None = Field(
+        None,
+        description="Blocked int4 weights (int4-awq, w4a8-awq): weights per scale along "
+        "the input dimension. Unset: modelopt's 128. Smaller blocks keep more accuracy "
+        "and store more scales; one that divides the layers' input width pads nothing.",
+    )
 
 
 class Calibration(Strict):

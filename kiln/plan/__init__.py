@@ -110,6 +110,7 @@ def quantize_step(
         "samples": cal.samples,
         "max_tokens": cal.max_tokens,
         "task": task,
+        **({"block_size": precision.block_size} if precision.block_size else {}),
     }
     return _step(
         "quantize",
