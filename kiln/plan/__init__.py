@@ -307,7 +307,7 @@ def plan(name: str, recipe: Recipe, prompts: PromptSet, tools: Toolchain) -> Pla
     )
     options = {
         "variant": recipe.execution.variant,
-        "precision": recipe.precision.model_dump(),
+        "precision": recipe.precision.model_dump(exclude_none=True),
         "task": recipe.task,
     }
     speculative = variants.speculative(recipe)
