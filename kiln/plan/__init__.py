@@ -111,6 +111,7 @@ def quantize_step(
         "max_tokens": cal.max_tokens,
         "task": task,
         **({"block_size": precision.block_size} if precision.block_size else {}),
+        **({"awq_alpha_step": cal.awq_alpha_step} if cal.awq_alpha_step else {}),
     }
     return _step(
         "quantize",
