@@ -361,6 +361,12 @@ class Precision(Strict):
     compute: Literal[COMPUTE] = Field(  # type: ignore[valid-type]
         "fp32", description="Dtype of activations and accumulation outside quantized matmuls."
     )
+    block_size: Literal[16, 32, 64, 128, 256] | None = Field(
+        None,
+        description="Blocked int4 weights (int4-awq, w4a8-awq): weights per scale along "
+        "the input dimension. Unset: modelopt's 128. Smaller blocks keep more accuracy "
+        "and store more scales; one that divides the layers' input width pads nothing.",
+    )
 
 
 class Calibration(Strict):
@@ -373,6 +379,14 @@ class Calibration(Strict):
     )
     max_tokens: int = Field(
         64, ge=8, le=4096, description="Each calibration text is cut to this many tokens."
+    )
+    awq_alpha_step: float | None = Field(
+        None,
+        ge=0.05,
+        le=0.5,
+        description="AWQ precisions (int4-awq, w4a8-awq): the step of AWQ-lite's grid search "
+        "over its scaling exponent (modelopt's alpha_step). Unset: modelopt's 0.1, 11 "
+        "values per layer; 0.25 tries 5, in under half the calibration time.",
     )
 
 

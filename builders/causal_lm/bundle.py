@@ -27,7 +27,7 @@ class Options(BaseModel):
         pattern="^(ordinary|draft|ngram|lora|mtp|eagle3|dflash|dspark)$",
         description="Execution variant.",
     )
-    precision: dict[str, str] = Field(description="Recipe precision, recorded for readers.")
+    precision: dict[str, str | int] = Field(description="Recipe precision, recorded for readers.")
     speculative: dict[str, Any] = Field(
         default_factory=dict,
         description="Drafting parameters (max_draft_len, ...); empty when the variant "

@@ -136,7 +136,7 @@ def _needs_cuda(request: Request) -> bool:
 def build(request: Request, writer: Writer) -> None:
     import torch
 
-    from builders.causal_lm import _cache, _tracefix
+    from builders.causal_lm import _attention, _cache, _tracefix
     from builders.causal_lm._capture import install_hooks
     from builders.common.hf import load_for_export
 
@@ -176,8 +176,15 @@ def build(request: Request, writer: Writer) -> None:
     # padding arithmetic) being frozen into the trace. Those branches are the same
     # for every shape the runtime feeds, and validate checks the graph against the
     # reference at many shapes, so the warnings are noise here.
-    with torch.no_grad(), warnings.catch_warnings(), _tracefix.traceable(model):
+    with (
+        torch.no_grad(),
+        warnings.catch_warnings(),
+        _tracefix.traceable(model),
+        _attention.grouped(model) as swapped,
+    ):
         warnings.simplefilter("ignore")
+        if swapped:
+            request.log("attention: grouped queries over the shared KV heads (no repeat_kv)")
         try:
             torch.onnx.export(
                 explicit_cache_module(model, entries, seen, points),

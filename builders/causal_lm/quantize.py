@@ -49,10 +49,24 @@ class Options(BaseModel):
     samples: int = Field(ge=1, description="Calibration texts.")
     max_tokens: int = Field(ge=8, description="Tokens per calibration text.")
     task: str = Field(pattern="^text-generation$", description="The recipe's task.")
+    block_size: int | None = Field(
+        None, description="Blocked int4 weights: weights per scale along K (else modelopt's)."
+    )
+    awq_alpha_step: float | None = Field(
+        None, description="AWQ-lite's grid step over alpha (else modelopt's)."
+    )
 
 
-def config(mtq: Any, weights: str, kv_cache: str) -> dict[str, Any]:
-    """modelopt's config for the weights, with its FP8_KV_CFG entries for an fp8 cache."""
+def config(
+    mtq: Any,
+    weights: str,
+    kv_cache: str,
+    block_size: int | None = None,
+    awq_alpha_step: float | None = None,
+) -> dict[str, Any]:
+    """modelopt's config for the weights, with its FP8_KV_CFG entries for an fp8 cache,
+    `block_size` for the weight quantizers that quantize in blocks along K, and
+    `awq_alpha_step` for AWQ-lite's search."""
     name = CONFIGS[weights]
     if name is None:  # fp32 weights, fp8 KV cache only: every other quantizer off
         cfg: dict[str, Any] = {"quant_cfg": [{"quantizer_name": "*", "enable": False}]}
@@ -61,6 +75,16 @@ def config(mtq: Any, weights: str, kv_cache: str) -> dict[str, Any]:
         cfg = copy.deepcopy(getattr(mtq, name))
     if kv_cache == "fp8":
         cfg["quant_cfg"] = [*cfg["quant_cfg"], *copy.deepcopy(mtq.FP8_KV_CFG["quant_cfg"])]
+    if block_size is not None:
+        for entry in cfg["quant_cfg"]:
+            quantizers = entry.get("cfg")  # W4A8: a list, the int4 stage first
+            for q in quantizers if isinstance(quantizers, list) else [quantizers]:
+                if entry.get("quantizer_name") == "*weight_quantizer" and -1 in (
+                    (q or {}).get("block_sizes") or {}
+                ):
+                    q["block_sizes"][-1] = block_size
+    if awq_alpha_step is not None:
+        cfg["algorithm"] = {"method": "awq_lite", "alpha_step": awq_alpha_step}
     return cfg
 
 
@@ -93,7 +117,7 @@ def build(request: Request, writer: Writer) -> None:
             for ids in request.progress(texts, len(texts), "calibration texts"):
                 m(torch.tensor([ids], device=device))
 
-    cfg = config(mtq, opts.weights, opts.kv_cache)
+    cfg = config(mtq, opts.weights, opts.kv_cache, opts.block_size, opts.awq_alpha_step)
     request.log(f"{CONFIGS[opts.weights] or 'FP8_KV_CFG'} on {device}, {len(calibration)} texts")
     started = time.monotonic()
     try:
@@ -120,6 +144,8 @@ def build(request: Request, writer: Writer) -> None:
             "weights": opts.weights,
             "kv_cache": opts.kv_cache,
             "config": CONFIGS[opts.weights],
+            **({"block_size": opts.block_size} if opts.block_size else {}),
+            **({"awq_alpha_step": opts.awq_alpha_step} if opts.awq_alpha_step else {}),
             "device": torch.cuda.get_device_name() if cuda else "cpu",
             "calibration_texts": len(calibration),
             "calibration_tokens": sum(len(t) for t in calibration),

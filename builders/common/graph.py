@@ -88,10 +88,11 @@ def external_files(model: Any) -> list[str]:
     return sorted(found)
 
 
-def tidy(model: Any, fold_weights: bool = False) -> Any:
+def tidy(model: Any, fold_weights: bool = False, fuse: bool = False) -> Any:
     """The graph after onnxscript's optimizer passes, less its pattern rewriter (the
     module's docstring says why). `fold_weights`: fold the weight subgraphs too (a
-    quantized graph's Q/DQ around every weight), up to FOLD_LIMIT."""
+    quantized graph's Q/DQ around every weight), up to FOLD_LIMIT. `fuse`: then fuse
+    sibling MatMuls (fuse_siblings)."""
     import onnx_ir as ir
     import onnxscript.optimizer
     from onnx_ir.passes import common
@@ -110,6 +111,8 @@ def tidy(model: Any, fold_weights: bool = False) -> Any:
         )(ir_model)
         if not (folded.modified or pruned.modified):
             break
+    if fuse:
+        fuse_siblings(ir_model)
     ir.passes.Sequential(
         common.RemoveUnusedNodesPass(),
         common.LiftConstantsToInitializersPass(lift_all_constants=True, size_limit=0),
@@ -132,3 +135,64 @@ def check(
 
     onnx.checker.check_model(str(saved) if saved is not None else model, full_check=full)
     return value_info(model.graph.input), value_info(model.graph.output)
+
+
+def fuse_siblings(ir_model: Any) -> int:
+    """Horizontal fusion, in place on an onnx_ir model: MatMuls that read the same input
+    and multiply it by constant fp32 weights of the same K (a layer's q/k/v
+    projections, an MLP's gate and up) become one MatMul over the weights side by
+    side, then a Split back into the original outputs. Every output element is the
+    same dot product as before; a decode step reads its input once and runs one
+    kernel instead of three. A weight used anywhere else (tied) stays put. Returns
+    how many MatMuls were folded away."""
+    import numpy as np
+    import onnx_ir as ir
+
+    graph = ir_model.graph
+
+    def weight(node: Any) -> Any:
+        if node.op_type != "MatMul" or node.domain not in ("", "ai.onnx"):
+            return None
+        w = node.inputs[1]
+        if w is None or not w.is_initializer() or len(w.uses()) != 1:
+            return None
+        t = w.const_value
+        ok = t is not None and t.dtype == ir.DataType.FLOAT and len(t.shape) == 2
+        return w if ok else None
+
+    groups: dict[tuple[int, int], list[Any]] = {}
+    for node in graph:
+        w = weight(node)
+        if w is not None and node.inputs[0] is not None:
+            groups.setdefault((id(node.inputs[0]), w.const_value.shape[0]), []).append(node)
+    folded = 0
+    for nodes in groups.values():
+        if len(nodes) < 2:
+            continue
+        first = nodes[0]
+        name = f"{first.name or first.outputs[0].name}/fused"
+        arrays = [n.inputs[1].const_value.numpy() for n in nodes]
+        joined = ir.Value(name=f"{name}.weight", const_value=ir.tensor(np.concatenate(arrays, 1)))
+        sizes = np.array([a.shape[1] for a in arrays], np.int64)
+        split_sizes = ir.Value(name=f"{name}.split", const_value=ir.tensor(sizes))
+        graph.register_initializer(joined)
+        graph.register_initializer(split_sizes)
+        matmul = ir.Node("", "MatMul", [first.inputs[0], joined], name=name, num_outputs=1)
+        split = ir.Node(
+            "",
+            "Split",
+            [matmul.outputs[0], split_sizes],
+            [ir.AttrInt64("axis", -1)],
+            name=f"{name}.split",
+            num_outputs=len(nodes),
+        )
+        graph.insert_before(first, [matmul, split])
+        for node, out in zip(nodes, split.outputs, strict=True):
+            out.name, node.outputs[0].name = node.outputs[0].name, None
+            node.outputs[0].replace_all_uses_with(out, replace_graph_outputs=True)
+        stale = [n.inputs[1] for n in nodes]
+        graph.remove(nodes, safe=True)
+        for w in stale:
+            del graph.initializers[w.name]
+        folded += len(nodes) - 1
+    return folded

@@ -139,7 +139,9 @@ def _describe(err: Any, root: type[BaseModel]) -> tuple[str, str]:
         why = f" ({field.description})" if field and field.description else ""
         return f"missing required key {name!r}{why}", f"add '{name}:'"
     if kind == "literal_error":
-        expected = re.findall(r"'([^']*)'", err.get("ctx", {}).get("expected", ""))
+        said = err.get("ctx", {}).get("expected", "")
+        # strings come quoted ("'a' or 'b'"); numbers bare ("16, 32 or 64")
+        expected = re.findall(r"'([^']*)'", said) or re.split(r", | or ", said)
         return f"{value!r} is not one of {one_of(expected)}", did_you_mean(str(value), expected)
     if kind == "string_pattern_mismatch":
         pattern = err["ctx"]["pattern"]

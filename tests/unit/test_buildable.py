@@ -91,3 +91,41 @@ def test_measured_is_what_the_committed_manifests_recorded() -> None:
         assert set(runs[-1]["metrics"]) == buildable.measured(cat.recipes[path.stem]), path.stem
         checked += 1
     assert checked >= 40
+
+
+def test_block_size_and_awq_step_reach_the_quantize_step_and_only_their_precisions_take_them(
+    tmp_path: Path,
+) -> None:
+    data = yaml.safe_load((ROOT / "recipes" / "smollm2-135m-instruct-int4-awq.yaml").read_text())
+    assert data["precision"]["block_size"] == 32
+    found = problems_of(
+        tmp_path / "a",
+        "tiny-llama-int4-awq",
+        {"weights: int4-awq": "weights: int4-awq\n  block_size: 48"},
+        ("tiny-llama",),
+    )
+    assert any("block_size" in p and "32, 64" in p for p in found), found
+    found = problems_of(
+        tmp_path / "b",
+        "tiny-llama-int8-wo",
+        {"weights: int8-wo": "weights: int8-wo\n  block_size: 32"},
+        ("tiny-llama",),
+    )
+    line = next(p for p in found if "block_size applies to blocked int4" in p)
+    assert "set precision.weights to int4-awq or w4a8-awq" in line, found
+    found = problems_of(
+        tmp_path / "c",
+        "tiny-llama-int8-wo",
+        {"max_tokens: 64": "max_tokens: 64\n  awq_alpha_step: 0.25"},
+        ("tiny-llama",),
+    )
+    assert any("awq_alpha_step applies to the AWQ precisions" in p for p in found), found
+    cat = load(Paths(ROOT), cache=False)
+    for name, size, step in (
+        ("smollm2-135m-instruct-int4-awq", 32, 0.25),
+        ("tiny-llama-int4-awq", None, None),
+    ):
+        steps = plan(name, cat.recipes[name], cat.prompts["default"], current()).steps
+        quantize = next(s for s in steps if s.kind == "quantize")
+        assert quantize.options.get("block_size") == size, quantize.options
+        assert quantize.options.get("awq_alpha_step") == step, quantize.options
