@@ -341,6 +341,12 @@ def main() -> None:
         metavar="NAME=VALUE",
         help="set torch._inductor.config.NAME (a Python literal) before anything compiles",
     )
+    parser.add_argument(
+        "--decode-attention",
+        metavar="BACKEND,...",
+        help="the bundle's CUDA decode-step sdpa backends, for every dtype (e.g. MATH), in "
+        "place of runtime/inductor.py's DECODE_ATTENTION",
+    )
     args = parser.parse_args()
     import ast
 
@@ -353,6 +359,11 @@ def main() -> None:
 
     if args.recipe:
         args.bundle = built_bundle(args.recipe)
+    if args.decode_attention:
+        from runtime import inductor
+
+        for dtype in inductor.DECODE_ATTENTION:
+            inductor.DECODE_ATTENTION[dtype] = tuple(args.decode_attention.split(","))
 
     model, ids = load(args.repo, args.checkpoint, args.dtype)
     new = args.new_tokens

@@ -5,7 +5,8 @@
 # kiln's pins come in .whl/ (as bench/gpu_evidence.sh). Output and manifests go to $OUT.
 #   bench/gpu_smollm2_shape.sh COMPUTE:PATHS:HF_ROUNDS[:SECONDS[:CONFIG]] ...   e.g. bf16:inductor:1
 # PATHS: decode_gpu.py --paths (or "none"); SECONDS bounds the build plus the bench;
-# CONFIG: NAME=VALUE,... Inductor options for the bench's compiles (--inductor-config).
+# CONFIG: NAME=VALUE,... Inductor options for the bench's compiles (--inductor-config),
+# or attention=BACKEND for the bundle's decode attention (--decode-attention).
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
   --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=$PWD:/tmp/site PYTHONUNBUFFERED=1
@@ -21,7 +22,12 @@ for spec in "$@"; do
   timeout $((end - SECONDS)) python3 -m doit -f dodo.py build recipe="$r" allow_quality_fail=1 2>&1 | tail -12
   cp "$KILN_ROOT/manifests/$r.json" "$OUT/manifests/" 2>/dev/null || echo "no manifest for $r"
   flags=(--paths "$paths"); [ "$paths" = none ] && flags=(--only-bundle)
-  for c in ${config//,/ }; do flags+=(--inductor-config "$c"); done
+  for c in ${config//,/ }; do
+    case $c in
+      attention=*) flags+=(--decode-attention "${c#attention=}") ;;
+      *) flags+=(--inductor-config "$c") ;;
+    esac
+  done
   log="$OUT/decode_$r${config:+_${config//[=,]/_}}.txt"
   cmd=(python3 bench/decode_gpu.py --checkpoint "$KILN_ROOT/checkpoints/smollm2-shape"
     --dtype "$compute" --recipe "$r" --rounds 3 --hf-rounds "$hf" "${flags[@]}")

@@ -9,8 +9,10 @@ head_dim 64, intermediate 1536, vocabulary 49,152, tied embeddings; the real mod
 config otherwise) with seeded weights in checkpoints/smollm2-shape/, and two recipes
 that build it on the inductor backend for --target, pinned by the folder's digest:
 
-    smollm2-shape-inductor-<target>         fp32, judged fp32-exact
-    smollm2-shape-inductor-bf16-<target>    bf16, judged by the half-precision gates
+    smollm2-shape-inductor-<host>         fp32, judged fp32-exact
+    smollm2-shape-inductor-bf16-<host>    bf16, judged by the half-precision gates
+
+(<host>: h200 for --target sm90, else the target).
 
 Then `KILN_ROOT=DIR/catalog KILN_STORE=DIR/store doit -f dodo.py build recipe=NAME`
 builds and validates one, and `bench/decode_gpu.py --checkpoint
@@ -151,7 +153,8 @@ def main() -> None:
     digest = tree_digest(listing)
     for compute in ("fp32", "bf16"):
         suffix = "" if compute == "fp32" else f"-{compute}"
-        name = f"{NAME}-inductor{suffix}-{args.target}"
+        host = "h200" if args.target == "sm90" else args.target  # the catalog's own naming
+        name = f"{NAME}-inductor{suffix}-{host}"
         (catalog / "recipes" / f"{name}.yaml").write_text(
             recipe(args.target, compute, digest, args)
         )

@@ -185,7 +185,7 @@ def _fuse(model: Any) -> int:
     count = 0
     for module in list(model.modules()):
         for parts, name in FUSIONS:
-            layers = [getattr(module, p, None) for p in parts]
+            layers: list[Any] = [getattr(module, p, None) for p in parts]
             if not all(type(x) is torch.nn.Linear for x in layers):
                 continue
             if len({(x.in_features, x.bias is None) for x in layers}) != 1:
