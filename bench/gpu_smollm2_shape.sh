@@ -31,6 +31,9 @@ for spec in "$@"; do
   log="$OUT/decode_$r${config:+_${config//[=,]/_}}.txt"
   cmd=(python3 bench/decode_gpu.py --checkpoint "$KILN_ROOT/checkpoints/smollm2-shape"
     --dtype "$compute" --recipe "$r" --rounds 3 --hf-rounds "$hf" "${flags[@]}")
+  # BENCH_AFTER=FILE: time nothing before FILE exists (other GPU work runs alongside
+  # the builds, never alongside the bench).
+  while [ -n "$BENCH_AFTER" ] && [ ! -e "$BENCH_AFTER" ] && [ $SECONDS -lt $end ]; do sleep 2; done
   echo "== ${cmd[*]}" | tee "$log"
   timeout $((end - SECONDS)) "${cmd[@]}" 2>&1 | grep -v Warning | tee -a "$log"
 done
