@@ -1,8 +1,14 @@
 """Batch-1 greedy decode on a CUDA GPU: HF `generate` vs a decode step captured in a
 CUDA graph, and how far that is from the launch-bound limit.
 
-    python bench/decode_gpu.py [--repo kiln-tiny/llama] [--new-tokens 128]
-        [--recipe tiny-llama-inductor-h200 | --bundle PATH] [--rounds 5]
+    python bench/decode_gpu.py [--repo kiln-tiny/llama | --checkpoint DIR] [--dtype bf16]
+        [--new-tokens 128] [--recipe tiny-llama-inductor-h200 | --bundle PATH] [--rounds 5]
+        [--hf-rounds N] [--paths eager,inductor,inductor16,autotune]
+
+--checkpoint: a local checkpoint folder instead of a tiny repo (bench/smollm2_shape.py
+writes the SmolLM2-135M-geometry one); --dtype: the HF model's and the hand-written
+paths' dtype; --paths: which hand-written paths to run; --hf-rounds: timed HF rounds
+beyond the pass that records its tokens (HF is slow at 30 layers).
 
 Same tiny checkpoint (from tinyhub's mirror, sdpa attention for both sides: the
 eager mask builds a CPU scalar that CUDA graph capture refuses), same 8 prompts, fp32, EOS off so
@@ -37,7 +43,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 
-def load(repo: str) -> tuple[Any, list[list[int]]]:
+def load(repo: str, checkpoint: Path | None, dtype: str) -> tuple[Any, list[list[int]]]:
     import torch
     import yaml
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -45,11 +51,15 @@ def load(repo: str) -> tuple[Any, list[list[int]]]:
     import tinyhub
     from builders.common.hf import cache_keyword
 
-    hub = Path(tempfile.mkdtemp()) / "hub"
-    revision = tinyhub.write_mirror(hub)[repo]
-    tok = AutoTokenizer.from_pretrained(repo, revision=revision, cache_dir=hub)
+    where: dict[str, Any] = {}
+    source: Any = checkpoint
+    if checkpoint is None:
+        hub = Path(tempfile.mkdtemp()) / "hub"
+        where = {"revision": tinyhub.write_repo(hub, repo), "cache_dir": hub}
+        source = repo
+    tok = AutoTokenizer.from_pretrained(source, **where)
     model = AutoModelForCausalLM.from_pretrained(
-        repo, revision=revision, cache_dir=hub, dtype=torch.float32, attn_implementation="sdpa"
+        source, **where, dtype=getattr(torch, DTYPES[dtype]), attn_implementation="sdpa"
     )
     prompts = yaml.safe_load((ROOT / "prompts" / "default.yaml").read_text())["prompts"]
     global CACHE_KW
@@ -58,6 +68,7 @@ def load(repo: str) -> tuple[Any, list[list[int]]]:
 
 
 CACHE_KW = "past_key_values"
+DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 
 
 def hf_generate(model: Any, ids: list[list[int]], new: int, out: list[Any] | None = None) -> float:
@@ -182,6 +193,21 @@ def top(times: list[Any], n: int = 8) -> str:
     return "; ".join(f"{us:.1f} {name[:60]}" for name, us in times[:n])
 
 
+def by_kind(times: list[Any], n: int = 12) -> str:
+    """Kernels per step grouped by name (Inductor's names without their numbering):
+    count and summed µs, most frequent first."""
+    import re
+    from collections import Counter
+
+    count: Counter[str] = Counter()
+    busy: Counter[str] = Counter()
+    for name, us in times:
+        kind = re.sub(r"_\d+$", "", name)[:70]
+        count[kind] += 1
+        busy[kind] += us
+    return "; ".join(f"{c}x {busy[k]:.0f} us {k}" for k, c in count.most_common(n))
+
+
 def launch_floor(kernels: int, replays: int) -> float:
     """Seconds per replay of a graph of `kernels` near-empty kernels."""
     import torch
@@ -245,6 +271,9 @@ def prepare_bundle(path: Path, ids: list[list[int]], new: int, want: list[list[i
     start = time.perf_counter()
     bundle = runtime.open(path, expect=InductorBundle)
     ready = time.perf_counter() - start
+    torch.cuda.synchronize()
+    loaded = torch.cuda.max_memory_allocated() - before
+    torch.cuda.reset_peak_memory_stats()
     eos = tuple(sorted(bundle.eos))
     bundle.eos = set()  # generate runs to `new` tokens; greedy never picks EOS
 
@@ -264,7 +293,7 @@ def prepare_bundle(path: Path, ids: list[list[int]], new: int, want: list[list[i
     engine = bundle.engine
     weights = sum(w.numel() * w.element_size() for w in engine.weights)
     cache = sum(c.numel() * c.element_size() for c in engine.cache)
-    memory = (torch.cuda.max_memory_allocated() - before, weights, cache)
+    memory = (loaded, torch.cuda.max_memory_allocated() - before, weights, cache)
     kernels = engine.profile()
     # Time to first token: the longest prompt the bundle holds (up to 512 tokens).
     length = min(512, bundle.max_seq_len - 2)
@@ -301,40 +330,78 @@ def main() -> None:
     )
     parser.add_argument("--recipe", help="time this recipe's bundle (built by doit build)")
     parser.add_argument("--only-bundle", action="store_true", help="skip the hand-written paths")
+    parser.add_argument("--checkpoint", type=Path, help="a local checkpoint folder")
+    parser.add_argument("--dtype", default="fp32", choices=sorted(DTYPES))
+    parser.add_argument("--hf-rounds", type=int, help="timed HF rounds (default: --rounds)")
+    parser.add_argument("--paths", default="eager,inductor,inductor16,autotune")
+    parser.add_argument(
+        "--inductor-config",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="set torch._inductor.config.NAME (a Python literal) before anything compiles",
+    )
+    parser.add_argument(
+        "--decode-attention",
+        metavar="BACKEND,...",
+        help="the bundle's CUDA decode-step sdpa backends, for every dtype (e.g. MATH), in "
+        "place of runtime/inductor.py's DECODE_ATTENTION",
+    )
     args = parser.parse_args()
+    import ast
+
     import torch
+    import torch._inductor.config as inductor_config
+
+    for item in args.inductor_config:
+        name, _, value = item.partition("=")
+        inductor_config.__setattr__(name, ast.literal_eval(value))
 
     if args.recipe:
         args.bundle = built_bundle(args.recipe)
+    if args.decode_attention:
+        from runtime import inductor
 
-    model, ids = load(args.repo)
+        for dtype in inductor.DECODE_ATTENTION:
+            inductor.DECODE_ATTENTION[dtype] = tuple(args.decode_attention.split(","))
+
+    model, ids = load(args.repo, args.checkpoint, args.dtype)
     new = args.new_tokens
     tokens = len(ids) * new
     hf_generate(model, ids[:1], 8)  # warm up
     want: list[Any] = []
-    hf_generate(model, ids, new, want)
+    hf_first = hf_generate(model, ids, new, want)
     max_len = max(map(len, ids)) + new + 1
     print(
-        f"{args.repo}: {len(ids)} prompts x {new} new tokens, batch 1, fp32, "
-        f"{torch.cuda.get_device_name()}, torch {torch.__version__}"
+        f"{args.checkpoint or args.repo}: {len(ids)} prompts x {new} new tokens, batch 1, "
+        f"{args.dtype}, {torch.cuda.get_device_name()}, torch {torch.__version__}"
     )
     # Every path is prepared (compiled, captured) first, then timed in interleaved
     # rounds; each path's figure is its median round.
     runs: dict[str, Any] = {"HF generate": lambda: hf_generate(model, ids, new)}
     notes: dict[str, str] = {"HF generate": ""}
     k = args.steps_per_graph
+    chosen = set() if args.only_bundle else set(args.paths.split(","))
     paths: dict[str, Any] = {}
-    if not args.only_bundle:
-        compiled = compiled_forward(model)
-        paths = {
-            "eager step, CUDA graph": lambda: GraphDecoder(model, max_len),
-            "Inductor step, CUDA graph": lambda: GraphDecoder(model, max_len, compiled),
-            f"Inductor, {k} steps/graph": lambda: GraphDecoder(model, max_len, compiled, k),
-            # Autotuned matmul and reduction kernels (Triton templates vs cuBLAS, per shape)
-            "Inductor max-autotune, graph": lambda: GraphDecoder(
+    compiled = compiled_forward(model) if chosen & {"inductor", "inductor16"} else None
+    every = {
+        "eager": ("eager step, CUDA graph", lambda: GraphDecoder(model, max_len)),
+        "inductor": ("Inductor step, CUDA graph", lambda: GraphDecoder(model, max_len, compiled)),
+        "inductor16": (
+            f"Inductor, {k} steps/graph",
+            lambda: GraphDecoder(model, max_len, compiled, k),
+        ),
+        # Autotuned matmul and reduction kernels (Triton templates vs cuBLAS, per shape)
+        "autotune": (
+            "Inductor max-autotune, graph",
+            lambda: GraphDecoder(
                 model, max_len, compiled_forward(model, "max-autotune-no-cudagraphs"), k
             ),
-        }
+        ),
+    }
+    for key, (label, make) in every.items():
+        if key in chosen:
+            paths[label] = make
     extra = []
     for label, make in paths.items():
         start = time.perf_counter()
@@ -348,10 +415,12 @@ def main() -> None:
             f"{floor:.0f} tokens/s; capture + compile {time.perf_counter() - start:.0f} s"
         )
     if args.bundle:  # last: the hand-written paths reset dynamo, which would recompile it
-        run, match, (kernels, busy, times), ready, (peak, weights, cache), (length, ttft) = (
-            prepare_bundle(args.bundle, ids, new, want)
+        run, match, (kernels, busy, times), ready, memory, (length, ttft) = prepare_bundle(
+            args.bundle, ids, new, want
         )
+        loaded, peak, weights, cache = memory
         extra.append(f"bundle top kernels (us): {top(times)}")
+        extra.append(f"bundle kernels by kind: {by_kind(times)}")
         floor = 1 / launch_floor(kernels, 2000)
         runs["bundle (runtime.open)"] = run
         notes["bundle (runtime.open)"] = (
@@ -360,10 +429,12 @@ def main() -> None:
             f"{floor:.0f} tokens/s; load + compile + capture {ready:.0f} s"
         )
         mib = 1 / 2**20
+        held = weights + cache
         extra.append(
-            f"bundle GPU memory: max_memory_allocated during load and runs {peak * mib:.1f} MiB; "
-            f"weights {weights * mib:.1f} MiB + KV cache {cache * mib:.1f} MiB = "
-            f"{(weights + cache) * mib:.1f} MiB ({peak / (weights + cache):.2f}x)"
+            f"bundle GPU memory: weights {weights * mib:.1f} MiB + KV cache {cache * mib:.1f} MiB "
+            f"= {held * mib:.1f} MiB; max_memory_allocated during generation {peak * mib:.1f} MiB "
+            f"({peak / held:.2f}x), during load (compile, autotune, capture) "
+            f"{loaded * mib:.1f} MiB ({loaded / held:.2f}x)"
         )
         extra.append(
             f"bundle time to first token, {length}-token prompt (best of 3): "
@@ -371,9 +442,12 @@ def main() -> None:
             + f" ({ttft['token by token'] / ttft['chunked']:.1f}x)"
         )
     seconds: dict[str, list[float]] = {label: [] for label in runs}
-    for _ in range(args.rounds):
+    seconds["HF generate"].append(hf_first)
+    hf_rounds = args.rounds if args.hf_rounds is None else args.hf_rounds
+    for i in range(args.rounds):
         for label, run in runs.items():
-            seconds[label].append(run())
+            if label != "HF generate" or i < hf_rounds:
+                seconds[label].append(run())
     rates = {label: tokens / median(s) for label, s in seconds.items()}
     hf = rates["HF generate"]
     best = max(

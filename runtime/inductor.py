@@ -39,6 +39,16 @@ MODES = {"cpu": "default", "cuda": "max-autotune-no-cudagraphs"}
 # The prefill program's mode on CUDA: autotuning its chunk-sized matmuls would add
 # about a minute to every uncached load, for a call made once per chunk of a prompt.
 PREFILL_MODES = {"cpu": "default", "cuda": "default"}
+# The sdpa backends a CUDA decode step may use, by engine dtype, in order of choice.
+# fp32: the math backend, which Inductor fuses into a few small kernels for one query;
+# torch's fused kernels are slower there (fp32 has no flash or cuDNN kernel, and the
+# memory-efficient one took over 20 us a layer on the H200). bf16/fp16: cuDNN's fused
+# attention, which takes the additive mask (flash does not): 6 us a layer on the H200
+# at SmolLM2-135M's geometry over a 1,024-slot cache, against about 15 us for the
+# math backend's kernels (bench/results/decode_gpu_smollm2_shape_2026-12-01.txt);
+# math where cuDNN refuses the shapes.
+DECODE_ATTENTION = {"float32": ("MATH",), "bfloat16": ("CUDNN_ATTENTION", "MATH")}
+DECODE_ATTENTION["float16"] = DECODE_ATTENTION["bfloat16"]
 # Decode steps per CUDA graph replay, and per read of the generated ids.
 BLOCK = 16
 
@@ -147,15 +157,15 @@ class InductorEngine:
         return self.steps[self.chunk](*self.weights, *self.chunk_in, *self.cache)
 
     def _step(self) -> Any:
-        """One decode step. On CUDA it is traced with sdpa's math backend: for one query
-        Inductor fuses that into a few small kernels, where the fused attention kernels
-        (fp32 has no flash kernel; a mask rules it out anyway) take over 20 µs a layer.
-        Every call keeps the same backend, so the compiled step is never retraced."""
+        """One decode step. On CUDA its attention is traced with the sdpa backends of
+        DECODE_ATTENTION for the engine's dtype (the first that takes the inputs);
+        every call keeps the same ones, so the compiled step is never retraced."""
         if self.device != "cuda":
             return self.steps[1](*self.weights, *self.state, *self.cache)
         from torch.nn.attention import SDPBackend, sdpa_kernel
 
-        with sdpa_kernel([SDPBackend.MATH]):
+        names = DECODE_ATTENTION.get(self.program["dtype"], DECODE_ATTENTION["float32"])
+        with sdpa_kernel([getattr(SDPBackend, n) for n in names]):
             return self.steps[1](*self.weights, *self.state, *self.cache)
 
     def reset(self) -> None:

@@ -114,6 +114,11 @@ class InductorBundle(Bundle):
         torch, engine = self.engine.torch, self.engine
         started = time.perf_counter()
         ids, mask, positions = self._batch(prompts, max_new_tokens)
+        pad = engine.chunk - ids.shape[1]
+        if engine.chunk and pad > 0 and engine.chunk + max_new_tokens <= engine.length:
+            # A prompt shorter than the chunk runs as one chunk, left-padded with
+            # slots it never sees, not token by token.
+            ids, mask, positions = (np.pad(a, ((0, 0), (pad, 0))) for a in (ids, mask, positions))
         rows, width = ids.shape
         engine.reset()
         engine.ban(list(suppress))

@@ -70,6 +70,10 @@ def test_the_engine_holds_decode_and_prefill_programs_and_one_copy_of_the_weight
         weights = archive.getinfo("weights.safetensors").file_size
     assert names == {*PROGRAMS, "weights.safetensors", "program.json"}
     assert program["prefill_chunk_len"] == 16 and program["dtype"] == "float32"
+    # q/k/v and gate/up run as one matmul each: their weights are stored fused
+    layers = {n.rsplit(".", 2)[-2] for n in program["weights"] if ".layers." in n}
+    assert {"qkv_proj", "gate_up_proj"} <= layers
+    assert not layers & {"q_proj", "k_proj", "v_proj", "gate_proj", "up_proj"}
     for ep in programs:  # the weights are inputs: no copy in either program
         assert len(ep.state_dict) == 0 and ep.example_inputs is None
         assert sum(t.numel() for t in ep.constants.values()) * 4 < weights / 100

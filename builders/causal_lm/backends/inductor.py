@@ -14,6 +14,12 @@ The weights are program inputs, not constants, so both programs read one copy in
 memory (the runtime passes the same tensors to both). Shapes are static (B is
 max_batch_size): static shapes are what a CUDA graph replays.
 
+Projections that read one input run as one matmul: a layer's q/k/v projections and
+its MLP's gate/up projections are concatenated here, once, into one weight each
+(`qkv_proj`, `gate_up_proj`), and the programs slice the product. At batch 1 each
+matrix-vector product is a kernel of its own on the GPU, so this takes three kernels
+a layer out of every step; the math per output element is unchanged.
+
 Attention is sdpa (torch's fused scaled_dot_product_attention). The mask is built
 here as a 4-D additive tensor (a slot is visible when it is real and
 not after the query's slot; a query always sees its own slot, so a padded row never
@@ -23,6 +29,7 @@ differs between 5.17 (the H200 host) and 5.24, is not traced.
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import zipfile
@@ -70,6 +77,9 @@ def build(request: Request, writer: Writer) -> None:
     check_limits(request, opts.max_seq_len, meta)
     meta["kv_cache"]["dtype"] = DTYPES[opts.compute]
     model.to(device=device, dtype=dtype)
+    fused = _fuse(model)
+    if fused:
+        request.log(f"{fused} groups of projections fused into one matmul each")
     names, weights = _weights(model)
     step = _step_module(model, names, entries)
     programs = {"decode.pt2": 1}
@@ -159,6 +169,79 @@ def _weights(model: Any) -> tuple[list[str], list[Any]]:
     """The parameters, tied ones once (named_parameters drops duplicates)."""
     named = list(model.named_parameters())
     return [n for n, _ in named], [p.detach() for _, p in named]
+
+
+# Sibling linear layers a module applies to one input, and the name of their fusion.
+FUSIONS = ((("q_proj", "k_proj", "v_proj"), "qkv_proj"), (("gate_proj", "up_proj"), "gate_up_proj"))
+
+
+def _fuse(model: Any) -> int:
+    """Each group of FUSIONS found on a module becomes one linear layer over the
+    concatenated weights, registered under the fusion's name; the group's own names
+    become slices of its output. The groups fused."""
+    import torch
+
+    Fused, Slice = _fused_classes()
+    count = 0
+    for module in list(model.modules()):
+        for parts, name in FUSIONS:
+            layers: list[Any] = [getattr(module, p, None) for p in parts]
+            if not all(type(x) is torch.nn.Linear for x in layers):
+                continue
+            if len({(x.in_features, x.bias is None) for x in layers}) != 1:
+                continue
+            fused = Fused(layers)
+            setattr(module, name, fused)
+            start = 0
+            for part, layer in zip(parts, layers, strict=True):
+                setattr(module, part, Slice(fused, start, start + layer.out_features))
+                start += layer.out_features
+            count += 1
+    return count
+
+
+@functools.cache
+def _fused_classes() -> tuple[Any, Any]:
+    import torch
+
+    class Fused(torch.nn.Module):
+        """One linear layer over its parts' concatenated weights; its last output is
+        kept for the input it was computed from, so each part's slice of one input
+        costs one matmul in all."""
+
+        def __init__(self, layers: list[Any]) -> None:
+            super().__init__()
+            cat = torch.cat([x.weight.detach() for x in layers])
+            self.weight = torch.nn.Parameter(cat, requires_grad=False)
+            bias = None
+            if layers[0].bias is not None:
+                bias = torch.nn.Parameter(
+                    torch.cat([x.bias.detach() for x in layers]), requires_grad=False
+                )
+            self.bias = bias
+            self.last: tuple[Any, Any] | None = None
+
+        def output(self, x: Any) -> Any:
+            # `is`: the very tensor object, so a different input always recomputes.
+            if self.last is None or self.last[0] is not x:
+                self.last = (x, torch.nn.functional.linear(x, self.weight, self.bias))
+            return self.last[1]
+
+        def forward(self, x: Any) -> Any:
+            return self.output(x)
+
+    class Slice(torch.nn.Module):
+        """A part of a Fused layer: its columns of the fused output."""
+
+        def __init__(self, fused: Any, start: int, stop: int) -> None:
+            super().__init__()
+            object.__setattr__(self, "fused", fused)  # not a submodule: named once
+            self.start, self.stop = start, stop
+
+        def forward(self, x: Any) -> Any:
+            return self.fused.output(x)[..., self.start : self.stop]
+
+    return Fused, Slice
 
 
 class _StaticCache:
