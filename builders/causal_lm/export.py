@@ -205,7 +205,9 @@ def build(request: Request, writer: Writer) -> None:
                 f"the TorchScript exporter cannot write this NVFP4 graph at opset "
                 f"{opts.opset}: {type(exc).__name__}: {str(exc)[:300]}"
             ) from None
-    external_weights(writer.path("model.onnx"))
+    folded = external_weights(writer.path("model.onnx"))
+    if folded:
+        request.log(f"fused sibling MatMuls: {folded} fewer (q/k/v and gate/up as one each)")
     meta = {**describe(model, entries), "hidden": points}
     if "quantized" in request.inputs:
         done = json.loads((request.inputs["quantized"] / "quantize.json").read_text())
@@ -213,11 +215,16 @@ def build(request: Request, writer: Writer) -> None:
     writer.write_json("export.json", meta)
 
 
-def external_weights(path: Any) -> None:
+def external_weights(path: Any) -> int:
     """Rewrite the exported graph with its weights in one external-data file beside it
     (model.onnx.data): the exporter writes one protobuf, which cannot pass 2 GiB, or,
-    past it, one file per tensor."""
+    past it, one file per tensor. Sibling MatMuls are fused on the way
+    (builders/common/graph.py fuse_siblings), here rather than in the onnx step, so
+    that the onnx step's tidy leaves the weights as they are and the store holds the
+    export's and the onnx step's weight files once. Returns how many MatMuls were
+    folded away."""
     import onnx
+    import onnx_ir as ir
 
     from builders.common import graph
 
@@ -226,7 +233,10 @@ def external_weights(path: Any) -> None:
     onnx.load_external_data_for_model(model, str(path.parent))
     for name in written:
         (path.parent / name).unlink()
-    graph.save(model, path)
+    ir_model = ir.serde.deserialize_model(model)
+    folded = graph.fuse_siblings(ir_model)
+    graph.save(ir.serde.serialize_model(ir_model), path)
+    return folded
 
 
 def describe(model: Any, entries: list[dict[str, Any]]) -> dict[str, Any]:

@@ -1,10 +1,10 @@
 """onnx: turn the exported graph into the one the engine builds from.
 
 It folds constants and removes dead nodes (onnxscript's optimizer roughly halves
-the node count of a legacy export), fuses the MatMuls that share an input and
-have fp32 weights (q/k/v, gate/up: one kernel where there were three), checks
-the model with full shape inference (all three: builders/common/graph.py), checks
-the I/O contract the runtime relies on, and records that contract in io.json.
+the node count of a legacy export), checks the model with full shape inference
+(both: builders/common/graph.py), checks the I/O contract the runtime relies on,
+and records that contract in io.json. (The export step has fused the MatMuls that
+share an input: q/k/v, gate/up.)
 
 Quantized graphs (modelopt's Q/DQ) come in two forms (`qdq`): `standard`, where the
 TensorRT-only ops are rewritten to standard ONNX and weights are stored quantized
@@ -53,7 +53,7 @@ def build(request: Request, writer: Writer) -> None:
     before = len(model.graph.node)
     request.log(f"optimizing {before} nodes: constant folding, dead nodes, common subexpressions")
     if opts.optimize:  # quantized graphs: fold the weight subgraphs around the Q/DQ ops too
-        model = graph.tidy(model, fold_weights=opts.qdq != "none", fuse=True)
+        model = graph.tidy(model, fold_weights=opts.qdq != "none")
     if opts.qdq == "standard":
         weights = exported.get("quantization", {}).get("weights")
         model, nbits = _standard(request, model, weights in WEIGHT_ONLY)

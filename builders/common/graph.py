@@ -1,4 +1,5 @@
-"""ONNX graph tidy and check, the half of every family's onnx step they share.
+"""ONNX graph tidy and check, the half of every family's onnx step they share, and
+fuse_siblings, which the causal-LM export applies.
 
 tidy: onnxscript's optimizer passes fold constants, remove dead nodes and merge
 common subexpressions (that roughly halves the node count of a legacy TorchScript
@@ -88,11 +89,10 @@ def external_files(model: Any) -> list[str]:
     return sorted(found)
 
 
-def tidy(model: Any, fold_weights: bool = False, fuse: bool = False) -> Any:
+def tidy(model: Any, fold_weights: bool = False) -> Any:
     """The graph after onnxscript's optimizer passes, less its pattern rewriter (the
     module's docstring says why). `fold_weights`: fold the weight subgraphs too (a
-    quantized graph's Q/DQ around every weight), up to FOLD_LIMIT. `fuse`: then fuse
-    sibling MatMuls (fuse_siblings)."""
+    quantized graph's Q/DQ around every weight), up to FOLD_LIMIT."""
     import onnx_ir as ir
     import onnxscript.optimizer
     from onnx_ir.passes import common
@@ -111,8 +111,6 @@ def tidy(model: Any, fold_weights: bool = False, fuse: bool = False) -> Any:
         )(ir_model)
         if not (folded.modified or pruned.modified):
             break
-    if fuse:
-        fuse_siblings(ir_model)
     ir.passes.Sequential(
         common.RemoveUnusedNodesPass(),
         common.LiftConstantsToInitializersPass(lift_all_constants=True, size_limit=0),

@@ -259,3 +259,28 @@ def test_edited_gates_rejudge_the_recorded_metrics_and_a_quality_fail_exits_1(
     assert allowed.returncode == 0, allowed.stdout + allowed.stderr
     assert world.doit("build", "recipe=tiny-llama", "allow_quality_fail=1").stdout.count(".  ") == 0
     assert "stale" not in world.doit("check", "strict=1", check=True).stdout.split("ok:")[0]
+
+
+def test_the_engine_runs_each_layers_sibling_projections_as_one_matmul(built: World) -> None:
+    """q/k/v and gate/up read the same input: the export fuses each group into one
+    MatMul and a Split (builders/common/graph.py fuse_siblings), and no grouped
+    attention repeats the KV heads (builders/causal_lm/_attention.py); the manifest
+    above shows the graph still reproduces the reference exactly."""
+    import onnx
+
+    steps = {s["kind"]: s["key"] for s in built.manifest("tiny-llama")["lock"]["steps"]}
+    key = steps["engine"]
+    graph = onnx.load(
+        str(built.store / "objects" / key[:2] / key / "engine.onnx"), load_external_data=False
+    ).graph
+    weights = {t.name for t in graph.initializer}
+    readers: dict[str, list[str]] = {}
+    for node in graph.node:
+        if node.op_type == "MatMul" and node.input[1] in weights:
+            readers.setdefault(node.input[0], []).append(node.name)
+    assert readers and all(len(r) == 1 for r in readers.values()), readers
+    layers = tinyhub.SPECS["kiln-tiny/llama"]["num_hidden_layers"]
+    splits = [n for n in graph.node if n.op_type == "Split"]
+    assert len(splits) == 2 * layers, [n.name for n in splits]  # q/k/v and gate/up per layer
+    # the causal mask is expanded once for the model; no layer expands its KV heads
+    assert not [n.name for n in graph.node if n.op_type == "Expand" and "/layers." in n.name]
