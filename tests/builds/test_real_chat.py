@@ -176,6 +176,9 @@ def test_the_store_holds_the_engines_weights_once(real: Chat) -> None:
     assert os.path.samefile(engine, bundle)
     assert engine.stat().st_size > 500_000_000  # 135 M fp32 weights, as external data
     assert not (artifact(real, FP32, "export") / "model.onnx").stat().st_size > 10_000_000
+    # the onnx step leaves the export's (fused) weights as they are: one file for both
+    exported = artifact(real, FP32, "export") / "model.onnx.data"
+    assert os.path.samefile(exported, artifact(real, FP32, "onnx") / "model.onnx.data")
     verify = real.doit("verify", check=True)  # exit 0: nothing corrupt, partial, missing
     assert " 0 corrupt, 0 partial, 0 missing" in verify.stdout + verify.stderr
 
