@@ -11,13 +11,12 @@ step's for a GGUF source, else fetch's). Issue 15's target: at most 1.5x.
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from kiln.paths import Paths
+from kiln.paths import Paths  # noqa: E402  (the repo root, put on sys.path above)
 
 
 def files(folder: Path) -> list[Path]:
