@@ -9,6 +9,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+import yaml
 from conftest import ROOT
 
 from kiln import catalog
@@ -17,7 +18,11 @@ from kiln.commands import check, workspace
 from kiln.errors import KilnError
 
 GOOD = (ROOT / "recipes" / "tiny-llama.yaml").read_text()
-OK = "ok: 2 recipes, {t} thresholds, {p} prompt sets, 0 manifests, 15 rules; 0 stale manifests"
+RULES = len(yaml.safe_load((ROOT / "catalog" / "rules.yaml").read_text())["rules"])
+OK = (
+    "ok: 2 recipes, {t} thresholds, {p} prompt sets, 0 manifests, "
+    + f"{RULES} rules; 0 stale manifests"
+)
 
 
 @pytest.fixture
