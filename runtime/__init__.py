@@ -9,6 +9,8 @@ builders or tasks: a bundle runs on a machine that never built it.
   drafters.py     the drafters a bundle carries: draft model, eagle3/mtp chain, dflash/dspark block
   ngram.py        prompt-lookup drafting, model-free
   sampling.py     Sampler (greedy, temperature / top-k / top-p) and draw()
+  processors.py   logits post-processors: the (token_ids, logits) hook, Decoding's options
+  guided.py       guided decoding: JSON schema / regex / Lark masks from llguidance
   backends.py     engine backends behind one run(): onnxruntime, aoti, tensorrt
   inductor_lm.py  InductorBundle: KV cache on the device, greedy decoding there (ids only back)
   inductor.py     InductorEngine: torch.export programs, static KV cache, Inductor, CUDA graph

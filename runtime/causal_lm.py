@@ -20,6 +20,7 @@ import numpy as np
 
 from runtime.chat import Policy, Template, check_messages
 from runtime.format import TEXT_GENERATION, BundleError, read_meta
+from runtime.processors import Decoding, Steering
 from runtime.sampling import Sampler
 
 TASK = TEXT_GENERATION
@@ -157,12 +158,28 @@ class Bundle:
         self, prompts: list[list[int]], max_new_tokens: int, sampler: Sampler | None = None
     ) -> Generation:
         """Generate for a batch of token-id prompts (left-padded into one batch)."""
+        return self.generate_with(prompts, max_new_tokens, None, sampler)
+
+    def generate_with(
+        self,
+        prompts: list[list[int]],
+        max_new_tokens: int,
+        decoding: Decoding | None,
+        sampler: Sampler | None = None,
+    ) -> Generation:
+        """generate(), its next-token logits steered by `decoding` (runtime/processors.py:
+        the common logits processors, the caller's own `(token_ids, logits) -> logits`
+        hooks, and a grammar the output must match, runtime/guided.py). A grammar's
+        output that has not ended when max_new_tokens run out raises BundleError."""
         import time
 
         sampler = sampler or Sampler()
         started = time.perf_counter()
         ids, mask, positions = self._batch(prompts, max_new_tokens)
         batch = len(prompts)
+        steering = None
+        if decoding is not None and decoding.steers:
+            steering = Steering(decoding, prompts, self.eos, self._vocab(), self._tokenizer_json)
         logits, past = self.forward(ids, mask, positions, self._empty_cache(batch))
         out: list[list[int]] = [[] for _ in prompts]
         done = np.zeros(batch, bool)
@@ -170,12 +187,15 @@ class Bundle:
         steps = 0
         first_token = 0.0
         for step in range(max_new_tokens):
-            nxt = sampler(logits[:, -1, :])
+            last = logits[:, -1, :]
+            nxt = sampler(last if steering is None else steering(last, done))
             if step == 0:
                 first_token = time.perf_counter() - started
             for row in np.flatnonzero(~done).tolist():
                 out[row].append(int(nxt[row]))
                 done[row] = int(nxt[row]) in self.eos
+                if steering is not None:
+                    steering.advance(row, int(nxt[row]))
             if done.all() or step == max_new_tokens - 1:
                 break
             nxt = np.where(done, self.pad, nxt)
@@ -183,4 +203,13 @@ class Bundle:
             last_pos = last_pos + 1
             logits, past = self.forward(nxt[:, None], mask, last_pos, past)
             steps += 1
+        if steering is not None:
+            steering.finish(done, max_new_tokens)
         return Generation(out, steps, time.perf_counter() - started, first_token)
+
+    def _vocab(self) -> int:
+        """The width of the graph's logits (a padded vocabulary included)."""
+        return int(self.meta.get("vocab_size") or self.tokenizer.get_vocab_size())
+
+    def _tokenizer_json(self) -> str:
+        return str(self.tokenizer.to_str())
