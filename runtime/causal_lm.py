@@ -26,6 +26,48 @@ from runtime.sampling import Sampler
 TASK = TEXT_GENERATION
 
 
+class PrefixCache:
+    """KV caches of earlier generations, by the token ids they cover, most recent
+    first. A lookup takes the longest run of a prompt's first tokens one of them
+    covers, always short of the whole prompt: the last token's forward gives the
+    logits the first choice needs. Every cache axis named "seq" is cut to it (kiln
+    exports only caches that grow along "seq", builders/causal_lm/_cache.py)."""
+
+    def __init__(self, axes: list[int], entries: int = 4) -> None:
+        if entries < 1:
+            raise ValueError("a prefix cache keeps at least 1 entry")
+        self.axes = axes  # each cached tensor's "seq" axis
+        self.entries = entries
+        self.kept: list[tuple[np.ndarray, list[np.ndarray]]] = []
+
+    def lookup(self, prompt: list[int], empty: list[np.ndarray]) -> tuple[int, list[np.ndarray]]:
+        """(n, the cache of the prompt's first n tokens); (0, `empty`) when none matches."""
+        want = np.asarray(prompt, np.int64)
+        best, found = 0, empty
+        for tokens, past in self.kept:
+            limit = min(len(tokens), len(want) - 1)
+            differ = np.flatnonzero(tokens[:limit] != want[:limit])
+            n = int(differ[0]) if differ.size else limit
+            if n > best:
+                best, found = n, past
+        if not best:
+            return 0, empty
+        cut = [
+            np.ascontiguousarray(p[(slice(None),) * a + (slice(0, best),)])
+            for p, a in zip(found, self.axes, strict=True)
+        ]
+        return best, cut
+
+    def store(self, tokens: list[int], past: list[np.ndarray]) -> None:
+        """Keep `past`, the cache after feeding `tokens`, as the most recent entry."""
+        key = np.asarray(tokens, np.int64)
+        older = [e for e in self.kept if not np.array_equal(e[0], key)]
+        self.kept = [(key, past), *older][: self.entries]
+
+    def clear(self) -> None:
+        self.kept = []
+
+
 @dataclass
 class Generation:
     tokens: list[list[int]]  # generated ids per prompt, up to and including EOS
@@ -64,6 +106,10 @@ class Bundle:
         self.max_batch_size = self.meta["limits"]["max_batch_size"]
         self.max_seq_len = self.meta["limits"]["max_seq_len"]
         self.policy = Policy(self.meta.get("prompt_policy"))
+        # Chunked prefill (build.prefill_chunk_len): 0 feeds a prompt in one pass.
+        self.prefill_chunk_len = int(self.meta["limits"].get("prefill_chunk_len", 0))
+        self.prefix_cache: PrefixCache | None = None  # enable_prefix_cache() turns it on
+        self.last_reused = 0  # prompt tokens the last generation took from the prefix cache
 
     # ------------------------------------------------------------ text
 
@@ -180,7 +226,12 @@ class Bundle:
         steering = None
         if decoding is not None and decoding.steers:
             steering = Steering(decoding, prompts, self.eos, self._vocab(), self._tokenizer_json)
-        logits, past = self.forward(ids, mask, positions, self._empty_cache(batch))
+        past = self._empty_cache(batch)
+        reused = 0
+        if self.prefix_cache is not None and batch == 1:
+            reused, past = self.prefix_cache.lookup(prompts[0], past)
+        self.last_reused = reused
+        logits, past = self._prefill(ids[:, reused:], mask, positions[:, reused:], past)
         out: list[list[int]] = [[] for _ in prompts]
         done = np.zeros(batch, bool)
         last_pos = positions[:, -1:]
@@ -205,7 +256,38 @@ class Bundle:
             steps += 1
         if steering is not None:
             steering.finish(done, max_new_tokens)
+        if self.prefix_cache is not None and batch == 1:  # the cache covers every fed token
+            self.prefix_cache.store(prompts[0] + out[0][:steps], past)
         return Generation(out, steps, time.perf_counter() - started, first_token)
+
+    def _prefill(
+        self, ids: np.ndarray, mask: np.ndarray, positions: np.ndarray, past: list[np.ndarray]
+    ) -> tuple[np.ndarray, list[np.ndarray]]:
+        """The forward over a prompt's tokens after `past` (`mask` covers both): one pass,
+        or with prefill_chunk_len set, one pass per chunk of that many tokens, each on
+        the cache the ones before it left. Only the last chunk's logits come back."""
+        chunk, width = self.prefill_chunk_len, ids.shape[1]
+        if not chunk or width <= chunk:
+            return self.forward(ids, mask, positions, past)
+        before = mask.shape[1] - width
+        for start in range(0, width, chunk):
+            end = min(start + chunk, width)
+            logits, past = self.forward(
+                ids[:, start:end], mask[:, : before + end], positions[:, start:end], past
+            )
+        return logits, past
+
+    def enable_prefix_cache(self, entries: int = 4) -> PrefixCache:
+        """Keep the KV cache of the last `entries` single-prompt generations: a prompt
+        that starts with the tokens one of them fed (a system prompt, the chat so far)
+        runs its prefill only for the tokens after them (`last_reused` says how many
+        it skipped). Batches of several prompts always prefill in full."""
+        if any("seq" not in shape for shape in self.cache_shapes):
+            raise BundleError("this bundle's cache has a tensor with no seq axis to cut")
+        self.prefix_cache = PrefixCache(
+            [shape.index("seq") for shape in self.cache_shapes], entries
+        )
+        return self.prefix_cache
 
     def _vocab(self) -> int:
         """The width of the graph's logits (a padded vocabulary included)."""

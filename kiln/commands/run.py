@@ -237,6 +237,10 @@ def _chat(
     if turns and turns[-1]["role"] == "user":
         answer()
         return
+    import runtime
+
+    if type(bundle) is runtime.Bundle:  # each turn's prompt starts with the chat so far:
+        bundle.enable_prefix_cache(entries=1)  # its prefill runs for the new turn only
     interactive = sys.stdin.isatty()
     if interactive:
         print("chat: a line is a turn; an empty input or /exit ends", file=sys.stderr)

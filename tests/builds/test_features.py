@@ -323,3 +323,78 @@ def test_run_variables_refuse_bad_grammar_files(tmp_path: Path) -> None:
         with pytest.raises(KilnError, match=said):
             _grammar(*args)
     assert _grammar(None, "a+", None) == Grammar.regex("a+")
+
+
+class Recording:
+    """The bundle's engine, passed through, with the input_ids width of each run."""
+
+    def __init__(self, engine: Any) -> None:
+        self.engine, self.widths = engine, []
+
+    def run(self, names: list[str], feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        self.widths.append(int(feeds["input_ids"].shape[1]))
+        out: list[np.ndarray] = self.engine.run(names, feeds)
+        return out
+
+
+def _prompts(n: int, prefix: int, suffix: int, seed: int = 0) -> list[list[int]]:
+    rng = np.random.default_rng(seed)
+    shared = rng.integers(3, 500, prefix).tolist()
+    return [shared + rng.integers(3, 500, suffix).tolist() for _ in range(n)]
+
+
+@heavy
+@pytest.mark.parametrize("which", ["llama", "qwen3"])
+def test_prefix_reuse_prefills_only_the_rest_and_changes_no_token(
+    which: str, request: pytest.FixtureRequest
+) -> None:
+    bundle: Bundle = request.getfixturevalue(which)
+    prompts = _prompts(3, 120, 12)
+    cold = [bundle.generate([p], 20).tokens[0] for p in prompts]
+    recording = Recording(bundle.session)
+    bundle.session, engine = recording, bundle.session  # type: ignore[assignment]
+    try:
+        bundle.enable_prefix_cache(entries=3)
+        warm = []
+        for p in prompts:
+            recording.widths.clear()
+            warm.append(bundle.generate([p], 20).tokens[0])
+            first = recording.widths[0]
+            assert (bundle.last_reused, first) in [(0, len(p)), (120, len(p) - 120)]
+        assert warm == cold and bundle.last_reused == 120
+        # a follow-up turn: the earlier prompt, its answer, more: only the new part runs
+        follow = prompts[0] + cold[0] + [5, 6, 7]
+        recording.widths.clear()
+        got = bundle.generate([follow], 12).tokens[0]
+        assert bundle.last_reused == len(prompts[0]) + len(cold[0]) - 1 == len(follow) - 4
+        assert recording.widths[0] == 4
+        bundle.prefix_cache = None
+        assert bundle.generate([follow], 12).tokens[0] == got
+    finally:
+        bundle.session, bundle.prefix_cache = engine, None
+
+
+@heavy
+@pytest.mark.parametrize("which", ["llama", "qwen3"])
+def test_chunked_prefill_gives_the_one_shot_tokens(
+    which: str, request: pytest.FixtureRequest
+) -> None:
+    bundle: Bundle = request.getfixturevalue(which)
+    prompts = _prompts(3, 0, 150, seed=1)
+    batch = [prompts[0][:40], prompts[1], prompts[2][:97]]  # left padding inside chunks
+    one_shot = [bundle.generate([p], 16).tokens[0] for p in prompts], bundle.generate(batch, 16)
+    recording = Recording(bundle.session)
+    bundle.session, engine = recording, bundle.session  # type: ignore[assignment]
+    try:
+        for chunk in (16, 64):
+            bundle.prefill_chunk_len = chunk
+            recording.widths.clear()
+            alone = [bundle.generate([p], 16).tokens[0] for p in prompts]
+            chunks = -(-150 // chunk)
+            assert recording.widths[:chunks] == [chunk] * (chunks - 1) + [
+                150 - chunk * (chunks - 1)
+            ]
+            assert alone == one_shot[0]
+            assert bundle.generate(batch, 16).tokens == one_shot[1].tokens
+    finally:
+        bundle.session, bundle.prefill_chunk_len = engine, 0
