@@ -17,7 +17,8 @@ builders or tasks: a bundle runs on a machine that never built it.
   encoder.py      EncoderBundle: loading and right padding shared by classify and embed
   classify.py     Classifier: class probabilities per text (builders/classify/)
   embed.py        Embedder: one pooled vector per text (builders/embed/)
-  seq2seq.py      Seq2Seq and Speech: encode once, decode greedily (builders/seq2seq/)
+  seq2seq.py      Seq2Seq and Speech: encode once, decode greedily or by beams (builders/seq2seq/)
+  beams.py        beam search over one input's decoder rows, by transformers' rules
   audio.py        WAV reading and Whisper's log-mel features, in numpy
 
 Modules import heavy libraries (onnxruntime, tokenizers, torch) inside functions; no

@@ -62,7 +62,8 @@ def generate(
     if len(names) != 1:
         raise KilnError.one("name one recipe", None, 'doit run recipe=tiny-llama prompt="Hello"')
     name = names[0]
-    if catalog().recipe(name).task == "automatic-speech-recognition":
+    task = catalog().recipe(name).task
+    if task == "automatic-speech-recognition":
         if not audio:  # a speech recipe reads audio (_transcribe)
             raise KilnError.one(
                 "no audio", None, f"doit run recipe={name} audio=builders/data/audio"
@@ -84,14 +85,14 @@ def generate(
         bundle = runtime.open(artifact)
         if num_beams > 1 and not isinstance(bundle, runtime.Seq2Seq):
             raise KilnError.one(
-                f"num_beams applies to encoder-decoder recipes; {name} is {type(bundle).__name__}",
+                f"num_beams applies to encoder-decoder recipes; {name} is a {task} recipe",
                 Location(WHERE, key_path=("num_beams",)),
                 "drop num_beams, or name a text2text or speech recipe",
             )
         if steered and type(bundle) is not runtime.Bundle:
             raise KilnError.one(
-                f"{', '.join(steered)} steer ordinary causal-LM decoding; {name} runs as "
-                f"{type(bundle).__name__}",
+                f"{', '.join(steered)} steer ordinary text-generation decoding; {name} is a "
+                f"{task} recipe run by {type(bundle).__name__}",
                 Location(WHERE, key_path=(steered[0],)),
                 "name an ordinary text-generation recipe",
             )
@@ -289,12 +290,16 @@ def _timing_line(bundle: Any, out: Any) -> str:
     return line
 
 
-def _transcribe(model: Any, audio: str, max_new_tokens: int) -> str:
+def _transcribe(model: Any, audio: str, max_new_tokens: int, num_beams: int = 1) -> str:
     """A speech bundle: `audio=FILE.wav`, or every .wav of a folder
     (`audio=builders/data/audio`: the shipped clips)."""
     path = Path(audio)
     paths = sorted(path.glob("*.wav")) if path.is_dir() else [path]
-    return "\n".join(f"{p.name}: {model.transcribe([p], max_new_tokens)[0]!r}" for p in paths)
+    lines = []
+    for p in paths:
+        out = model.generate([model.read(p)], max_new_tokens, num_beams=num_beams)
+        lines.append(f"{p.name}: {model.decode(out.tokens[0])!r}")
+    return "\n".join(lines)
 
 
 def _run_task(
@@ -305,7 +310,7 @@ def _run_task(
     import runtime
 
     if isinstance(model, runtime.Speech):
-        return _transcribe(model, audio or "", max_new_tokens)
+        return _transcribe(model, audio or "", max_new_tokens, num_beams)
     if isinstance(model, runtime.Classifier):
         label, prob = model.classify([prompt])[0]
         return f"{label} ({prob:.4f})"
@@ -314,5 +319,5 @@ def _run_task(
         head = ", ".join(f"{v:.6f}" for v in vector[:8])
         norm = float((vector**2).sum()) ** 0.5
         return f"embedding [{vector.size}] (L2 norm {norm:.6f}): [{head}, ...]"
-    tokens = model.generate([model.encode(prompt)], max_new_tokens)
+    tokens = model.generate([model.encode(prompt)], max_new_tokens, num_beams=num_beams)
     return str(model.decode(tokens.tokens[0]))
