@@ -13,7 +13,8 @@ chunked  time to first token and peak RSS for one 1,024-token prompt, fed in one
          build.prefill_chunk_len sets); each setting in a process of its own, so
          ru_maxrss is that setting's peak. The first tokens are checked equal.
 guided   tokens/s of greedy decoding with and without a JSON-schema constraint
-         (runtime/guided.py), over the prompts of prompts/default.yaml.
+         (runtime/guided.py), over the prompts of prompts/default.yaml: each prompt
+         decodes its JSON, then as many tokens unconstrained (EOS off), alternately.
 
 The tiny bundles' bundle.json allows 256 tokens (the recipe's build.max_seq_len, which
 the model's 512 positions cap). The graph takes any length, so `prefix` and `chunked`
@@ -45,10 +46,10 @@ sys.path.insert(0, str(ROOT))
 SCHEMA = {
     "type": "object",
     "properties": {
-        "name": {"type": "string", "maxLength": 24},
+        "name": {"type": "string", "maxLength": 16},
         "age": {"type": "integer", "minimum": 0, "maximum": 120},
-        "city": {"type": "string", "maxLength": 24},
-        "tags": {"type": "array", "items": {"type": "string", "maxLength": 12}, "maxItems": 6},
+        "city": {"type": "string", "maxLength": 16},
+        "tags": {"type": "array", "items": {"type": "string", "maxLength": 10}, "maxItems": 4},
         "member": {"type": "boolean"},
     },
     "required": ["name", "age", "city", "tags", "member"],
@@ -194,26 +195,29 @@ def guided(args: argparse.Namespace) -> None:
     constraint = Decoding(grammar=Grammar.json_schema(SCHEMA))
     eos = set(bundle.eos)
 
-    def plain(ids: list[int]) -> Any:
-        bundle.eos = set()  # no EOS: every prompt decodes --new-tokens tokens
+    lengths: dict[int, int] = {}  # prompt -> how many tokens its JSON took
+
+    def constrained(row: int) -> Any:
+        out = bundle.generate_with([prompts[row]], args.new_tokens, constraint)
+        json.loads(bundle.decode(out.tokens[0]))  # it parses
+        lengths[row] = len(out.tokens[0])
+        return out
+
+    def plain(row: int) -> Any:
+        bundle.eos = set()  # no EOS: as many tokens as the JSON took, at the same lengths
         try:
-            return bundle.generate([ids], args.new_tokens)
+            return bundle.generate([prompts[row]], lengths[row])
         finally:
             bundle.eos = set(eos)
 
-    def constrained(ids: list[int]) -> Any:
-        out = bundle.generate_with([ids], args.new_tokens, constraint)
-        json.loads(bundle.decode(out.tokens[0]))  # it parses
-        return out
-
-    for ids in prompts[:2]:  # warm-up: allocations, llguidance's tokenizer
-        plain(ids), constrained(ids)
-    totals = {"plain": [0, 0.0, 0.0], "json_schema": [0, 0.0, 0.0]}
+    for row in range(2):  # warm-up: allocations, llguidance's tokenizer and grammar
+        constrained(row), plain(row)
+    totals = {"json_schema": [0, 0.0, 0.0], "plain": [0, 0.0, 0.0]}
     for _ in range(args.rounds):
-        for name, run in (("plain", plain), ("json_schema", constrained)):
-            for ids in prompts:
+        for row in range(len(prompts)):
+            for name, run in (("json_schema", constrained), ("plain", plain)):
                 c = cpu()
-                out = run(ids)
+                out = run(row)
                 totals[name][0] += len(out.tokens[0])
                 totals[name][1] += out.seconds
                 totals[name][2] += cpu() - c
@@ -239,7 +243,7 @@ def main() -> None:
         "--rounds", type=int, default=0, help="default: 20 prefix, 3 chunked, 2 guided"
     )
     parser.add_argument(
-        "--new-tokens", type=int, default=0, help="default: 8 prefix/chunked, 96 guided"
+        "--new-tokens", type=int, default=0, help="default: 8 prefix/chunked, 200 guided"
     )
     parser.add_argument(
         "--max-seq-len", type=int, default=0, help="default: 1100 (0: bundle.json's)"
@@ -248,7 +252,7 @@ def main() -> None:
     parser.add_argument("--chunk", type=int, default=0)
     args = parser.parse_args()
     args.rounds = args.rounds or {"prefix": 20, "guided": 2}.get(args.what, 3)
-    args.new_tokens = args.new_tokens or (96 if args.what == "guided" else 8)
+    args.new_tokens = args.new_tokens or (200 if args.what == "guided" else 8)
     if args.what != "guided":
         args.max_seq_len = args.max_seq_len or 1100
     print(

@@ -110,6 +110,7 @@ class Bundle:
         self.prefill_chunk_len = int(self.meta["limits"].get("prefill_chunk_len", 0))
         self.prefix_cache: PrefixCache | None = None  # enable_prefix_cache() turns it on
         self.last_reused = 0  # prompt tokens the last generation took from the prefix cache
+        self._tokenizer_text: str | None = None
 
     # ------------------------------------------------------------ text
 
@@ -294,4 +295,7 @@ class Bundle:
         return int(self.meta.get("vocab_size") or self.tokenizer.get_vocab_size())
 
     def _tokenizer_json(self) -> str:
-        return str(self.tokenizer.to_str())
+        """The tokenizer as JSON, serialized once (llguidance's view is cached by it)."""
+        if self._tokenizer_text is None:
+            self._tokenizer_text = str(self.tokenizer.to_str())
+        return self._tokenizer_text

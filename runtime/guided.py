@@ -114,27 +114,27 @@ def _tokenizer(tokenizer_json: str, vocab: int, eos: tuple[int, ...]) -> Any:
 class Guide:
     """One row's matcher: the mask for its next token, then the token it took."""
 
-    def __init__(self, tokenizer: Any, grammar: str) -> None:
-        from llguidance import LLMatcher
-
-        self.matcher = LLMatcher(tokenizer, grammar, log_level=0)
-        self.vocab = int(tokenizer.vocab_size)
-        self.bits = np.full((self.vocab + 31) // 32, -1, np.int32)
-        self.last = np.ones(self.vocab, bool)  # the ids the last mask allowed
+    def __init__(self, matcher: Any, vocab: int) -> None:
+        self.matcher = matcher
+        self.vocab = vocab
+        self.bits = np.full((vocab + 31) // 32, -1, np.int32)
+        self.last = np.ones(vocab, bool)  # the ids the last mask allowed
 
     def allowed(self) -> np.ndarray:
-        """bool [vocab]: the ids the grammar allows next."""
-        from llguidance.numpy import fill_next_token_bitmask
+        """bool [vocab]: the ids the grammar allows next (llguidance writes one bit an
+        id into `bits`, the lowest bit first)."""
+        self.matcher.unsafe_compute_mask_ptr(self.bits.ctypes.data, self.bits.nbytes)
+        bits = np.unpackbits(self.bits.view(np.uint8), count=self.vocab, bitorder="little")
+        return bits.view(bool)
 
-        fill_next_token_bitmask(self.matcher, self.bits[None])
-        bits = np.unpackbits(self.bits.view(np.uint8), bitorder="little")
-        return bits[: self.vocab].astype(bool)
-
-    def mask(self, logits: np.ndarray) -> np.ndarray:
+    def mask(self, logits: np.ndarray, processed: bool = True) -> np.ndarray:
+        """-inf for every id the grammar forbids. `processed`: other processors ran
+        first, and may have forbidden every id the grammar allows."""
         self.last = self.allowed()
         logits[: self.vocab][~self.last] = -np.inf
-        logits[self.vocab :] = -np.inf
-        if not np.isfinite(logits).any():
+        if logits.shape[-1] > self.vocab:
+            logits[self.vocab :] = -np.inf
+        if processed and not np.isfinite(logits[: self.vocab][self.last]).any():
             raise GrammarError(
                 "no token the grammar allows is left (a processor or banned id forbids them all)"
             )
@@ -158,17 +158,25 @@ class Guide:
         return bool(self.matcher.is_accepting())
 
 
-def guides(
-    grammar: Grammar, rows: int, tokenizer_json: str, vocab: int, eos: set[int]
-) -> list[Guide]:
-    """A fresh matcher per row; a grammar llguidance refuses raises GrammarError."""
+@lru_cache(maxsize=16)
+def _matcher(grammar: Grammar, tokenizer: Any) -> Any:
+    """The grammar compiled and checked against the tokenizer, as a fresh matcher that
+    each generation's rows copy (a copy takes microseconds, a compile milliseconds)."""
     from llguidance import LLMatcher
 
-    tokenizer = _tokenizer(tokenizer_json, vocab, tuple(sorted(eos)))
     text = grammar.compiled()
     failed, messages = LLMatcher.validate_grammar_with_warnings(text, tokenizer)
     if failed:
         what = {"json_schema": "JSON schema", "regex": "regex", "lark": "Lark grammar"}
         message = " ".join(messages[0].split())  # llguidance's caret diagram, on one line
         raise GrammarError(f"the {what[grammar.kind]} does not compile: {message}")
-    return [Guide(tokenizer, text) for _ in range(rows)]
+    return LLMatcher(tokenizer, text, log_level=0)
+
+
+def guides(
+    grammar: Grammar, rows: int, tokenizer_json: str, vocab: int, eos: set[int]
+) -> list[Guide]:
+    """A fresh matcher per row; a grammar llguidance refuses raises GrammarError."""
+    tokenizer = _tokenizer(tokenizer_json, vocab, tuple(sorted(eos)))
+    prototype = _matcher(grammar, tokenizer)
+    return [Guide(prototype.deep_copy(), int(tokenizer.vocab_size)) for _ in range(rows)]

@@ -189,12 +189,13 @@ class Steering:
     def __call__(self, logits: np.ndarray, done: np.ndarray) -> np.ndarray:
         out = np.array(logits, np.float32)  # a copy: the caller's logits stay as they came
         for row in np.flatnonzero(~done).tolist():
-            ids = np.asarray(self.history[row], np.int64)
             scores = out[row]
-            for process in self.chains[row]:
-                scores = process(ids, scores)
+            if self.chains[row]:
+                ids = np.asarray(self.history[row], np.int64)
+                for process in self.chains[row]:
+                    scores = process(ids, scores)
             if self.guides is not None:
-                scores = self.guides[row].mask(scores)
+                scores = self.guides[row].mask(scores, processed=bool(self.chains[row]))
             out[row] = scores
         return out
 
