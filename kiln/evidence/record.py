@@ -76,6 +76,7 @@ def record(
         verdict=verdict,
         reason=reason,
         thresholds=judged_by,
+        features=found.get("features"),
         **(extra or {}),
     )
     path = cat.paths.manifest(name)
