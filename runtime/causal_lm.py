@@ -226,7 +226,7 @@ class Bundle:
         batch = len(prompts)
         steering = None
         if decoding is not None and decoding.steers:
-            steering = Steering(decoding, prompts, self.eos, self._vocab(), self._tokenizer_json)
+            steering = Steering(decoding, prompts, self.eos, self._vocab(), self.tokenizer_json)
         past = self._empty_cache(batch)
         reused = 0
         if self.prefix_cache is not None and batch == 1:
@@ -294,7 +294,7 @@ class Bundle:
         """The width of the graph's logits (a padded vocabulary included)."""
         return int(self.meta.get("vocab_size") or self.tokenizer.get_vocab_size())
 
-    def _tokenizer_json(self) -> str:
+    def tokenizer_json(self) -> str:
         """The tokenizer as JSON, serialized once (llguidance's view is cached by it)."""
         if self._tokenizer_text is None:
             self._tokenizer_text = str(self.tokenizer.to_str())

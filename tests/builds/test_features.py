@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import yaml
 from conftest import ROOT, World, bundle_dir, heavy
 
 import runtime
@@ -404,3 +405,43 @@ def test_chunked_prefill_gives_the_one_shot_tokens(
             assert bundle.generate(batch, 16).tokens == one_shot[1].tokens
     finally:
         bundle.session, bundle.prefill_chunk_len = engine, 0
+
+
+FEATURES = {"logits_processors", "guided_decoding", "prefix_reuse", "chunked_prefill"}
+
+
+@heavy
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen3"])
+def test_validation_records_the_features_it_proved(built: World, name: str) -> None:
+    """Each ordinary causal-LM validation runs the four features on its bundle and the
+    manifest's evidence says what each compared and that it held."""
+    evidence = built.manifest(name)["evidence"][-1]
+    features = evidence["features"]
+    assert set(features) == FEATURES
+    assert all(f["proved"] and f["check"] for f in features.values()), features
+    assert "byte-level BPE tokenizer" in features["guided_decoding"]["check"]
+    assert features["prefix_reuse"]["metrics"]["reused_tokens"] > 0
+    assert features["chunked_prefill"]["metrics"]["chunk"] == 8  # the validation's own chunk
+
+
+@heavy
+def test_a_recipe_prefill_chunk_len_reaches_bundle_json_and_validation(
+    built: World, tmp_path: Path
+) -> None:
+    """build.prefill_chunk_len on onnxruntime: bundle.json's limits carry it, the runtime
+    feeds prompts in such chunks, and validation proves it at that length. The recipe
+    shares tiny-llama's engine chain: only its bundle and validate steps run."""
+    from conftest import make_world
+
+    world = World(make_world(tmp_path, built.hub, ()).root, built.hub, built.store)
+    data = yaml.safe_load((ROOT / "recipes" / "tiny-llama.yaml").read_text())
+    data["build"]["prefill_chunk_len"] = 16
+    world.write_recipe("tiny-llama-chunked", data)
+    out = world.doit("build", check=True).stdout
+    ran = [line.split()[1] for line in out.splitlines() if line.startswith(".  ")]
+    assert ran == ["bundle", "validate", "manifest"], out  # the engine chain was up to date
+    bundle = runtime.open(bundle_dir(world, "tiny-llama-chunked"), expect=Bundle)
+    assert bundle.meta["limits"]["prefill_chunk_len"] == 16 == bundle.prefill_chunk_len
+    chunked = world.manifest("tiny-llama-chunked")["evidence"][-1]["features"]["chunked_prefill"]
+    assert chunked["proved"] and chunked["metrics"]["chunk"] == 16
+    assert "build.prefill_chunk_len" in chunked["check"]

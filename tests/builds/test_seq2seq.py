@@ -92,6 +92,8 @@ def test_seq2seq_builds_and_passes_fp32_exact(seq2seq_world: World, name: str) -
     metrics = evidence["metrics"]
     assert metrics["token_match_rate"] == 1.0 and metrics["unexplained_divergences"] == 0
     assert metrics["max_abs_logit_diff"] < 1e-4 and metrics["min_logit_cosine"] > 0.99999
+    beams = evidence["features"]["beam_search"]  # runtime/beams.py against transformers'
+    assert beams["proved"] and beams["metrics"] == {"inputs": 2.0, "equal": 2.0, "num_beams": 4.0}
 
 
 @heavy
