@@ -39,6 +39,8 @@ if TYPE_CHECKING:
     from runtime.causal_lm import Bundle, Generation
     from runtime.classify import Classifier
     from runtime.embed import Embedder
+    from runtime.guided import Grammar
+    from runtime.processors import Decoding
     from runtime.seq2seq import Seq2Seq, Speech
     from runtime.speculative import SpeculativeBundle
 
@@ -76,6 +78,8 @@ _PUBLIC = {
     "Seq2Seq": "runtime.seq2seq",
     "Speech": "runtime.seq2seq",
     "SpeculativeBundle": "runtime.speculative",
+    "Decoding": "runtime.processors",
+    "Grammar": "runtime.guided",
 }
 
 
@@ -140,8 +144,10 @@ __all__ = [
     "Bundle",
     "BundleError",
     "Classifier",
+    "Decoding",
     "Embedder",
     "Generation",
+    "Grammar",
     "Runner",
     "Sampler",
     "Seq2Seq",
