@@ -853,6 +853,20 @@ class GatesRef(Recorded):
     )
 
 
+class FeatureProof(Recorded):
+    """One runtime feature a validation ran (guided decoding, prefix reuse, beam search,
+    ...), what it compared, and whether that held."""
+
+    proved: bool = Field(description="The validation ran the feature and its check held.")
+    check: str = Field(description="What the validation compared, in words.")
+    metrics: dict[str, float] = Field(
+        default_factory=dict, description="Its measurements (counts, lengths, rates)."
+    )
+
+
+FeatureName = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]*$", max_length=64)]
+
+
 class Evidence(Recorded):
     date: str = Field(description="UTC time the validation ran, ISO 8601.")
     host: Host = Field(description="Where it ran.")
@@ -890,6 +904,14 @@ class Evidence(Recorded):
         "environment sets CI), 'nightly' (doit replay) or 'local' (a person's build). Absent "
         "on records made before scopes were recorded; every one of those came from a "
         "person's build, so a reader takes it as 'local' (kiln.evidence.manifest.scope).",
+    )
+    features: dict[FeatureName, FeatureProof] | None = Field(
+        None,
+        exclude_if=_unrecorded,
+        description="The runtime features this validation exercised, by name (guided_decoding, "
+        "logits_processors, prefix_reuse, chunked_prefill, beam_search): each with what it "
+        "compared and whether it held. A feature not named here is untested by this record. "
+        "Absent on records made before features were recorded.",
     )
 
 

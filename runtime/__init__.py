@@ -9,13 +9,16 @@ builders or tasks: a bundle runs on a machine that never built it.
   drafters.py     the drafters a bundle carries: draft model, eagle3/mtp chain, dflash/dspark block
   ngram.py        prompt-lookup drafting, model-free
   sampling.py     Sampler (greedy, temperature / top-k / top-p) and draw()
+  processors.py   logits post-processors: the (token_ids, logits) hook, Decoding's options
+  guided.py       guided decoding: JSON schema / regex / Lark masks from llguidance
   backends.py     engine backends behind one run(): onnxruntime, aoti, tensorrt
   inductor_lm.py  InductorBundle: KV cache on the device, greedy decoding there (ids only back)
   inductor.py     InductorEngine: torch.export programs, static KV cache, Inductor, CUDA graph
   encoder.py      EncoderBundle: loading and right padding shared by classify and embed
   classify.py     Classifier: class probabilities per text (builders/classify/)
   embed.py        Embedder: one pooled vector per text (builders/embed/)
-  seq2seq.py      Seq2Seq and Speech: encode once, decode greedily (builders/seq2seq/)
+  seq2seq.py      Seq2Seq and Speech: encode once, decode greedily or by beams (builders/seq2seq/)
+  beams.py        beam search over one input's decoder rows, by transformers' rules
   audio.py        WAV reading and Whisper's log-mel features, in numpy
 
 Modules import heavy libraries (onnxruntime, tokenizers, torch) inside functions; no
@@ -36,6 +39,8 @@ if TYPE_CHECKING:
     from runtime.causal_lm import Bundle, Generation
     from runtime.classify import Classifier
     from runtime.embed import Embedder
+    from runtime.guided import Grammar
+    from runtime.processors import Decoding
     from runtime.seq2seq import Seq2Seq, Speech
     from runtime.speculative import SpeculativeBundle
 
@@ -73,6 +78,8 @@ _PUBLIC = {
     "Seq2Seq": "runtime.seq2seq",
     "Speech": "runtime.seq2seq",
     "SpeculativeBundle": "runtime.speculative",
+    "Decoding": "runtime.processors",
+    "Grammar": "runtime.guided",
 }
 
 
@@ -137,8 +144,10 @@ __all__ = [
     "Bundle",
     "BundleError",
     "Classifier",
+    "Decoding",
     "Embedder",
     "Generation",
+    "Grammar",
     "Runner",
     "Sampler",
     "Seq2Seq",

@@ -20,9 +20,52 @@ import numpy as np
 
 from runtime.chat import Policy, Template, check_messages
 from runtime.format import TEXT_GENERATION, BundleError, read_meta
+from runtime.processors import Decoding, Steering
 from runtime.sampling import Sampler
 
 TASK = TEXT_GENERATION
+
+
+class PrefixCache:
+    """KV caches of earlier generations, by the token ids they cover, most recent
+    first. A lookup takes the longest run of a prompt's first tokens one of them
+    covers, always short of the whole prompt: the last token's forward gives the
+    logits the first choice needs. Every cache axis named "seq" is cut to it (kiln
+    exports only caches that grow along "seq", builders/causal_lm/_cache.py)."""
+
+    def __init__(self, axes: list[int], entries: int = 4) -> None:
+        if entries < 1:
+            raise ValueError("a prefix cache keeps at least 1 entry")
+        self.axes = axes  # each cached tensor's "seq" axis
+        self.entries = entries
+        self.kept: list[tuple[np.ndarray, list[np.ndarray]]] = []
+
+    def lookup(self, prompt: list[int], empty: list[np.ndarray]) -> tuple[int, list[np.ndarray]]:
+        """(n, the cache of the prompt's first n tokens); (0, `empty`) when none matches."""
+        want = np.asarray(prompt, np.int64)
+        best, found = 0, empty
+        for tokens, past in self.kept:
+            limit = min(len(tokens), len(want) - 1)
+            differ = np.flatnonzero(tokens[:limit] != want[:limit])
+            n = int(differ[0]) if differ.size else limit
+            if n > best:
+                best, found = n, past
+        if not best:
+            return 0, empty
+        cut = [
+            np.ascontiguousarray(p[(slice(None),) * a + (slice(0, best),)])
+            for p, a in zip(found, self.axes, strict=True)
+        ]
+        return best, cut
+
+    def store(self, tokens: list[int], past: list[np.ndarray]) -> None:
+        """Keep `past`, the cache after feeding `tokens`, as the most recent entry."""
+        key = np.asarray(tokens, np.int64)
+        older = [e for e in self.kept if not np.array_equal(e[0], key)]
+        self.kept = [(key, past), *older][: self.entries]
+
+    def clear(self) -> None:
+        self.kept = []
 
 
 @dataclass
@@ -63,6 +106,11 @@ class Bundle:
         self.max_batch_size = self.meta["limits"]["max_batch_size"]
         self.max_seq_len = self.meta["limits"]["max_seq_len"]
         self.policy = Policy(self.meta.get("prompt_policy"))
+        # Chunked prefill (build.prefill_chunk_len): 0 feeds a prompt in one pass.
+        self.prefill_chunk_len = int(self.meta["limits"].get("prefill_chunk_len", 0))
+        self.prefix_cache: PrefixCache | None = None  # enable_prefix_cache() turns it on
+        self.last_reused = 0  # prompt tokens the last generation took from the prefix cache
+        self._tokenizer_text: str | None = None
 
     # ------------------------------------------------------------ text
 
@@ -157,25 +205,49 @@ class Bundle:
         self, prompts: list[list[int]], max_new_tokens: int, sampler: Sampler | None = None
     ) -> Generation:
         """Generate for a batch of token-id prompts (left-padded into one batch)."""
+        return self.generate_with(prompts, max_new_tokens, None, sampler)
+
+    def generate_with(
+        self,
+        prompts: list[list[int]],
+        max_new_tokens: int,
+        decoding: Decoding | None,
+        sampler: Sampler | None = None,
+    ) -> Generation:
+        """generate(), its next-token logits steered by `decoding` (runtime/processors.py:
+        the common logits processors, the caller's own `(token_ids, logits) -> logits`
+        hooks, and a grammar the output must match, runtime/guided.py). A grammar's
+        output that has not ended when max_new_tokens run out raises BundleError."""
         import time
 
         sampler = sampler or Sampler()
         started = time.perf_counter()
         ids, mask, positions = self._batch(prompts, max_new_tokens)
         batch = len(prompts)
-        logits, past = self.forward(ids, mask, positions, self._empty_cache(batch))
+        steering = None
+        if decoding is not None and decoding.steers:
+            steering = Steering(decoding, prompts, self.eos, self._vocab(), self.tokenizer_json)
+        past = self._empty_cache(batch)
+        reused = 0
+        if self.prefix_cache is not None and batch == 1:
+            reused, past = self.prefix_cache.lookup(prompts[0], past)
+        self.last_reused = reused
+        logits, past = self._prefill(ids[:, reused:], mask, positions[:, reused:], past)
         out: list[list[int]] = [[] for _ in prompts]
         done = np.zeros(batch, bool)
         last_pos = positions[:, -1:]
         steps = 0
         first_token = 0.0
         for step in range(max_new_tokens):
-            nxt = sampler(logits[:, -1, :])
+            last = logits[:, -1, :]
+            nxt = sampler(last if steering is None else steering(last, done))
             if step == 0:
                 first_token = time.perf_counter() - started
             for row in np.flatnonzero(~done).tolist():
                 out[row].append(int(nxt[row]))
                 done[row] = int(nxt[row]) in self.eos
+                if steering is not None:
+                    steering.advance(row, int(nxt[row]))
             if done.all() or step == max_new_tokens - 1:
                 break
             nxt = np.where(done, self.pad, nxt)
@@ -183,4 +255,47 @@ class Bundle:
             last_pos = last_pos + 1
             logits, past = self.forward(nxt[:, None], mask, last_pos, past)
             steps += 1
+        if steering is not None:
+            steering.finish(done, max_new_tokens)
+        if self.prefix_cache is not None and batch == 1:  # the cache covers every fed token
+            self.prefix_cache.store(prompts[0] + out[0][:steps], past)
         return Generation(out, steps, time.perf_counter() - started, first_token)
+
+    def _prefill(
+        self, ids: np.ndarray, mask: np.ndarray, positions: np.ndarray, past: list[np.ndarray]
+    ) -> tuple[np.ndarray, list[np.ndarray]]:
+        """The forward over a prompt's tokens after `past` (`mask` covers both): one pass,
+        or with prefill_chunk_len set, one pass per chunk of that many tokens, each on
+        the cache the ones before it left. Only the last chunk's logits come back."""
+        chunk, width = self.prefill_chunk_len, ids.shape[1]
+        if not chunk or width <= chunk:
+            return self.forward(ids, mask, positions, past)
+        before = mask.shape[1] - width
+        for start in range(0, width, chunk):
+            end = min(start + chunk, width)
+            logits, past = self.forward(
+                ids[:, start:end], mask[:, : before + end], positions[:, start:end], past
+            )
+        return logits, past
+
+    def enable_prefix_cache(self, entries: int = 4) -> PrefixCache:
+        """Keep the KV cache of the last `entries` single-prompt generations: a prompt
+        that starts with the tokens one of them fed (a system prompt, the chat so far)
+        runs its prefill only for the tokens after them (`last_reused` says how many
+        it skipped). Batches of several prompts always prefill in full."""
+        if any("seq" not in shape for shape in self.cache_shapes):
+            raise BundleError("this bundle's cache has a tensor with no seq axis to cut")
+        self.prefix_cache = PrefixCache(
+            [shape.index("seq") for shape in self.cache_shapes], entries
+        )
+        return self.prefix_cache
+
+    def _vocab(self) -> int:
+        """The width of the graph's logits (a padded vocabulary included)."""
+        return int(self.meta.get("vocab_size") or self.tokenizer.get_vocab_size())
+
+    def tokenizer_json(self) -> str:
+        """The tokenizer as JSON, serialized once (llguidance's view is cached by it)."""
+        if self._tokenizer_text is None:
+            self._tokenizer_text = str(self.tokenizer.to_str())
+        return self._tokenizer_text

@@ -104,12 +104,24 @@ class Seq2Seq:
         logits, _ = self._decode(ids, context, self._empty(1))
         return logits[0]
 
-    def generate(self, prompts: list[Any], max_new_tokens: int) -> Generation:
+    def generate(
+        self,
+        prompts: list[Any],
+        max_new_tokens: int,
+        num_beams: int = 1,
+        length_penalty: float = 1.0,
+        early_stopping: bool | str = False,
+    ) -> Generation:
         """Greedy output per input (prompt ids, or features for speech), up to and
-        including EOS (the start token excluded)."""
+        including EOS (the start token excluded). With num_beams > 1, beam search
+        (runtime/beams.py) for each input, transformers' rules and defaults."""
         if max_new_tokens > self.max_seq_len:
             raise BundleError(
                 f"{max_new_tokens} new tokens exceed the bundle's max_seq_len of {self.max_seq_len}"
+            )
+        if num_beams > 1:
+            return self._beam_search(
+                prompts, max_new_tokens, num_beams, length_penalty, early_stopping
             )
         started = time.perf_counter()
         context = self._encoder(prompts)
@@ -129,6 +141,46 @@ class Seq2Seq:
             if done.all():
                 break
             nxt = np.where(done, self.pad, best)[:, None].astype(np.int64)
+        return Generation(out, steps, time.perf_counter() - started)
+
+    def _beam_search(
+        self,
+        prompts: list[Any],
+        max_new_tokens: int,
+        num_beams: int,
+        length_penalty: float,
+        early_stopping: bool | str,
+    ) -> Generation:
+        """Each input alone: encoded once, its context repeated for `num_beams` decoder
+        rows, whose self-attention caches follow their beams at every step."""
+        from runtime.beams import BeamSearch
+
+        if num_beams > self.max_batch_size:
+            raise BundleError(
+                f"num_beams={num_beams}: the beams decode as one batch, and this bundle "
+                f"serves batches of 1 to {self.max_batch_size}"
+            )
+        self._check_batch(len(prompts))
+        started = time.perf_counter()
+        out, steps = [], 0
+        for prompt in prompts:
+            context = {
+                k: np.repeat(v, num_beams, axis=0) for k, v in self._encoder([prompt]).items()
+            }
+            search = BeamSearch(
+                num_beams, self.start, self.eos, max_new_tokens, length_penalty, early_stopping
+            )
+            past = self._empty(num_beams)
+            nxt = search.inputs()
+            while True:
+                logits, past = self._decode(nxt, context, past)
+                steps += 1
+                sources = search.step(logits[:, -1, :])
+                if search.done:
+                    break
+                past = [p[sources] for p in past]
+                nxt = search.inputs()
+            out.append(search.best())
         return Generation(out, steps, time.perf_counter() - started)
 
 

@@ -38,6 +38,12 @@ class Options(BaseModel):
         default_factory=dict,
         description="What prompts the runtime accepts (charset, max_chars); empty: any.",
     )
+    prefill_chunk_len: int = Field(
+        0,
+        ge=0,
+        description="onnxruntime: the runtime feeds a prompt in chunks of this many tokens "
+        "(build.prefill_chunk_len; 0: one pass).",
+    )
 
 
 def chat_template(ckpt: Any, tok_config: dict[str, Any]) -> str | None:
@@ -138,6 +144,8 @@ def build(request: Request, writer: Writer) -> None:
             "max_seq_len": engine["max_seq_len"],
         },
     }
+    if opts.prefill_chunk_len:
+        meta["limits"]["prefill_chunk_len"] = opts.prefill_chunk_len
     meta["vocab_size"] = io["vocab_size"]
     chat = _chat(writer, ckpt, tok_config, tokenizer)
     if chat is not None:

@@ -9,7 +9,9 @@ Metrics (names and meanings in kiln.schema.METRICS):
     position where it happens; otherwise it counts as unexplained.
 
 It writes measurements only (evidence.json, which the core stamps with date and
-host). The core applies the gates and records the evidence.
+host). The core applies the gates and records the evidence. An ordinary bundle's
+evidence also names the runtime features the validation ran on it and whether each
+held (builders/causal_lm/_features.py); they do not enter the verdict.
 """
 
 from __future__ import annotations
@@ -111,6 +113,7 @@ def _quantized_on(request: Request) -> dict[str, str]:
 
 def build(request: Request, writer: Writer) -> None:
     import runtime
+    from builders.causal_lm._features import exercise
     from builders.common import measure
     from runtime import Sampler
     from runtime.causal_lm import Bundle
@@ -137,7 +140,9 @@ def build(request: Request, writer: Writer) -> None:
         metrics.update(score_text(bundle, ref, m.arrays("text.npz")))
     metrics["decode_tokens_per_s"] = per_s
     backend = {**m.backend("main"), **_quantized_on(request)}
-    writer.evidence(metrics, [bundle.decode(g) for g in gen], backend)
+    features = exercise(bundle, prompt_ids)  # after the timed decode: it times nothing
+    extra = {"features": features} if features is not None else {}
+    writer.evidence(metrics, [bundle.decode(g) for g in gen], backend, **extra)
     request.log(
         "token match {token_match_rate:.3f}, max |dlogit| {max_abs_logit_diff:.2e}, "
         "min cosine {min_logit_cosine:.6f}".format(**metrics)

@@ -12,7 +12,8 @@ of different things); for Whisper a fresh GenerationConfig also leaves out its
 suppress lists, language/task prompt tokens and timestamps. Teacher-forced decoder
 logits of start token plus continuation are kept for the logit metrics, and a
 speech reference keeps its input features, which validate compares with the
-runtime's numpy log-mel.
+runtime's numpy log-mel. The first inputs are also decoded by beam search (4 beams,
+transformers' default rules), which validate's beam_search feature compares with.
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ class Options(BaseModel):
 
 
 Item = tuple[dict[str, Any], dict[str, Any]]
+BEAMS = 4  # beam search's width in the reference's beam outputs
+BEAM_INPUTS = 2  # on this many of the inputs
 
 
 def _inputs(opts: Options, checkpoint: Any) -> tuple[list[Item], int | None]:
@@ -108,6 +111,7 @@ def build(request: Request, writer: Writer) -> None:
             target = torch.tensor([[start, *new]])
             logits[f"p{i}"] = model(**kwargs, decoder_input_ids=target).logits[0].numpy()
         records.append({**record, "tokens": new})
+    beams = _beams(model, items[:BEAM_INPUTS], config, eos_ids)
     np.savez(writer.path("logits.npz"), **{k: v.astype(np.float32) for k, v in logits.items()})
     if features:
         np.savez(writer.path("features.npz"), **features)
@@ -120,5 +124,31 @@ def build(request: Request, writer: Writer) -> None:
             "eos": eos_ids,
             "decoder_start_token_id": start,
             "records": records,
+            "beams": beams,
         },
     )
+
+
+def _beams(model: Any, items: list[Item], config: Any, eos_ids: list[int]) -> dict[str, Any]:
+    """transformers' beam search on the first inputs, for validate's beam_search check
+    (runtime/beams.py): the greedy config with BEAMS beams and its default rules."""
+    import copy
+
+    import torch
+
+    beam = copy.deepcopy(config)
+    beam.num_beams, beam.length_penalty, beam.early_stopping = BEAMS, 1.0, False
+    tokens = []
+    for kwargs, _ in items:
+        with torch.no_grad():
+            if "input_features" in kwargs:
+                new = model.generate(**kwargs, generation_config=beam)[0].tolist()
+            else:
+                ids = kwargs["input_ids"]
+                mask = torch.ones_like(ids)
+                new = model.generate(ids, attention_mask=mask, generation_config=beam)[0, 1:]
+                new = new.tolist()
+        if any(t in eos_ids for t in new):
+            new = new[: next(j for j, t in enumerate(new) if t in eos_ids) + 1]
+        tokens.append(new)
+    return {"num_beams": BEAMS, "length_penalty": 1.0, "early_stopping": False, "tokens": tokens}

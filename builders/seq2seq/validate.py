@@ -87,6 +87,34 @@ def _inputs(m: Measurement, opts: Options) -> tuple[list[Any], dict[str, float]]
     return ids, {"tokenizer_match_rate": agree}
 
 
+def beam_search(
+    bundle: Any, ref: dict[str, Any], inputs: list[Any], max_new_tokens: int
+) -> dict[str, Any]:
+    """The bundle's beam search (runtime/beams.py) against transformers' on the same
+    inputs (the reference's "beams"), as an evidence feature; never part of the verdict."""
+    beams = ref.get("beams")
+    if not beams:
+        return {"proved": False, "check": "the reference has no beam search outputs"}
+    want = beams["tokens"]
+    rules = {k: beams[k] for k in ("num_beams", "length_penalty", "early_stopping")}
+    try:
+        got = [bundle.generate([x], max_new_tokens, **rules).tokens[0] for x in inputs[: len(want)]]
+    except Exception as exc:  # recorded as unproved: a feature never fails the step
+        return {"proved": False, "check": f"raised {type(exc).__name__}: {exc}"}
+    same = sum(int(a == b) for a, b in zip(got, want, strict=True))
+    return {
+        "proved": same == len(want),
+        "check": f"beam search ({rules['num_beams']} beams, length_penalty "
+        f"{rules['length_penalty']}, early_stopping {rules['early_stopping']}) gives "
+        "transformers' beam search output on the same inputs",
+        "metrics": {
+            "inputs": float(len(want)),
+            "equal": float(same),
+            "num_beams": float(rules["num_beams"]),
+        },
+    }
+
+
 def build(request: Request, writer: Writer) -> None:
     import runtime
     from builders.common import measure
@@ -102,7 +130,10 @@ def build(request: Request, writer: Writer) -> None:
     metrics = compare(bundle, m.reference, m.arrays("logits.npz"), gen, inputs)
     metrics.update(agreement)
     metrics["decode_tokens_per_s"] = per_s
-    writer.evidence(metrics, [bundle.decode(g) for g in gen], m.backend("decoder"))
+    features = {"beam_search": beam_search(bundle, m.reference, inputs, opts.max_new_tokens)}
+    writer.evidence(
+        metrics, [bundle.decode(g) for g in gen], m.backend("decoder"), features=features
+    )
     request.log(
         "token match {token_match_rate:.3f}, max |dlogit| {max_abs_logit_diff:.2e}, "
         "min cosine {min_logit_cosine:.6f}".format(**metrics)

@@ -31,9 +31,15 @@ BUILDABLE: dict[tuple[str, str], tuple[Any, ...]] = {
     ("build", "target"): ("cpu", "sm89", "sm90", "sm100", "sm120"),
     ("build", "tensor_parallel"): (1,),
 }
-# What only the inductor backend builds (its engine computes in the recipe's dtype and
-# exports a prefill program of build.prefill_chunk_len tokens); others refuse them.
-INDUCTOR_ONLY = (("precision", "compute", ("fp32",)), ("build", "prefill_chunk_len", (0,)))
+# What only the inductor backend builds (its engine computes in the recipe's dtype);
+# others refuse it.
+INDUCTOR_ONLY = (("precision", "compute", ("fp32",)),)
+# Who honours build.prefill_chunk_len: the inductor engine exports a prefill program of
+# that many tokens; an onnxruntime causal-LM bundle's runtime feeds the prompt in
+# chunks of it (runtime/causal_lm.py). aoti and tensorrt refuse it, as do tasks that
+# prefill nothing and variants whose verify loop feeds its own lengths.
+CHUNKED_PREFILL = ("inductor", "onnxruntime")
+CHUNKED_VARIANTS = ("ordinary", "lora")
 
 # The companion role each variant reads; any other companion would be silently unused.
 USES: dict[str, tuple[str, ...]] = {
@@ -172,6 +178,29 @@ def refusals(recipe: Recipe) -> list[Problem]:
                         f"use build.backend inductor, or {section}.{key}: {allowed[0]}",
                     )
                 )
+    chunk = recipe.build.prefill_chunk_len
+    if chunk and recipe.build.backend not in CHUNKED_PREFILL:
+        problems.append(
+            Problem(
+                f"prefill_chunk_len {chunk} is honoured by the {' and '.join(CHUNKED_PREFILL)} "
+                "backends only",
+                _at("build", "prefill_chunk_len"),
+                f"use build.backend {CHUNKED_PREFILL[1]}, or build.prefill_chunk_len: 0",
+            )
+        )
+    elif (
+        chunk
+        and recipe.build.backend == "onnxruntime"
+        and (recipe.task != "text-generation" or recipe.execution.variant not in CHUNKED_VARIANTS)
+    ):
+        problems.append(
+            Problem(
+                "an onnxruntime bundle feeds its prompt in chunks for ordinary and lora "
+                f"text generation only, not {recipe.task} ({recipe.execution.variant})",
+                _at("build", "prefill_chunk_len"),
+                "set build.prefill_chunk_len: 0",
+            )
+        )
     used = USES.get(recipe.execution.variant, ())
     problems += [
         Problem(

@@ -5,12 +5,15 @@ never imports it at module level."""
 
 from __future__ import annotations
 
+import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from kiln.commands.build import ensure_bundle
+from kiln.commands.variables import WHERE
 from kiln.commands.workspace import catalog, selected, store
-from kiln.errors import KilnError
+from kiln.errors import KilnError, Location
 from kiln.store import unsupported
 
 
@@ -28,15 +31,39 @@ def generate(
     system: str | None = None,
     messages: str | None = None,
     thinking: str | None = None,
+    json_schema: str | None = None,
+    regex: str | None = None,
+    grammar: str | None = None,
+    repetition_penalty: float = 1.0,
+    banned_ids: str | None = None,
+    bad_words: str | None = None,
+    min_new_tokens: int = 0,
+    min_length: int = 0,
+    num_beams: int = 1,
 ) -> None:
     import runtime
     from runtime import BundleError, Sampler
+    from runtime.guided import GrammarError
+
+    steer = {
+        "json_schema": json_schema,
+        "regex": regex,
+        "grammar": grammar,
+        "repetition_penalty": repetition_penalty if repetition_penalty != 1.0 else None,
+        "banned_ids": banned_ids,
+        "bad_words": bad_words,
+        "min_new_tokens": min_new_tokens or None,
+        "min_length": min_length or None,
+    }
+    steered = [k for k, v in steer.items() if v is not None]
+    constraint = _grammar(json_schema, regex, grammar)  # a file or a grammar refused here first
 
     names = selected(recipe) if recipe else []
     if len(names) != 1:
         raise KilnError.one("name one recipe", None, 'doit run recipe=tiny-llama prompt="Hello"')
     name = names[0]
-    if catalog().recipe(name).task == "automatic-speech-recognition":
+    task = catalog().recipe(name).task
+    if task == "automatic-speech-recognition":
         if not audio:  # a speech recipe reads audio (_transcribe)
             raise KilnError.one(
                 "no audio", None, f"doit run recipe={name} audio=builders/data/audio"
@@ -56,21 +83,116 @@ def generate(
         if found is not None:
             raise KilnError.one(f"unsupported here: {found['reason']}", None)
         bundle = runtime.open(artifact)
+        if num_beams > 1 and not isinstance(bundle, runtime.Seq2Seq):
+            raise KilnError.one(
+                f"num_beams applies to encoder-decoder recipes; {name} is a {task} recipe",
+                Location(WHERE, key_path=("num_beams",)),
+                "drop num_beams, or name a text2text or speech recipe",
+            )
+        if steered and type(bundle) is not runtime.Bundle:
+            raise KilnError.one(
+                f"{', '.join(steered)} steer ordinary text-generation decoding; {name} is a "
+                f"{task} recipe run by {type(bundle).__name__}",
+                Location(WHERE, key_path=(steered[0],)),
+                "name an ordinary text-generation recipe",
+            )
         if not isinstance(bundle, runtime.Bundle):  # other tasks' runners answer in their terms
-            print(_run_task(bundle, prompt or "", audio, max_new_tokens))
+            print(_run_task(bundle, prompt or "", audio, max_new_tokens, num_beams))
             return
+        decoding = _decoding(bundle, constraint, repetition_penalty, banned_ids, bad_words)
+        decoding = replace(decoding, min_new_tokens=min_new_tokens, min_length=min_length)
         if chat:
             think = None if thinking is None else thinking == "1"
             turns = _conversation(system, messages, prompt)
-            _chat(bundle, turns, think, max_new_tokens, sampler, stats)
+            _chat(bundle, turns, think, max_new_tokens, sampler, stats, decoding)
             return
-        out = bundle.generate([bundle.encode(prompt or "")], max_new_tokens, sampler)
+        out = bundle.generate_with([bundle.encode(prompt or "")], max_new_tokens, decoding, sampler)
+    except GrammarError as exc:  # llguidance refused it: located at the variable that gave it
+        variable = {"json_schema": "json_schema", "regex": "regex", "lark": "grammar"}
+        where = Location(WHERE, key_path=(variable[constraint.kind],)) if constraint else None
+        raise KilnError.one(str(exc), where) from None
     except (BundleError, ValueError) as exc:
         raise KilnError.one(str(exc), None) from None
     print((prompt or "") + bundle.decode(out.tokens[0]))
     if stats:
         print(_stats_line(bundle, out.tokens[0]))
         print(_timing_line(bundle, out))
+
+
+def _grammar(json_schema: str | None, regex: str | None, grammar: str | None) -> Any:
+    """The runtime's Grammar for `json_schema=FILE`, `regex=TEXT` or `grammar=FILE` (a
+    Lark grammar), at most one of them; a file that is missing or not JSON is refused
+    at its variable. Whether llguidance compiles it is known once the tokenizer is."""
+    from runtime.guided import Grammar
+
+    given = [
+        n for n, v in (("json_schema", json_schema), ("regex", regex), ("grammar", grammar)) if v
+    ]
+    if len(given) > 1:
+        raise KilnError.one(
+            f"{' and '.join(given)} both constrain the output",
+            Location(WHERE, key_path=(given[1],)),
+            "give one of json_schema, regex, grammar",
+        )
+    if regex:
+        return Grammar.regex(regex)
+    for name, value in (("json_schema", json_schema), ("grammar", grammar)):
+        if not value:
+            continue
+        where = Location(WHERE, key_path=(name,))
+        path = Path(value)
+        if not path.is_file():
+            raise KilnError.one(f"{value}: no such file", where, f"{name}=FILE")
+        try:
+            text = path.read_text()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise KilnError.one(f"{value}: not readable text ({exc})", where) from None
+        if name == "grammar":
+            return Grammar.lark(text)
+        try:
+            json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise KilnError.one(
+                f"{value} is not JSON: line {exc.lineno} column {exc.colno}: {exc.msg}", where
+            ) from None
+        try:
+            return Grammar.json_schema(text)
+        except ValueError as exc:
+            raise KilnError.one(f"{value}: {exc}", where) from None
+    return None
+
+
+def _decoding(
+    bundle: Any,
+    grammar: Any,
+    repetition_penalty: float,
+    banned_ids: str | None,
+    bad_words: str | None,
+) -> Any:
+    """The runtime's Decoding for the steering variables: `banned_ids=5,17` are token
+    ids, `bad_words=foo,bar` words the bundle's tokenizer turns into token sequences."""
+    from runtime.processors import Decoding
+
+    ids: list[int] = []
+    for part in (banned_ids or "").split(","):
+        if not part.strip():
+            continue
+        try:
+            ids.append(int(part))
+        except ValueError:
+            raise KilnError.one(
+                f"{part.strip()!r} is not a token id",
+                Location(WHERE, key_path=("banned_ids",)),
+                "banned_ids=ID,ID,...",
+            ) from None
+    words = [w for w in (bad_words or "").split(",") if w]
+    sequences = [list(bundle.tokenizer.encode(w, add_special_tokens=False).ids) for w in words]
+    return Decoding(
+        repetition_penalty=repetition_penalty,
+        banned_ids=ids,
+        bad_words=[s for s in sequences if s],
+        grammar=grammar,
+    )
 
 
 def _conversation(system: str | None, messages: str | None, prompt: str | None) -> list[Any]:
@@ -97,13 +219,15 @@ def _chat(
     max_new_tokens: int,
     sampler: Any,
     stats: bool,
+    decoding: Any = None,
 ) -> None:
     """Answer the conversation's last user turn; with none, read user turns from
     standard input, one a line, until its end (or a line `/exit`), keeping the history."""
     import sys
 
     def answer() -> None:
-        out = bundle.generate([bundle.encode_chat(turns, thinking)], max_new_tokens, sampler)
+        ids = bundle.encode_chat(turns, thinking)
+        out = bundle.generate_with([ids], max_new_tokens, decoding, sampler)
         reply = bundle.decode(out.tokens[0])
         turns.append({"role": "assistant", "content": reply})
         print(reply, flush=True)
@@ -114,6 +238,10 @@ def _chat(
     if turns and turns[-1]["role"] == "user":
         answer()
         return
+    import runtime
+
+    if type(bundle) is runtime.Bundle:  # each turn's prompt starts with the chat so far:
+        bundle.enable_prefix_cache(entries=1)  # its prefill runs for the new turn only
     interactive = sys.stdin.isatty()
     if interactive:
         print("chat: a line is a turn; an empty input or /exit ends", file=sys.stderr)
@@ -162,21 +290,27 @@ def _timing_line(bundle: Any, out: Any) -> str:
     return line
 
 
-def _transcribe(model: Any, audio: str, max_new_tokens: int) -> str:
+def _transcribe(model: Any, audio: str, max_new_tokens: int, num_beams: int = 1) -> str:
     """A speech bundle: `audio=FILE.wav`, or every .wav of a folder
     (`audio=builders/data/audio`: the shipped clips)."""
     path = Path(audio)
     paths = sorted(path.glob("*.wav")) if path.is_dir() else [path]
-    return "\n".join(f"{p.name}: {model.transcribe([p], max_new_tokens)[0]!r}" for p in paths)
+    lines = []
+    for p in paths:
+        out = model.generate([model.read(p)], max_new_tokens, num_beams=num_beams)
+        lines.append(f"{p.name}: {model.decode(out.tokens[0])!r}")
+    return "\n".join(lines)
 
 
-def _run_task(model: Any, prompt: str, audio: str | None, max_new_tokens: int) -> str:
+def _run_task(
+    model: Any, prompt: str, audio: str | None, max_new_tokens: int, num_beams: int = 1
+) -> str:
     """A runner of another task (runtime.open chose it): its label, its embedding's
     size, norm and first components, or its greedy output."""
     import runtime
 
     if isinstance(model, runtime.Speech):
-        return _transcribe(model, audio or "", max_new_tokens)
+        return _transcribe(model, audio or "", max_new_tokens, num_beams)
     if isinstance(model, runtime.Classifier):
         label, prob = model.classify([prompt])[0]
         return f"{label} ({prob:.4f})"
@@ -185,5 +319,5 @@ def _run_task(model: Any, prompt: str, audio: str | None, max_new_tokens: int) -
         head = ", ".join(f"{v:.6f}" for v in vector[:8])
         norm = float((vector**2).sum()) ** 0.5
         return f"embedding [{vector.size}] (L2 norm {norm:.6f}): [{head}, ...]"
-    tokens = model.generate([model.encode(prompt)], max_new_tokens)
+    tokens = model.generate([model.encode(prompt)], max_new_tokens, num_beams=num_beams)
     return str(model.decode(tokens.tokens[0]))

@@ -78,6 +78,7 @@ def record(
         verdict=verdict,
         reason=reason,
         thresholds=judged_by,
+        features=found.get("features"),
         **{"scope": hostinfo.scope(), **(extra or {})},  # a replay says "nightly"
     )
     path = cat.paths.manifest(name)

@@ -316,6 +316,8 @@ def plan(name: str, recipe: Recipe, prompts: PromptSet, tools: Toolchain) -> Pla
         options["speculative"] = speculative
     if recipe.prompt_policy is not None:
         options["prompt_policy"] = recipe.prompt_policy.model_dump(exclude_none=True)
+    if recipe.build.backend == "onnxruntime" and recipe.build.prefill_chunk_len:
+        options["prefill_chunk_len"] = recipe.build.prefill_chunk_len  # read by the runtime
     bundle = _step(
         "bundle",
         f"bundle {name}",

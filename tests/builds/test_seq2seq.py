@@ -4,8 +4,10 @@ batches) equals transformers' greedy `generate` for each prompt alone."""
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import World, heavy, make_world
@@ -37,9 +39,9 @@ def _seq2seq_bundle(world: World, architecture: str) -> Path:
     return found[0]
 
 
-def _transformers_greedy(hub: Path, repo: str, texts: list[str], new: int) -> list[list[int]]:
-    """transformers generate, each prompt alone, greedy from the config's decoder
-    start token, stop at EOS, no other processor."""
+@functools.cache
+def _transformers_model(hub: Path, repo: str) -> tuple[Any, Any]:
+    """The tiny checkpoint's tokenizer and fp32 eager model, loaded once a session."""
     import torch
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
@@ -51,6 +53,18 @@ def _transformers_greedy(hub: Path, repo: str, texts: list[str], new: int) -> li
     model = AutoModelForSeq2SeqLM.from_pretrained(
         ckpt, dtype=torch.float32, attn_implementation="eager"
     ).eval()
+    return tokenizer, model
+
+
+def _transformers_greedy(
+    hub: Path, repo: str, texts: list[str], new: int, **beams: Any
+) -> list[list[int]]:
+    """transformers generate, each prompt alone, greedy from the config's decoder
+    start token, stop at EOS, no other processor; `beams`: num_beams, length_penalty,
+    early_stopping for its beam search instead."""
+    import torch
+
+    tokenizer, model = _transformers_model(hub, repo)
     eos = model.generation_config.eos_token_id
     out = []
     for text in texts:
@@ -60,7 +74,7 @@ def _transformers_greedy(hub: Path, repo: str, texts: list[str], new: int) -> li
                 ids,
                 attention_mask=torch.ones_like(ids),
                 do_sample=False,
-                num_beams=1,
+                **({"num_beams": 1} | beams),
                 max_new_tokens=new,
                 decoder_start_token_id=model.config.decoder_start_token_id,
                 eos_token_id=eos,
@@ -78,6 +92,8 @@ def test_seq2seq_builds_and_passes_fp32_exact(seq2seq_world: World, name: str) -
     metrics = evidence["metrics"]
     assert metrics["token_match_rate"] == 1.0 and metrics["unexplained_divergences"] == 0
     assert metrics["max_abs_logit_diff"] < 1e-4 and metrics["min_logit_cosine"] > 0.99999
+    beams = evidence["features"]["beam_search"]  # runtime/beams.py against transformers'
+    assert beams["proved"] and beams["metrics"] == {"inputs": 2.0, "equal": 2.0, "num_beams": 4.0}
 
 
 @heavy
@@ -126,3 +142,40 @@ def test_seq2seq_decoder_cache_is_used_and_exact(seq2seq_world: World) -> None:
         step, past = bundle._decode(np.asarray([[tok]], np.int64), context, past)
         assert np.abs(step[0, -1] - full[j]).max() < 1e-4
     assert past[0].shape[2] == len(target) + 1
+
+
+@heavy
+@pytest.mark.parametrize("name", ["tiny-t5", "tiny-bart"])
+def test_seq2seq_beam_search_matches_transformers(
+    seq2seq_world: World, hub: Path, name: str
+) -> None:
+    """num_beams on the bundle (runtime/beams.py) picks what transformers' beam search
+    picks on the same model, under each early_stopping rule and a length penalty."""
+    import runtime
+
+    arch = {"tiny-t5": "T5ForConditionalGeneration", "tiny-bart": "BartForConditionalGeneration"}
+    bundle = runtime.open(_seq2seq_bundle(seq2seq_world, arch[name]), expect=runtime.Seq2Seq)
+    import torch
+
+    ids = [bundle.encode(t) for t in TEXTS[:4]]
+    differs = False
+    threads = torch.get_num_threads()
+    torch.set_num_threads(
+        1
+    )  # a 16-step beam search: ~0.1 s at 1 thread, seconds at 2 on a busy host
+    try:
+        for beams in (
+            {"num_beams": 4, "length_penalty": 1.0, "early_stopping": False},
+            {"num_beams": 3, "length_penalty": 0.6, "early_stopping": True},
+            {"num_beams": 2, "length_penalty": 2.0, "early_stopping": "never"},
+        ):
+            want = _transformers_greedy(hub, SEQ2SEQ[name], TEXTS[:4], 16, **beams)
+            got = bundle.generate(ids, 16, **beams).tokens
+            assert got == want
+            differs |= got != bundle.generate(ids, 16).tokens
+    finally:
+        torch.set_num_threads(threads)
+    if name == "tiny-bart":  # there beam search finds other outputs than greedy decoding
+        assert differs
+    with pytest.raises(runtime.BundleError, match="serves batches of 1 to 4"):
+        bundle.generate(ids[:1], 4, num_beams=5)

@@ -147,6 +147,8 @@ def test_whisper_builds_and_passes_its_gates(whisper_world: World) -> None:
     assert metrics["max_abs_feature_diff"] < 1e-4
     gated = {g["metric"] for g in evidence["gates"]}
     assert {"max_abs_feature_diff", "max_abs_logit_diff", "unexplained_divergences"} <= gated
+    beams = evidence["features"]["beam_search"]  # runtime/beams.py on audio, as transformers'
+    assert beams["proved"] and beams["metrics"]["equal"] == beams["metrics"]["inputs"] == 2
 
 
 @heavy

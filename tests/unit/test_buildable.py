@@ -129,3 +129,30 @@ def test_block_size_and_awq_step_reach_the_quantize_step_and_only_their_precisio
         quantize = next(s for s in steps if s.kind == "quantize")
         assert quantize.options.get("block_size") == size, quantize.options
         assert quantize.options.get("awq_alpha_step") == step, quantize.options
+
+
+def test_prefill_chunk_len_is_planned_for_onnxruntime_and_refused_where_unread() -> None:
+    """An onnxruntime causal-LM recipe's chunk reaches its bundle step (bundle.json's
+    limits, read by runtime/causal_lm.py); aoti, a seq2seq task or a drafting variant
+    would ignore it, so check refuses them at the key."""
+    cat = load(Paths(ROOT), cache=False)
+    prompts = cat.prompts["default"]
+
+    def recipe(name: str, **build: object) -> Recipe:
+        shipped = cat.recipe(name)
+        return shipped.model_copy(update={"build": shipped.build.model_copy(update=build)})
+
+    chunked = plan("x", recipe("tiny-llama", prefill_chunk_len=64), prompts, current())
+    assert chunked.step("bundle").options["prefill_chunk_len"] == 64
+    plain = plan("x", recipe("tiny-llama"), prompts, current())
+    assert "prefill_chunk_len" not in plain.step("bundle").options  # its key is as before
+    for name, build, said in [
+        ("tiny-llama-aoti", {"prefill_chunk_len": 64}, "honoured by the inductor and onnxruntime"),
+        ("tiny-t5", {"prefill_chunk_len": 64}, "not text2text-generation (ordinary)"),
+        ("tiny-llama-ngram", {"prefill_chunk_len": 64}, "not text-generation (ngram)"),
+    ]:
+        found = buildable.refusals(recipe(name, **build))
+        assert [p.location.key_path for p in found if p.location] == [
+            ("build", "prefill_chunk_len")
+        ]
+        assert said in found[0].cause

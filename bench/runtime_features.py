@@ -1,0 +1,274 @@
+"""The runtime features' costs and gains on a built bundle, each through runtime.open:
+
+    PYTHONPATH=$PWD .venv/bin/python bench/runtime_features.py prefix  [--recipe tiny-llama]
+    PYTHONPATH=$PWD .venv/bin/python bench/runtime_features.py chunked [--recipe tiny-llama]
+    PYTHONPATH=$PWD .venv/bin/python bench/runtime_features.py guided  [--recipe tiny-llama]
+
+prefix   time to first token of a request whose first 256 tokens an earlier request
+         fed (a system prompt) plus 16 of its own, with the prefix cache
+         (Bundle.enable_prefix_cache) and without; the median of --rounds requests,
+         each with a new suffix. The tokens of every request are checked equal.
+chunked  time to first token and peak RSS for one 1,024-token prompt, fed in one pass
+         and in chunks of 64 and 256 (Bundle.prefill_chunk_len, what
+         build.prefill_chunk_len sets); each setting in a process of its own, so
+         ru_maxrss is that setting's peak. The first tokens are checked equal.
+guided   tokens/s of greedy decoding with and without a JSON-schema constraint
+         (runtime/guided.py), over the prompts of prompts/default.yaml: each prompt
+         decodes its JSON, then as many tokens unconstrained (EOS off), alternately.
+
+The tiny bundles' bundle.json allows 256 tokens (the recipe's build.max_seq_len, which
+the model's 512 positions cap). The graph takes any length, so `prefix` and `chunked`
+raise the runtime's check to what they feed where bundle.json's is lower (printed with
+the figures): past position 511 the rotary angles leave the range the config
+declares, which changes what the random-weight model's tokens mean, not what a
+prefill costs. smollm2-135m-instruct (a real checkpoint, 2,048 tokens) needs no
+raise. Wall figures hold on an idle machine only: the load average is printed first,
+and CPU seconds (user+sys) next to the wall times. One run of each on tiny-llama stays
+well under three minutes on 2 cores (smollm2: `chunked --rounds 1`, about 40 s).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "maxLength": 16},
+        "age": {"type": "integer", "minimum": 0, "maximum": 120},
+        "city": {"type": "string", "maxLength": 16},
+        "tags": {"type": "array", "items": {"type": "string", "maxLength": 10}, "maxItems": 4},
+        "member": {"type": "boolean"},
+    },
+    "required": ["name", "age", "city", "tags", "member"],
+    "additionalProperties": False,
+}
+
+
+def bundle_path(recipe: str) -> Path:
+    from kiln import catalog
+    from kiln.plan import plan
+    from kiln.plan.toolchain import current
+    from kiln.store import Store
+
+    cat = catalog.load()
+    r = cat.recipe(recipe)
+    step = plan(recipe, r, cat.prompts[r.validation.prompts], current()).step("bundle")
+    store = Store(cat.paths.store)
+    if not store.has(step.key):
+        sys.exit(f"{recipe} is not built: run `doit build recipe={recipe}` first")
+    return Path(store.get(step.key).path)
+
+
+def opened(args: argparse.Namespace, needs: int = 0) -> Any:
+    """The recipe's bundle; its max_seq_len raised to `needs` tokens where it is below
+    (the graph takes any length), which is printed."""
+    import runtime
+
+    bundle = runtime.open(bundle_path(args.recipe), args.threads or None, expect=runtime.Bundle)
+    if bundle.max_seq_len < needs:
+        print(f"  max_seq_len raised from bundle.json's {bundle.max_seq_len} to {needs}")
+        bundle.max_seq_len = needs
+    return bundle
+
+
+def cpu() -> float:
+    return time.process_time()  # user + sys of this process
+
+
+def prefix(args: argparse.Namespace) -> None:
+    bundle = opened(args, 256 + 16 + args.new_tokens)
+    rng = np.random.default_rng(0)
+    shared = rng.integers(3, 500, 256).tolist()
+    suffixes = [rng.integers(3, 500, 16).tolist() for _ in range(args.rounds + 1)]
+    first = shared + suffixes[0]  # the earlier request that fed the prefix
+    bundle.generate([first], 1)  # warm-up: onnxruntime's first runs allocate
+    cold, cold_cpu, cold_tokens = [], [], []
+    for s in suffixes[1:]:
+        c = cpu()
+        out = bundle.generate([shared + s], args.new_tokens)
+        cold.append(out.first_token_seconds)
+        cold_cpu.append(cpu() - c)
+        cold_tokens.append(out.tokens[0])
+    bundle.enable_prefix_cache()
+    bundle.generate([first], args.new_tokens)
+    warm, warm_cpu, warm_tokens = [], [], []
+    for s in suffixes[1:]:
+        c = cpu()
+        out = bundle.generate([shared + s], args.new_tokens)
+        assert bundle.last_reused == 256, bundle.last_reused
+        warm.append(out.first_token_seconds)
+        warm_cpu.append(cpu() - c)
+        warm_tokens.append(out.tokens[0])
+    same = warm_tokens == cold_tokens
+    c, w = statistics.median(cold), statistics.median(warm)
+    print(f"prefix reuse, {args.recipe}: 256 shared + 16 new tokens, {args.rounds} requests")
+    for name, ttft, used in (("without", c, cold_cpu), ("with", w, warm_cpu)):
+        each = statistics.median(used) * 1e3
+        print(
+            f"  {name + ' reuse:':14} TTFT median {ttft * 1e3:.2f} ms (cpu/request {each:.2f} ms)"
+        )
+    print(f"  speed-up {c / w:.1f}x; tokens identical to the cold runs: {same}")
+    if not same:
+        sys.exit(1)
+
+
+def chunked_one(args: argparse.Namespace) -> None:
+    """One setting, in this process: prints a JSON line."""
+    import psutil
+
+    bundle = opened(args, args.prompt_len + args.new_tokens)
+    bundle.prefill_chunk_len = args.chunk
+    ids = np.random.default_rng(1).integers(3, 500, args.prompt_len).tolist()
+    bundle.generate([ids[:64]], 1)  # warm-up on a short prompt
+    before = psutil.Process().memory_info().rss
+    c = cpu()
+    out = bundle.generate([ids], args.new_tokens)
+    used = cpu() - c
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    print(
+        json.dumps(
+            {
+                "chunk": args.chunk,
+                "ttft_ms": out.first_token_seconds * 1e3,
+                "cpu_ms": used * 1e3,
+                "rss_before_mb": before / 2**20,
+                "peak_rss_mb": peak / 2**20,
+                "tokens": out.tokens[0],
+            }
+        )
+    )
+
+
+def chunked(args: argparse.Namespace) -> None:
+    rows = []
+    for chunk in (0, 64, 256):
+        runs = []
+        for _ in range(args.rounds):
+            cmd = [sys.executable, __file__, "chunked-one", "--chunk", str(chunk)]
+            cmd += ["--recipe", args.recipe, "--prompt-len", str(args.prompt_len)]
+            cmd += ["--new-tokens", str(args.new_tokens)]
+            if args.threads:
+                cmd += ["--threads", str(args.threads)]
+            proc = subprocess.run(cmd, capture_output=True, text=True, check=True)
+            lines = proc.stdout.strip().splitlines()
+            raised = next(
+                (f";{x.strip()[len('max_seq_len') :]}" for x in lines if "raised" in x), ""
+            )
+            runs.append(json.loads(lines[-1]))
+        rows.append(runs)
+    print(
+        f"chunked prefill, {args.recipe}: one {args.prompt_len}-token prompt, "
+        f"{args.new_tokens} new tokens, {args.rounds} processes each{raised}"
+    )
+    base = statistics.median(r["ttft_ms"] for r in rows[0])
+    for runs in rows:
+        ttft = statistics.median(r["ttft_ms"] for r in runs)
+        used = statistics.median(r["cpu_ms"] for r in runs)
+        peak = statistics.median(r["peak_rss_mb"] for r in runs)
+        rise = statistics.median(r["peak_rss_mb"] - r["rss_before_mb"] for r in runs)
+        name = "one-shot" if runs[0]["chunk"] == 0 else f"chunk {runs[0]['chunk']}"
+        print(
+            f"  {name:9}: TTFT {ttft:7.2f} ms ({ttft / base:.2f}x one-shot; cpu {used:.1f} ms), "
+            f"peak RSS {peak:.1f} MB ({rise:+.1f} MB over the loaded bundle)"
+        )
+    same = len({json.dumps(r["tokens"]) for runs in rows for r in runs}) == 1
+    print(f"  tokens identical across settings: {same}")
+    if not same:
+        sys.exit(1)
+
+
+def guided(args: argparse.Namespace) -> None:
+    import yaml
+
+    from runtime.guided import Grammar
+    from runtime.processors import Decoding
+
+    bundle = opened(args)
+    texts = yaml.safe_load((ROOT / "prompts" / "default.yaml").read_text())["prompts"]
+    prompts = [bundle.encode(t) for t in texts]
+    constraint = Decoding(grammar=Grammar.json_schema(SCHEMA))
+    eos = set(bundle.eos)
+
+    lengths: dict[int, int] = {}  # prompt -> how many tokens its JSON took
+
+    def constrained(row: int) -> Any:
+        out = bundle.generate_with([prompts[row]], args.new_tokens, constraint)
+        json.loads(bundle.decode(out.tokens[0]))  # it parses
+        lengths[row] = len(out.tokens[0])
+        return out
+
+    def plain(row: int) -> Any:
+        bundle.eos = set()  # no EOS: as many tokens as the JSON took, at the same lengths
+        try:
+            return bundle.generate([prompts[row]], lengths[row])
+        finally:
+            bundle.eos = set(eos)
+
+    for row in range(2):  # warm-up: allocations, llguidance's tokenizer and grammar
+        constrained(row), plain(row)
+    totals = {"json_schema": [0, 0.0, 0.0], "plain": [0, 0.0, 0.0]}
+    for _ in range(args.rounds):
+        for row in range(len(prompts)):
+            for name, run in (("json_schema", constrained), ("plain", plain)):
+                c = cpu()
+                out = run(row)
+                totals[name][0] += len(out.tokens[0])
+                totals[name][1] += out.seconds
+                totals[name][2] += cpu() - c
+    print(f"guided decoding, {args.recipe}: {len(prompts)} prompts x {args.rounds} rounds, greedy")
+    rate = {}
+    for name, (n, wall, used) in totals.items():
+        rate[name] = (n / wall, n / used)
+        print(
+            f"  {name:11}: {n} tokens, {n / wall:8.1f} tokens/s wall, {n / used:8.1f} tokens/cpu-s"
+        )
+    print(
+        f"  constrained is {rate['plain'][0] / rate['json_schema'][0]:.2f}x slower (wall), "
+        f"{rate['plain'][1] / rate['json_schema'][1]:.2f}x (cpu)"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("what", choices=["prefix", "chunked", "chunked-one", "guided"])
+    parser.add_argument("--recipe", default="tiny-llama")
+    parser.add_argument("--threads", type=int, default=0)
+    parser.add_argument(
+        "--rounds", type=int, default=0, help="default: 20 prefix, 3 chunked, 2 guided"
+    )
+    parser.add_argument(
+        "--new-tokens", type=int, default=0, help="default: 8 prefix/chunked, 200 guided"
+    )
+    parser.add_argument(
+        "--max-seq-len", type=int, default=0, help="default: 1100 (0: bundle.json's)"
+    )
+    parser.add_argument("--prompt-len", type=int, default=1024)
+    parser.add_argument("--chunk", type=int, default=0)
+    args = parser.parse_args()
+    args.rounds = args.rounds or {"prefix": 20, "guided": 2}.get(args.what, 3)
+    args.new_tokens = args.new_tokens or (200 if args.what == "guided" else 8)
+    print(
+        f"load average {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} on {os.cpu_count()} cores"
+    )
+    {"prefix": prefix, "chunked": chunked, "chunked-one": chunked_one, "guided": guided}[args.what](
+        args
+    )
+
+
+if __name__ == "__main__":
+    main()
