@@ -50,8 +50,11 @@ $(AXE): package.json package-lock.json
 	npm ci --no-audit --no-fund --silent
 	touch $@
 
+# One pytest worker per core (pytest-xdist), each test file kept on one worker so its
+# module fixtures (built catalogs) are built once: on 2 cores the suite's subprocess
+# builds and browser runs overlap instead of leaving a core idle.
 test: lint install-browser
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n auto --dist loadfile
 
 clean:
 	rm -rf .kiln _site .doit.sqlite*

@@ -12,6 +12,7 @@ script enhances the index, and a Content-Security-Policy says so.
   __init__.py  build(): render every page into a temp dir, then swap it in
   view.py      what a page shows of a recipe and its manifest (only what evidence proves)
   matrix.py    the support matrix (architecture x precision x host class) and its grid machinery
+  features.py  the runtime-features view (architecture x feature x backend x host class)
   api.py       the JSON API next to the pages
   plot.py      the metric sparklines
   coverage.py  the coverage table (architectures x verdict) for the site and the README
@@ -42,7 +43,9 @@ from kiln.schema import METRICS, Evidence
 from kiln.site import api as siteapi
 from kiln.site import plot as siteplot
 from kiln.site import view as siteview
-from kiln.site.matrix import Matrix, View, matrix, views
+from kiln.site.features import LABELS, features
+from kiln.site.features import rows as feature_rows
+from kiln.site.matrix import Grid, Matrix, View, matrix, views
 
 SITE = ROOT / "site"
 TEMPLATES = SITE / "templates"
@@ -133,6 +136,7 @@ class Site:
     architectures: list[siteview.Group]
     matrix: Matrix
     views: list[View]
+    features: Grid
     made: Made
 
     @property
@@ -165,6 +169,7 @@ def view(catalog: Catalog) -> Site:
         architectures=siteview.groups(items, "architecture", slugs),
         matrix=matrix(items),
         views=views(items),
+        features=features(items),
         made=Made.now(),
     )
 
@@ -310,6 +315,7 @@ def pages(site: Site) -> Iterator[PageSpec]:
             yield fv.url(facet), "index.html", {"entries": chosen, "selected": (facet, fv)}
     for v in site.views:
         yield v.url, "matrix.html", {"view": v}
+    yield "features.html", "features.html", {}
     yield "models/index.html", "groups.html", {"kind": "models", "groups": site.models}
     for g in site.models:
         yield f"models/{g.slug}.html", "model.html", {"g": g}
@@ -327,11 +333,15 @@ def _json(site: Site) -> Iterator[tuple[str, Any]]:
     for e in site.entries:
         yield f"api/recipes/{e.name}.json", siteapi.detail(e)
     yield "api/matrix.json", siteapi.matrix(site.matrix)
+    rows = feature_rows(site.features)
+    features_api = {"api_version": siteapi.API_VERSION, "features": list(LABELS.values())}
+    yield "api/features.json", {**features_api, "rows": rows}
 
 
 NAV = {
     "index.html": "Catalog",
     "matrix.html": "Support matrix",
+    "features.html": "Runtime features",
     "models/index.html": "Models",
     "architectures/index.html": "Architectures",
     "api/index.html": "JSON API",

@@ -261,3 +261,39 @@ def test_a_plot_is_flat_below_display_precision_and_breaks_where_the_build_chang
     assert len(flat.breaks) == 1 and [len(s) for s in flat.series[0].segments] == [1, 1]
     (moved,) = plot.plots([a, b, c])
     assert not moved.flat and [t for _, t in moved.ticks] == ["0.5", "0.297622"]
+
+
+def test_runtime_features_say_yes_only_where_a_record_proves_them(tmp_path: Path) -> None:
+    """The runtime-features view (kiln/site/features.py) over the committed manifests:
+    each Yes is decided by a record whose validation proved that feature (or, for CUDA
+    graph, a passing inductor record on a CUDA device) and links to it; sliding-window
+    attention has no validation yet, so no cell claims it."""
+    from kiln.site import features as sitefeatures
+
+    site = sitegen.view(catalog.load(catalog.Paths(ROOT)))
+    g = site.features
+    decided = [(row.key, c) for row in g.rows for c in row.cells if c.claims]
+    assert decided, "no committed record proves any runtime feature"
+    names = {label: name for name, label in sitefeatures.FEATURES}
+    for arch, c in decided:
+        by = c.decided_by
+        assert isinstance(by, sitefeatures.FeatureClaim) and by.proof is not None
+        feature = names[c.column.group[0]]
+        assert feature != "sliding_window"
+        if feature == "cuda_graph":
+            assert by.record.backend["device"] == "cuda" and by.record.verdict == "pass"
+        else:
+            proof = (by.record.features or {})[feature]
+            assert proof.proved == (c.verdict == "pass"), (arch, feature)
+        assert c.href == f"{by.entry.url}#evidence-{by.index}"
+    proved = {(arch, c.column.group) for arch, c in decided if c.verdict == "pass"}
+    assert ("LlamaForCausalLM", ("Guided decoding", "onnxruntime")) in proved, proved
+    assert ("LlamaForCausalLM", ("CUDA graph", "inductor")) in proved, proved
+    sitegen.build(catalog.load(catalog.Paths(ROOT)), tmp_path / "site")
+    page = (tmp_path / "site" / "features.html").read_text()
+    assert ">Yes</a>" in page and "untested" in page
+    api = json.loads((tmp_path / "site" / "api" / "features.json").read_text())
+    api_validator("Features").validate(api)
+    assert api["features"] == [label for _, label in sitefeatures.FEATURES]
+    yes = [c for r in api["rows"] for c in r["cells"] if c["verdict"] == "yes"]
+    assert yes and all(c["evidence"] and c["check"] for c in yes)

@@ -1,0 +1,125 @@
+"""The runtime-features view: architecture x runtime feature, per backend and host class.
+
+The reference support matrix rates each architecture on runtime features. Here a
+feature is "Yes" only where an evidence record proves it, and the cell links to that
+record; everything else reads "untested", never a guess:
+
+* guided decoding, logits post-processors, prefix (KV-cache) reuse, chunked prefill
+  and beam search come from the `features` of the evidence record (the validate step
+  ran the feature and compared it with transformers or with a cold run: its `check`
+  says what);
+* CUDA graph comes from the GPU engine's evidence: an inductor bundle validated on a
+  CUDA device replays its decode step in a CUDA graph (runtime/inductor_lm.py
+  captures it on every CUDA load), so a passing record there proves it;
+* sliding-window attention past the window is not validated yet: untested everywhere.
+
+A record whose feature check ran and failed makes the cell "fails". The cells reuse
+the support matrix's grid (kiln/site/matrix.py): claims are the same latest records of
+each recipe's current build, per host class, so a stale or superseded record proves
+nothing here either.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from kiln.site.matrix import Grid, _architecture, grid
+from kiln.site.view import Claim, Entry
+
+# (evidence name, what the reference matrix calls it), in the reference matrix's order
+FEATURES = (
+    ("cuda_graph", "CUDA graph"),
+    ("chunked_prefill", "Chunked prefill"),
+    ("prefix_reuse", "KV-cache reuse"),
+    ("sliding_window", "Sliding-window attention"),
+    ("logits_processors", "Logits post-processor"),
+    ("guided_decoding", "Guided decoding"),
+    ("beam_search", "Beam search (encoder-decoder)"),
+)
+LABELS = dict(FEATURES)
+CUDA_GRAPH_CHECK = (
+    "the inductor bundle's decode step ran as a CUDA graph replay on this GPU (the runtime "
+    "captures it on every CUDA load) and the record's gates passed"
+)
+
+
+@dataclass(frozen=True)
+class Proof:
+    proved: bool
+    check: str
+    metrics: dict[str, float]
+
+
+@dataclass(frozen=True)
+class FeatureClaim(Claim):
+    """A record's claim about one feature: pass where it proved it, quality-fail where
+    the feature's check ran and failed."""
+
+    feature: str = ""
+    proof: Proof | None = None
+
+    @property
+    def verdict(self) -> str:
+        return "pass" if self.proof is not None and self.proof.proved else "quality-fail"
+
+
+def proofs(claim: Claim) -> dict[str, Proof]:
+    """The features one claim's record proves (or tried and failed)."""
+    record = claim.record
+    found: dict[str, Proof] = {}
+    for name, p in (getattr(record, "features", None) or {}).items():
+        found[name] = Proof(bool(p.proved), str(p.check), dict(p.metrics))
+    backend = record.backend or {}
+    on_cuda = backend.get("name") == "inductor" and backend.get("device") == "cuda"
+    if on_cuda and record.verdict == "pass":
+        found["cuda_graph"] = Proof(True, CUDA_GRAPH_CHECK, {})
+    return found
+
+
+def backend_of(e: Entry) -> str:
+    return str(e.recipe.build.backend)
+
+
+def features(items: list[Entry]) -> Grid:
+    """Architecture x (feature, backend): one column per host class with evidence."""
+    placed: list[tuple[str, tuple[str, ...], Claim]] = []
+    backends: set[str] = set()
+    for e in items:
+        for c in e.claims:
+            for name, proof in proofs(c).items():
+                if name not in LABELS:
+                    continue
+                fc = FeatureClaim(c.entry, c.index, c.record, c.host, name, proof)
+                placed.append((_architecture(e), (LABELS[name], backend_of(e)), fc))
+                backends.add(backend_of(e))
+    groups: list[tuple[str, ...]] = [(label, b) for _, label in FEATURES for b in sorted(backends)]
+    if not backends:
+        groups = [(label,) for _, label in FEATURES]
+    return grid("runtime feature × backend", groups, placed)
+
+
+def rows(g: Grid) -> list[dict[str, Any]]:
+    """The API's form: per architecture, each (feature, backend, host) with evidence."""
+    out = []
+    for row in g.rows:
+        cells = []
+        for c in row.cells:
+            if not c.claims:
+                continue
+            by = c.decided_by
+            proof = by.proof if isinstance(by, FeatureClaim) else None
+            cells.append(
+                {
+                    "feature": c.column.group[0],
+                    "backend": c.column.group[1] if len(c.column.group) > 1 else None,
+                    "host": c.column.host.label if c.column.host else None,
+                    "verdict": "yes" if c.verdict == "pass" else "fails",
+                    "evidence": c.href,
+                    "check": proof.check if proof else None,
+                    "metrics": proof.metrics if proof else {},
+                    "recipes": [e.name for e in c.entries],
+                }
+            )
+        out.append({"architecture": row.key, "cells": cells})
+    return out
