@@ -43,7 +43,7 @@ from kiln.schema import METRICS, Evidence
 from kiln.site import api as siteapi
 from kiln.site import plot as siteplot
 from kiln.site import view as siteview
-from kiln.site.features import LABELS, features
+from kiln.site.features import LABELS, feature_grid
 from kiln.site.features import rows as feature_rows
 from kiln.site.matrix import Grid, Matrix, View, matrix, views
 
@@ -169,7 +169,7 @@ def view(catalog: Catalog) -> Site:
         architectures=siteview.groups(items, "architecture", slugs),
         matrix=matrix(items),
         views=views(items),
-        features=features(items),
+        features=feature_grid(items),
         made=Made.now(),
     )
 

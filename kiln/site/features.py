@@ -81,7 +81,7 @@ def backend_of(e: Entry) -> str:
     return str(e.recipe.build.backend)
 
 
-def features(items: list[Entry]) -> Grid:
+def feature_grid(items: list[Entry]) -> Grid:
     """Architecture x (feature, backend): one column per host class with evidence."""
     placed: list[tuple[str, tuple[str, ...], Claim]] = []
     backends: set[str] = set()
