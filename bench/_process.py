@@ -1,7 +1,9 @@
-"""What the whole-process benchmarks share: timing one command, and a catalog copy.
+"""What the benchmarks share: timing one command, a catalog copy, and a built
+recipe's bundle folder.
 
-Imported by bench/check_catalog.py, noop_build.py and parallel_build.py (run as
-scripts, so this folder is on sys.path).
+Imported by bench/check_catalog.py, noop_build.py, parallel_build.py,
+quantized_decode.py and runtime_features.py (run as scripts, so this folder is on
+sys.path).
 """
 
 from __future__ import annotations
@@ -40,3 +42,21 @@ def catalog_copy(base: Path, names: list[str]) -> Path:
     for name in names:
         shutil.copy(ROOT / "recipes" / f"{name}.yaml", root / "recipes")
     return root
+
+
+def bundle_path(recipe: str) -> Path:
+    """The store folder of `recipe`'s bundle as the catalog plans it now; exits with
+    the build command when it is not built."""
+    sys.path.insert(0, str(ROOT))
+    from kiln import catalog
+    from kiln.plan import plan
+    from kiln.plan.toolchain import current
+    from kiln.store import Store
+
+    cat = catalog.load()
+    r = cat.recipe(recipe)
+    step = plan(recipe, r, cat.prompts[r.validation.prompts], current()).step("bundle")
+    store = Store(cat.paths.store)
+    if not store.has(step.key):
+        sys.exit(f"{recipe} is not built: run `doit build recipe={recipe}` first")
+    return Path(store.get(step.key).path)

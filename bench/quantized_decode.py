@@ -28,20 +28,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-
-def bundle_path(recipe: str) -> Path:
-    from kiln import catalog
-    from kiln.plan import plan
-    from kiln.plan.toolchain import current
-    from kiln.store import Store
-
-    cat = catalog.load()
-    r = cat.recipe(recipe)
-    step = plan(recipe, r, cat.prompts[r.validation.prompts], current()).step("bundle")
-    store = Store(cat.paths.store)
-    if not store.has(step.key):
-        sys.exit(f"{recipe} is not built: run `doit build recipe={recipe}` first")
-    return Path(store.get(step.key).path)
+from _process import bundle_path  # noqa: E402  (bench/ is on sys.path: run as a script)
 
 
 def one_pass(bundle: Any, prompts: list[list[int]], new_tokens: int) -> tuple[float, float]:

@@ -45,6 +45,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from _process import bundle_path  # noqa: E402  (bench/ is on sys.path: run as a script)
+
 SCHEMA = {
     "type": "object",
     "properties": {
@@ -57,21 +59,6 @@ SCHEMA = {
     "required": ["name", "age", "city", "tags", "member"],
     "additionalProperties": False,
 }
-
-
-def bundle_path(recipe: str) -> Path:
-    from kiln import catalog
-    from kiln.plan import plan
-    from kiln.plan.toolchain import current
-    from kiln.store import Store
-
-    cat = catalog.load()
-    r = cat.recipe(recipe)
-    step = plan(recipe, r, cat.prompts[r.validation.prompts], current()).step("bundle")
-    store = Store(cat.paths.store)
-    if not store.has(step.key):
-        sys.exit(f"{recipe} is not built: run `doit build recipe={recipe}` first")
-    return Path(store.get(step.key).path)
 
 
 def opened(args: argparse.Namespace, needs: int = 0) -> Any:
