@@ -10,6 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from kiln.catalog.buildable import ACTIVATION_QUANTIZED
 from kiln.commands.build import ensure_bundle
 from kiln.commands.variables import WHERE
 from kiln.commands.workspace import catalog, selected, store
@@ -240,8 +241,8 @@ def _chat(
         return
     import runtime
 
-    if type(bundle) is runtime.Bundle:  # each turn's prompt starts with the chat so far:
-        bundle.enable_prefix_cache(entries=1)  # its prefill runs for the new turn only
+    if type(bundle) is runtime.Bundle and reuses_exactly(bundle.meta):
+        bundle.enable_prefix_cache(entries=1)  # each turn prefills only what is new
     interactive = sys.stdin.isatty()
     if interactive:
         print("chat: a line is a turn; an empty input or /exit ends", file=sys.stderr)
@@ -321,3 +322,12 @@ def _run_task(
         return f"embedding [{vector.size}] (L2 norm {norm:.6f}): [{head}, ...]"
     tokens = model.generate([model.encode(prompt)], max_new_tokens, num_beams=num_beams)
     return str(model.decode(tokens.tokens[0]))
+
+
+def reuses_exactly(meta: dict[str, Any]) -> bool:
+    """Whether resuming a bundle's KV cache gives a cold run's tokens: not where
+    activations or the KV cache are quantized with static scales (the SmolLM2 fp8
+    record's prefix_reuse check generated other tokens than its cold run)."""
+    precision = meta.get("precision") or {}
+    quantized = precision.get("weights") in ACTIVATION_QUANTIZED
+    return not quantized and precision.get("kv_cache", "auto") == "auto"

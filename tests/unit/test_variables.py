@@ -117,3 +117,34 @@ def test_run_takes_sampling_values_within_their_bounds() -> None:
         resolve(tasks.RUN.vars, {"top_p": "1.5"}, "run")
     with pytest.raises(KilnError, match="port: 70000 is over 65535"):
         resolve(tasks.SERVE.vars, {"port": "70000"}, "serve")
+
+
+def test_chat_reuses_its_prefix_only_where_that_gives_a_cold_runs_tokens() -> None:
+    """`doit run chat=1` resumes each turn from the chat so far only for precisions
+    whose prefill does not depend on token boundaries; every committed record whose
+    prefix_reuse check failed is one of those it leaves alone."""
+    import json
+
+    from kiln.commands.run import reuses_exactly
+
+    for weights, kv, exact in [
+        ("fp32", "auto", True),
+        ("int8-wo", "auto", True),
+        ("int4-awq", "auto", True),
+        ("fp8", "auto", False),
+        ("int8-sq", "auto", False),
+        ("w4a8-awq", "auto", False),
+        ("fp32", "fp8", False),
+    ]:
+        assert reuses_exactly({"precision": {"weights": weights, "kv_cache": kv}}) is exact
+    from conftest import ROOT
+
+    from kiln import catalog
+
+    cat = catalog.load(catalog.Paths(ROOT), cache=False)
+    for path in sorted((ROOT / "manifests").glob("*.json")):
+        record = json.loads(path.read_text())["evidence"][-1]
+        proof = (record.get("features") or {}).get("prefix_reuse")
+        if proof and not proof["proved"]:
+            precision = cat.recipe(path.stem).precision.model_dump()
+            assert not reuses_exactly({"precision": precision}), path.stem
