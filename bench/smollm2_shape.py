@@ -78,21 +78,9 @@ def checkpoint_files(layers: int) -> dict[str, bytes]:
         name: tinyhub.tensor_values(f"kiln-bench/{NAME}", name, shape)
         for name, shape in sorted(shapes.items())
     }
-    generation = {"bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0, "do_sample": False}
-    tokenizer_config = {
-        "tokenizer_class": "PreTrainedTokenizerFast",
-        "bos_token": "<|bos|>",
-        "eos_token": "<|eos|>",
-        "pad_token": "<|pad|>",
-        "model_max_length": config["max_position_embeddings"],
-        "clean_up_tokenization_spaces": False,
-    }
     return {
-        "config.json": tinyhub.json_bytes(config),
-        "generation_config.json": tinyhub.json_bytes(generation),
         "model.safetensors": save(tensors, metadata={"format": "pt"}),
-        "tokenizer.json": tinyhub.tokenizer_bytes("llama"),
-        "tokenizer_config.json": tinyhub.json_bytes(tokenizer_config),
+        **tinyhub.text_files(config),
     }
 
 

@@ -170,6 +170,26 @@ def parameter_shapes(config: dict[str, Any]) -> dict[str, tuple[int, ...]]:
     return {name: tuple(t.shape) for name, t in model.state_dict().items()}
 
 
+def text_files(config: dict[str, Any]) -> dict[str, bytes]:
+    """A tiny checkpoint's files besides its weights: config, generation config and the
+    shipped tokenizer (the bench's seeded checkpoints use them too)."""
+    generation = {"bos_token_id": BOS, "eos_token_id": EOS, "pad_token_id": PAD}
+    tokenizer_config = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "bos_token": "<|bos|>",
+        "eos_token": "<|eos|>",
+        "pad_token": "<|pad|>",
+        "model_max_length": config["max_position_embeddings"],
+        "clean_up_tokenization_spaces": False,
+    }
+    return {
+        "config.json": _json(config),
+        "generation_config.json": _json({**generation, "do_sample": False}),
+        "tokenizer.json": tokenizer_bytes(config["model_type"]),
+        "tokenizer_config.json": _json(tokenizer_config),
+    }
+
+
 def checkpoint_files(repo: str) -> dict[str, bytes]:
     """Every file of the tiny checkpoint `repo`, by path."""
     from safetensors.numpy import save
@@ -184,26 +204,9 @@ def checkpoint_files(repo: str) -> dict[str, bytes]:
         shapes.update(drafters.mtp_shapes(config))
     seed = SEED_FROM.get(repo, repo)
     tensors = {name: tensor_values(seed, name, shape) for name, shape in sorted(shapes.items())}
-    generation = {
-        "bos_token_id": BOS,
-        "eos_token_id": EOS,
-        "pad_token_id": PAD,
-        "do_sample": False,
-    }
-    tokenizer_config = {
-        "tokenizer_class": "PreTrainedTokenizerFast",
-        "bos_token": "<|bos|>",
-        "eos_token": "<|eos|>",
-        "pad_token": "<|pad|>",
-        "model_max_length": config["max_position_embeddings"],
-        "clean_up_tokenization_spaces": False,
-    }
     files = {
-        "config.json": _json(config),
-        "generation_config.json": _json(generation),
         "model.safetensors": save(tensors, metadata={"format": "pt"}),
-        "tokenizer.json": tokenizer_bytes(config["model_type"]),
-        "tokenizer_config.json": _json(tokenizer_config),
+        **text_files(config),
         **{path: _json(obj) for path, obj in SENTENCE_MODULES.get(repo, {}).items()},
     }
     if repo in PREPROCESSORS:  # audio models: the feature extractor's settings
