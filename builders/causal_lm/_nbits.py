@@ -28,6 +28,10 @@ block size that is not a power of two >= 16, or scales that are not constant ove
 each block of K after the data movement (for example a blocked axis that is not K,
 or a K offset that breaks blocks). Each such layer is returned with its reason.
 
+With precision.lm_head int8 or int4 the output projection, which modelopt leaves in
+fp32, becomes MatMulNBits as well (quantize_lm_head): rounded to nearest by
+onnxruntime's own MatMulNBits quantizer, as onnxruntime-genai's model builder does.
+
 `accuracy_level` is MatMulNBits' "minimum precision of A": 1 computes in fp32 (the
 fake-quant arithmetic up to summation order); 4 quantizes A to int8 per block of K
 at run time (scale max|a|/127) and uses integer dot products. On the project's
@@ -96,6 +100,49 @@ def to_matmul_nbits(model: Any, accuracy_level: int = ACCURACY_LEVEL) -> tuple[i
     if converted and not any(o.domain == "com.microsoft" for o in model.opset_import):
         model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
     return converted, kept
+
+
+def quantize_lm_head(
+    model: Any, bits: int, block_size: int | None = None, accuracy_level: int = ACCURACY_LEVEL
+) -> tuple[Any, dict[str, Any]]:
+    """precision.lm_head int8|int4: the MatMul that writes `logits` from an fp32 weight
+    becomes MatMulNBits, rounded to nearest by onnxruntime's own quantizer (symmetric,
+    `bits` wide, in blocks of `block_size` or per_channel_block(K)). modelopt left this
+    layer unquantized, so there are no calibrated integers to keep. Returns the model
+    and io.json's record of it; ValueError says why a graph has no such MatMul."""
+    import logging
+
+    from onnx import TensorProto
+
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    from onnxruntime.quantization.matmul_nbits_quantizer import (
+        DefaultWeightOnlyQuantConfig,
+        MatMulNBitsQuantizer,
+    )
+
+    root.handlers[:], root.level = handlers, level  # its import calls logging.basicConfig
+
+    node = next((n for n in model.graph.node if "logits" in n.output), None)
+    if node is None or node.op_type != "MatMul" or node.domain not in ("", "ai.onnx"):
+        raise ValueError(f"logits come from {node.op_type if node else 'no node'}, not a MatMul")
+    weight = next((t for t in model.graph.initializer if t.name == node.input[1]), None)
+    if weight is None or len(weight.dims) != 2 or weight.data_type != TensorProto.FLOAT:
+        raise ValueError("the lm_head MatMul's weight is not a 2-D fp32 initializer")
+    k, n = (int(d) for d in weight.dims)
+    block = block_size or per_channel_block(k)
+    node.name = node.name or "lm_head/MatMul"
+    settings = {"block_size": block, "is_symmetric": True, "accuracy_level": accuracy_level}
+    quantizer = MatMulNBitsQuantizer(
+        model,
+        bits=bits,
+        nodes_to_include=[node.name],
+        algo_config=DefaultWeightOnlyQuantConfig(bits=bits, **settings),
+        **settings,
+    )
+    quantizer.process()
+    record = {"K": k, "N": n, "bits": bits, "block_size": block, "method": "round-to-nearest"}
+    return quantizer.model.model, {"node": node.name, **record}
 
 
 class _Keep(Exception):

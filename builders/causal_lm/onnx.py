@@ -14,7 +14,13 @@ are, for TensorRT's ONNX parser, which registers them by name (api_facts 1).
 Weight-only graphs (int8-wo, int4-awq) in the standard form then run each quantized
 MatMul as onnxruntime's fused MatMulNBits over the same integers and scales
 (builders/causal_lm/_nbits.py); io.json's `nbits` records how many and which layers
-keep DequantizeLinear -> MatMul, and why.
+keep DequantizeLinear -> MatMul, and why. precision.lm_head int8|int4 makes the output
+projection MatMulNBits too (onnxruntime's round-to-nearest quantizer; io.json's
+`nbits.lm_head`).
+
+Last, the per-layer shape computations that symbolic shape inference proves equal
+are computed once (graph.share_shapes): a 30-layer Llama's decode step runs about
+1,600 fewer nodes.
 """
 
 from __future__ import annotations
@@ -32,6 +38,12 @@ if TYPE_CHECKING:
 WEIGHT_ONLY = ("int8-wo", "int4-awq")
 
 
+class LmHead(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    bits: int = Field(ge=4, le=8)
+    block_size: int | None = None
+
+
 class Options(BaseModel):
     model_config = ConfigDict(extra="forbid")
     optimize: bool = Field(True, description="Run onnxscript's graph optimizer.")
@@ -41,6 +53,7 @@ class Options(BaseModel):
         "ops; 'none' for an fp32 graph.",
     )
     task: str = Field(pattern="^text-generation$", description="The recipe's task.")
+    lm_head: LmHead | None = Field(None, description="precision.lm_head's rewrite.")
 
 
 def build(request: Request, writer: Writer) -> None:
@@ -56,9 +69,14 @@ def build(request: Request, writer: Writer) -> None:
         model = graph.tidy(model, fold_weights=opts.qdq != "none")
     if opts.qdq == "standard":
         weights = exported.get("quantization", {}).get("weights")
-        model, nbits = _standard(request, model, weights in WEIGHT_ONLY)
+        model, nbits = _standard(request, model, weights in WEIGHT_ONLY, opts.lm_head)
         if nbits is not None:
             exported["nbits"] = nbits
+    if opts.optimize and opts.qdq != "tensorrt":  # TensorRT's own ops: nothing to infer
+        shared, why = graph.share_shapes(model)
+        request.log(f"{shared} Shape nodes share an equal one" + (f" ({why})" if why else ""))
+        if shared:
+            model = graph.tidy(model)
     saved = writer.path("model.onnx")
     graph.save(model, saved)
     # TensorRT's own ops have no ONNX schema; the checker cannot infer through them
@@ -80,8 +98,10 @@ def build(request: Request, writer: Writer) -> None:
     request.log(f"{before} -> {len(model.graph.node)} nodes ({matmuls} MatMul), checked")
 
 
-def _standard(request: Request, model: Any, weight_only: bool) -> tuple[Any, dict[str, Any] | None]:
-    from builders.causal_lm._nbits import ACCURACY_LEVEL, to_matmul_nbits
+def _standard(
+    request: Request, model: Any, weight_only: bool, lm_head: LmHead | None
+) -> tuple[Any, dict[str, Any] | None]:
+    from builders.causal_lm._nbits import ACCURACY_LEVEL, quantize_lm_head, to_matmul_nbits
     from builders.causal_lm._qdq import NoStandardForm, fold_weight_quantization, to_standard
     from builders.common import graph
 
@@ -100,5 +120,15 @@ def _standard(request: Request, model: Any, weight_only: bool) -> tuple[Any, dic
     for layer, why in kept.items():
         request.log(f"{layer} keeps DequantizeLinear -> MatMul: {why}")
     request.log(f"{converted} MatMuls -> MatMulNBits (accuracy_level {ACCURACY_LEVEL})")
-    nbits = {"matmul_nbits": converted, "accuracy_level": ACCURACY_LEVEL, "kept_dq": kept}
+    nbits: dict[str, Any] = {
+        "matmul_nbits": converted,
+        "accuracy_level": ACCURACY_LEVEL,
+        "kept_dq": kept,
+    }
+    if lm_head is not None:
+        try:
+            model, nbits["lm_head"] = quantize_lm_head(model, lm_head.bits, lm_head.block_size)
+        except ValueError as exc:
+            raise request.error(f"precision.lm_head: {exc}", "remove precision.lm_head") from None
+        request.log(f"lm_head -> MatMulNBits {nbits['lm_head']}")
     return graph.tidy(model), nbits

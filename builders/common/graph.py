@@ -1,5 +1,5 @@
 """ONNX graph tidy and check, the half of every family's onnx step they share, and
-fuse_siblings, which the causal-LM export applies.
+fuse_siblings (the causal-LM export) and share_shapes (its onnx step).
 
 tidy: onnxscript's optimizer passes fold constants, remove dead nodes and merge
 common subexpressions (that roughly halves the node count of a legacy TorchScript
@@ -14,6 +14,8 @@ dynamic axes' names).
 
 from __future__ import annotations
 
+import contextlib
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -121,6 +123,100 @@ def tidy(model: Any, fold_weights: bool = False) -> Any:
         common.NameFixPass(),
     )(ir_model)
     return ir.serde.serialize_model(ir_model)
+
+
+def share_shapes(model: Any) -> tuple[int, str | None]:
+    """Each layer of a TorchScript export computes its own tensors' shapes (Shape ->
+    Gather -> Unsqueeze -> Concat -> Reshape, about 50 nodes a layer: a 30-layer
+    Llama runs some 1,600 of them per decode step). Where onnxruntime's symbolic shape
+    inference proves that two Shape nodes read tensors of the same shape (the same
+    dims, by name: 'batch', 'past + seq', 576), every user of the later one reads the
+    first one instead; the dead Shapes go and tidy()'s common-subexpression pass then
+    merges the chains that now compute the same values. Equal symbols are equal at
+    run time (they come from the graph inputs' named axes and the ops' own shape
+    rules), so every value the graph computes is unchanged.
+
+    In place on an onnx ModelProto; returns how many Shape nodes were re-pointed and,
+    when nothing could be proved, why (an op the inference does not know). Weights
+    are left out of the inference (it reads values only of small shape tensors)."""
+    import onnx
+    from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
+
+    graph = model.graph
+    nested = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+    if any(a.type in nested for n in graph.node for a in n.attribute):
+        return 0, "the graph has subgraphs (If, Loop, Scan)"
+    # When incomplete it saves the model to ./sym_shape_infer_temp.onnx and raises a
+    # bare Exception: the working directory is a scratch one for the call
+    with tempfile.TemporaryDirectory() as scratch, contextlib.chdir(scratch):
+        try:
+            inferred = SymbolicShapeInference.infer_shapes(_without_weights(model))
+        except Exception as exc:
+            return 0, f"symbolic shape inference: {type(exc).__name__}: {exc}"
+    shapes = {
+        v.name: _dims(v)
+        for v in [*inferred.graph.value_info, *inferred.graph.input, *inferred.graph.output]
+    }
+    outputs = {o.name for o in graph.output}
+    first: dict[tuple[Any, ...], str] = {}
+    moved: dict[str, str] = {}
+    for node in graph.node:
+        if node.op_type != "Shape" or node.domain not in ("", "ai.onnx"):
+            continue
+        dims = shapes.get(node.input[0])
+        if dims is None or node.output[0] in outputs:
+            continue
+        attrs = {a.name: a.i for a in node.attribute}
+        sig = tuple(dims[attrs.get("start", 0) : attrs.get("end", len(dims))])
+        if sig in first:
+            moved[node.output[0]] = first[sig]
+        else:
+            first[sig] = node.output[0]
+    for node in graph.node:
+        for i, name in enumerate(node.input):
+            if name in moved:
+                node.input[i] = moved[name]
+    return len(moved), None
+
+
+def _without_weights(model: Any) -> Any:
+    """`model` with every initializer of more than 64 elements turned into a graph
+    input of its dtype and shape: what shape inference needs, without the weights."""
+    import math
+
+    import onnx
+    from onnx import helper
+
+    out = onnx.ModelProto(ir_version=model.ir_version)
+    out.opset_import.extend(model.opset_import)
+    out.functions.extend(model.functions)
+    g = out.graph
+    g.node.extend(model.graph.node)
+    g.input.extend(model.graph.input)
+    g.output.extend(model.graph.output)
+    inputs = {i.name for i in model.graph.input}
+    for t in model.graph.initializer:
+        if math.prod(t.dims) <= 64:
+            g.initializer.append(t)
+        elif t.name not in inputs:
+            g.input.append(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
+    return out
+
+
+def _dims(value: Any) -> tuple[Any, ...] | None:
+    """A value's shape as ints and symbol names, or None if any dim is unknown."""
+    tt = value.type.tensor_type
+    if not value.type.HasField("tensor_type") or not tt.HasField("shape"):
+        return None
+    dims: list[Any] = []
+    for d in tt.shape.dim:
+        if d.HasField("dim_value"):
+            dims.append(d.dim_value)
+        elif d.dim_param:
+            dims.append(d.dim_param)
+        else:
+            return None
+    return tuple(dims)
 
 
 def check(

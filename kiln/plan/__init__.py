@@ -136,6 +136,16 @@ def qdq_form(quantize: Step | None, build: Build) -> str:
     return "tensorrt" if build.backend == "tensorrt" else "standard"
 
 
+def lm_head_quantization(precision: Precision | None) -> dict[str, int] | None:
+    """The onnx step's rewrite for precision.lm_head int8|int4: the width, and for int4
+    its block (the weights' block_size, else 32); int8's block is chosen from K there."""
+    if precision is None or precision.lm_head == "fp32":
+        return None
+    if precision.lm_head == "int4":
+        return {"bits": 4, "block_size": precision.block_size or 32}
+    return {"bits": 8}
+
+
 def scoring(recipe: Recipe) -> dict[str, int]:
     """Text metrics (perplexity, next-token agreement) when the recipe asks for them."""
     n = recipe.validation.scored_positions
@@ -227,7 +237,12 @@ def _engine_chain(
     graph = _step(
         "onnx",
         f"onnx {at}",
-        {"optimize": True, "qdq": qdq_form(quantize, build), "task": task},
+        {
+            "optimize": True,
+            "qdq": qdq_form(quantize, build),
+            "task": task,
+            **({"lm_head": lm_head} if (lm_head := lm_head_quantization(precision)) else {}),
+        },
         {"export": export},
         tools,
         role,

@@ -52,7 +52,7 @@ LIBRARIES: dict[str, tuple[str, ...]] = {
     "reference": ("torch", "transformers", "tokenizers", "safetensors", "peft"),
     "quantize": ("nvidia-modelopt", "torch", "transformers", "safetensors"),
     "export": ("torch", "transformers", "onnx", "safetensors", "peft"),
-    "onnx": ("onnx", "onnxscript"),
+    "onnx": ("onnx", "onnxscript", "onnxruntime"),
     "engine": ("onnxruntime",),
     "drafter": ("torch", "transformers", "onnx", "onnxruntime", "safetensors"),
     "bundle": (),

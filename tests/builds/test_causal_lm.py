@@ -284,3 +284,87 @@ def test_the_engine_runs_each_layers_sibling_projections_as_one_matmul(built: Wo
     assert len(splits) == 2 * layers, [n.name for n in splits]  # q/k/v and gate/up per layer
     # the causal mask is expanded once for the model; no layer expands its KV heads
     assert not [n.name for n in graph.node if n.op_type == "Expand" and "/layers." in n.name]
+
+
+def test_the_layers_share_their_shape_computations_and_compute_the_same_values(
+    built: World,
+) -> None:
+    """The TorchScript export computes each layer's shapes anew; the onnx step points
+    every Shape at the first one symbolic shape inference proves equal (graph.py
+    share_shapes), so the step's graph holds one Shape per distinct shape whatever the
+    depth. The graph with and without the sharing gives identical outputs for a
+    batch of 2 with a past and a multi-token step (bit for bit: the same ops run on
+    the same values)."""
+    import numpy as np
+    import onnx
+    import onnxruntime as ort
+
+    from builders.common import graph
+
+    steps = {s["kind"]: s["key"] for s in built.manifest("tiny-llama")["lock"]["steps"]}
+    folder = {k: built.store / "objects" / v[:2] / v for k, v in steps.items()}
+    plain = graph.tidy(graph.load(folder["export"] / "model.onnx"))
+    per_layer = sum(n.op_type == "Shape" for n in plain.graph.node)
+    shared_model = graph.load(folder["export"] / "model.onnx")
+    shared_model = graph.tidy(shared_model)
+    moved, why = graph.share_shapes(shared_model)
+    assert why is None and moved > 0
+    shared_model = graph.tidy(shared_model)
+    shapes = sum(n.op_type == "Shape" for n in shared_model.graph.node)
+    assert shapes == per_layer - moved and shapes < per_layer / 2, (shapes, per_layer)
+    step = onnx.load(str(folder["onnx"] / "model.onnx"), load_external_data=False)
+    assert sum(n.op_type == "Shape" for n in step.graph.node) == shapes  # what was built
+    assert len(shared_model.graph.node) < len(plain.graph.node)
+
+    io = json.loads((folder["onnx"] / "io.json").read_text())
+    rng = np.random.default_rng(0)
+    feeds: dict[str, np.ndarray] = {
+        "input_ids": rng.integers(0, 100, (2, 3)),
+        "attention_mask": np.ones((2, 8), np.int64),
+        "position_ids": np.tile(np.arange(5, 8), (2, 1)),
+    }
+    for e in io["kv_cache"]["entries"]:
+        dims = [{"batch": 2, "seq": 5}.get(d, d) for d in e["shape"]]
+        feeds[e["past"]] = rng.standard_normal(dims).astype(np.float32)
+    outs = []
+    for model in (plain, shared_model):
+        so = ort.SessionOptions()
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        sess = ort.InferenceSession(
+            model.SerializeToString(), so, providers=["CPUExecutionProvider"]
+        )
+        outs.append(sess.run(None, feeds))
+    for a, b in zip(*outs, strict=True):
+        assert a.shape == b.shape and np.array_equal(a, b)
+
+
+def test_shapes_it_cannot_prove_are_left_alone_with_the_reason_and_no_stray_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An op symbolic shape inference does not know: nothing is re-pointed, the reason
+    is returned, and the inference's own debug dump (sym_shape_infer_temp.onnx, written
+    to the working directory) does not land in the user's folder."""
+    from onnx import TensorProto, helper
+
+    from builders.common import graph
+
+    nodes = [
+        helper.make_node("NoSuchOp", ["x"], ["y"], domain="example.custom"),
+        helper.make_node("Shape", ["y"], ["s1"]),
+        helper.make_node("Shape", ["y"], ["s2"]),
+        helper.make_node("Add", ["s1", "s2"], ["z"]),
+    ]
+    model = helper.make_model(
+        helper.make_graph(
+            nodes,
+            "g",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["a"])],
+            [helper.make_tensor_value_info("z", TensorProto.INT64, [1])],
+        ),
+        opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("example.custom", 1)],
+    )
+    monkeypatch.chdir(tmp_path)
+    moved, why = graph.share_shapes(model)
+    assert moved == 0 and why is not None and "symbolic shape inference" in why
+    assert [n.input[:] for n in model.graph.node][-1] == ["s1", "s2"]
+    assert list(tmp_path.iterdir()) == []

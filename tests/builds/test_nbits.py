@@ -351,3 +351,74 @@ def test_a_layer_matmulnbits_cannot_express_keeps_its_dequantize_and_says_why() 
     assert kept == {"mm": "the scales are not constant over blocks of 32 along K=32"}
     assert [nd.op_type for nd in model.graph.node] == ["DequantizeLinear", "MatMul"]
     assert np.array_equal(run(model, x), before)
+
+
+def unpack(node: Any, consts: dict[str, Any]) -> tuple[Any, Any]:
+    """A MatMulNBits node's weight as [K, N] (codes minus the zero point, times the
+    scales; symmetric, no zero-point input) and its scales [N, blocks]."""
+    import ml_dtypes
+
+    at = attrs(node)
+    k, n, bits, block = at["K"], at["N"], at["bits"], at["block_size"]
+    packed, scales = consts[node.input[1]], consts[node.input[2]].reshape(n, -1)
+    assert len(node.input) == 3, "symmetric: no zero-point input"
+    if bits == 4:
+        codes = np.frombuffer(packed.tobytes(), ml_dtypes.uint4).astype(np.int64)
+    else:
+        codes = packed.astype(np.int64).ravel()
+    codes = codes.reshape(n, -1)[:, :k] - 2 ** (bits - 1)
+    return (codes * np.repeat(scales, block, axis=1)[:, :k]).T.astype(np.float64), scales
+
+
+@pytest.mark.parametrize("name", list(RECIPES))
+def test_quantize_lm_head_rounds_the_fp32_lm_head_to_nearest_within_the_rule(
+    wo: World, name: str
+) -> None:
+    """precision.lm_head int8|int4: modelopt leaves the lm_head fp32; the onnx step
+    rounds it with onnxruntime's MatMulNBits quantizer. Every weight is within half
+    its block's step of the fp32 one (round to nearest), and the kernel computes the
+    rounded weights within the level-4 rule of the per-layer test above."""
+    import onnx
+    import onnxruntime as ort
+
+    from builders.causal_lm._nbits import per_channel_block, quantize_lm_head
+    from builders.common import graph
+
+    bits = RECIPES[name]
+    model = graph.load(artifact(wo, name, "onnx") / "model.onnx")
+    head = next(n for n in model.graph.node if "logits" in n.output)
+    assert head.op_type == "MatMul"  # what modelopt left
+    consts = {t.name: onnx.numpy_helper.to_array(t) for t in model.graph.initializer}
+    w = consts[head.input[1]].astype(np.float64)  # [K, N]
+    block = 32 if bits == 4 else per_channel_block(w.shape[0])
+    model, record = quantize_lm_head(model, bits, 32 if bits == 4 else None)
+    assert record == {
+        "node": head.name,
+        "K": w.shape[0],
+        "N": w.shape[1],
+        "bits": bits,
+        "block_size": block,
+        "method": "round-to-nearest",
+    }
+    node = next(n for n in model.graph.node if "logits" in n.output)
+    assert node.op_type == "MatMulNBits" and attrs(node)["block_size"] == block
+    consts = {t.name: onnx.numpy_helper.to_array(t) for t in model.graph.initializer}
+    rounded, scales = unpack(node, consts)
+    # [K, N]; onnxruntime's symmetric scales may be negative (the largest magnitude
+    # maps to -2^(bits-1), the whole code range)
+    step = np.abs(np.repeat(scales.T, block, axis=0)[: w.shape[0]].astype(np.float64))
+    assert (np.abs(rounded - w) <= 0.5 * step * (1 + 1e-6)).all()
+    assert np.abs(rounded - w).max() > 0  # it did quantize
+
+    probe = onnx.ModelProto()
+    probe.CopyFrom(model)
+    probe.graph.output.extend([onnx.ValueInfoProto(name=node.input[0])])
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    sess = ort.InferenceSession(probe.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    y, a = sess.run(["logits", node.input[0]], feeds(wo, name, ids_of(wo, name)))
+    a2 = a.reshape(-1, a.shape[-1]).astype(np.float64)
+    exact = a2 @ rounded
+    err = np.abs(y.reshape(exact.shape) - exact)
+    assert (err <= bound(a2, rounded, node, scales)).all(), err.max()

@@ -131,6 +131,41 @@ def test_block_size_and_awq_step_reach_the_quantize_step_and_only_their_precisio
         assert quantize.options.get("awq_alpha_step") == step, quantize.options
 
 
+def test_a_quantized_lm_head_reaches_the_onnx_step_for_weight_only_onnxruntime_recipes_only(
+    tmp_path: Path,
+) -> None:
+    """precision.lm_head: the SmolLM2 weight-only recipes ask for int8, and the onnx
+    step gets the width (int4 also its block); other precisions and backends are
+    refused by the catalog's rules, with the fix."""
+    cat = load(Paths(ROOT), cache=False)
+    for name, expected in (
+        ("smollm2-135m-instruct-int4-awq", {"bits": 8}),
+        ("smollm2-135m-instruct-int8-wo", {"bits": 8}),
+        ("tiny-llama-int4-awq", None),
+    ):
+        steps = plan(name, cat.recipes[name], cat.prompts["default"], current()).steps
+        onnx_step = next(s for s in steps if s.kind == "onnx")
+        assert onnx_step.options.get("lm_head") == expected, (name, onnx_step.options)
+    found = problems_of(
+        tmp_path / "a",
+        "tiny-llama-fp8",
+        {"weights: fp8": "weights: fp8\n  lm_head: int8"},
+        ("tiny-llama",),
+    )
+    line = next(p for p in found if "lm_head applies to the weight-only" in p)
+    assert "set precision.weights to int8-wo or int4-awq" in line, found
+    found = problems_of(
+        tmp_path / "b",
+        "tiny-llama-int8-wo",
+        {
+            "weights: int8-wo": "weights: int8-wo\n  lm_head: int4",
+            "backend: onnxruntime": "backend: tensorrt",
+        },
+        ("tiny-llama",),
+    )
+    assert any("lm_head is an onnxruntime MatMulNBits rewrite" in p for p in found), found
+
+
 def test_prefill_chunk_len_is_planned_for_onnxruntime_and_refused_where_unread() -> None:
     """An onnxruntime causal-LM recipe's chunk reaches its bundle step (bundle.json's
     limits, read by runtime/causal_lm.py); aoti, a seq2seq task or a drafting variant

@@ -14,8 +14,10 @@ rewrite Q/DQ is disabled by name (QDQ_TRANSFORMERS). The saved graph keeps what 
 onnx step wrote: `DQ(int8|float8 weight) -> MatMul` for activation-quantized and fp8
 graphs, and for weight-only int8/int4 the fused MatMulNBits the onnx step converted
 them to (builders/causal_lm/_nbits.py), with quantized initializers on disk. Weights
-of 1 KiB and more are saved as external data (engine.onnx.data), which the bundle
-carries beside the graph.
+of 1 KiB and more are saved as external data, which the bundle carries beside the
+graph: a tensor with the onnx step's bytes is read from a copy of that step's data
+file (source.model.onnx.data, stored once with it), the rest from engine.onnx.data
+(ort.share_weights).
 
 GPU targets use the CUDA provider, which only onnxruntime-gpu has; where it is not
 installed the step ends `unsupported-here`.
@@ -55,9 +57,11 @@ def build(request: Any, writer: Any) -> None:
     ort.check_limits(request, opts.max_seq_len, io)
     provider = ort.provider(request, opts.target)
     disabled = QDQ_TRANSFORMERS if opts.quantized else ()
-    session = ort.optimize(
-        source / "model.onnx", writer.path("engine.onnx"), provider, disabled, external=True
-    )
+    saved = writer.path("engine.onnx")
+    ort.optimize(source / "model.onnx", saved, provider, disabled, external=True)
+    shared, kept = ort.share_weights(saved, source / "model.onnx")
+    request.log(f"weights: {shared:,d} bytes are the onnx step's, {kept:,d} new")
+    session = ort.load(saved, provider)  # the smoke run loads what the bundle carries
     batch = opts.max_batch_size
     ort.smoke(request, session, "logits", _feeds(io, batch), (batch, 4, io["vocab_size"]))
     shutil.copyfile(source / "io.json", writer.path("io.json"))
