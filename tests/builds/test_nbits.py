@@ -353,21 +353,22 @@ def test_a_layer_matmulnbits_cannot_express_keeps_its_dequantize_and_says_why() 
     assert np.array_equal(run(model, x), before)
 
 
-def unpack(node: Any, consts: dict[str, Any]) -> tuple[Any, Any]:
-    """A MatMulNBits node's weight as [K, N] (codes minus the zero point, times the
-    scales; symmetric, no zero-point input) and its scales [N, blocks]."""
-    import ml_dtypes
+def unpack(node: Any, consts: dict[str, Any]) -> tuple[Any, Any, Any]:
+    """A symmetric MatMulNBits node's weight (no zero-point input): its codes less
+    the zero point 2^(bits-1) and each element's scale, both [K, N], and the scales
+    as stored, [N, blocks]."""
 
     at = attrs(node)
     k, n, bits, block = at["K"], at["N"], at["bits"], at["block_size"]
     packed, scales = consts[node.input[1]], consts[node.input[2]].reshape(n, -1)
     assert len(node.input) == 3, "symmetric: no zero-point input"
-    if bits == 4:
-        codes = np.frombuffer(packed.tobytes(), ml_dtypes.uint4).astype(np.int64)
+    if bits == 4:  # two codes a byte, the low nibble first
+        raw = packed.astype(np.int64).ravel()
+        codes = np.stack([raw & 0xF, raw >> 4], axis=-1).ravel()
     else:
         codes = packed.astype(np.int64).ravel()
     codes = codes.reshape(n, -1)[:, :k] - 2 ** (bits - 1)
-    return (codes * np.repeat(scales, block, axis=1)[:, :k]).T.astype(np.float64), scales
+    return codes.T, np.repeat(scales, block, axis=1)[:, :k].T.astype(np.float64), scales
 
 
 @pytest.mark.parametrize("name", list(RECIPES))
@@ -403,12 +404,15 @@ def test_quantize_lm_head_rounds_the_fp32_lm_head_to_nearest_within_the_rule(
     node = next(n for n in model.graph.node if "logits" in n.output)
     assert node.op_type == "MatMulNBits" and attrs(node)["block_size"] == block
     consts = {t.name: onnx.numpy_helper.to_array(t) for t in model.graph.initializer}
-    rounded, scales = unpack(node, consts)
-    # [K, N]; onnxruntime's symmetric scales may be negative (the largest magnitude
-    # maps to -2^(bits-1), the whole code range)
-    step = np.abs(np.repeat(scales.T, block, axis=0)[: w.shape[0]].astype(np.float64))
-    assert (np.abs(rounded - w) <= 0.5 * step * (1 + 1e-6)).all()
-    assert np.abs(rounded - w).max() > 0  # it did quantize
+    codes, scale, scales = unpack(node, consts)
+    rounded = codes * scale
+    # round to nearest: within half a step, except that the codes run one further on
+    # the negative side (-2^(bits-1) .. 2^(bits-1) - 1), so a weight of the block's
+    # largest magnitude and the other sign clips to the top code, one step away
+    err, step = np.abs(rounded - w), np.abs(scale) * (1 + 1e-6)
+    clipped = codes == 2 ** (bits - 1) - 1
+    assert ((err <= 0.5 * step) | (clipped & (err <= step))).all()
+    assert err.max() > 0  # it did quantize
 
     probe = onnx.ModelProto()
     probe.CopyFrom(model)
