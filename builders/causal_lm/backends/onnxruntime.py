@@ -59,8 +59,8 @@ def build(request: Any, writer: Any) -> None:
     disabled = QDQ_TRANSFORMERS if opts.quantized else ()
     saved = writer.path("engine.onnx")
     ort.optimize(source / "model.onnx", saved, provider, disabled, external=True)
-    shared, kept = ort.share_weights(saved, source / "model.onnx")
-    request.log(f"weights: {shared:,d} bytes are the onnx step's, {kept:,d} new")
+    shared, new = ort.share_weights(saved, source / "model.onnx")
+    request.log(f"weights: {shared:,d} bytes are the onnx step's, {new:,d} new")
     session = ort.load(saved, provider)  # the smoke run loads what the bundle carries
     batch = opts.max_batch_size
     ort.smoke(request, session, "logits", _feeds(io, batch), (batch, 4, io["vocab_size"]))
