@@ -24,6 +24,30 @@ from runtime.processors import Decoding, Steering
 from runtime.sampling import Sampler
 
 TASK = TEXT_GENERATION
+# Weight precisions whose graphs quantize activations with calibrated static scales
+# (of the recipe precisions kiln builds): a forward over other token boundaries, such as
+# a resumed prefix, can round a near-tie the other way, so its tokens are not
+# guaranteed to be a cold run's (the SmolLM2 fp8 record's prefix-reuse check generated
+# other tokens than its cold run).
+ACTIVATION_QUANTIZED = frozenset({"int8-sq", "fp8", "w4a8-awq", "nvfp4"})
+
+
+def prefix_reuse_refusal(meta: dict[str, Any]) -> str | None:
+    """Why resuming a bundle's KV cache would not give a cold run's tokens, read from
+    its bundle.json's precision; None where it does (fp32 and weight-only bundles)."""
+    precision = meta.get("precision") or {}
+    weights, kv = precision.get("weights", "fp32"), precision.get("kv_cache", "auto")
+    if weights in ACTIVATION_QUANTIZED:
+        return (
+            f"this bundle's {weights} precision quantizes activations with static scales: "
+            "a prefill resumed from a cached prefix is not guaranteed a cold run's tokens"
+        )
+    if kv != "auto":
+        return (
+            f"this bundle's KV cache is {kv}, quantized with static scales: a prefill "
+            "resumed from a cached prefix is not guaranteed a cold run's tokens"
+        )
+    return None
 
 
 class PrefixCache:
@@ -282,7 +306,12 @@ class Bundle:
         """Keep the KV cache of the last `entries` single-prompt generations: a prompt
         that starts with the tokens one of them fed (a system prompt, the chat so far)
         runs its prefill only for the tokens after them (`last_reused` says how many
-        it skipped). Batches of several prompts always prefill in full."""
+        it skipped). Batches of several prompts always prefill in full. A bundle whose
+        precision quantizes activations or the KV cache is refused
+        (prefix_reuse_refusal): reuse there is not exact."""
+        refusal = prefix_reuse_refusal(self.meta)
+        if refusal is not None:
+            raise BundleError(f"prefix cache refused: {refusal}")
         if any("seq" not in shape for shape in self.cache_shapes):
             raise BundleError("this bundle's cache has a tensor with no seq axis to cut")
         self.prefix_cache = PrefixCache(
