@@ -21,10 +21,12 @@ the model's 512 positions cap). The graph takes any length, so `prefix` and `chu
 raise the runtime's check to what they feed where bundle.json's is lower (printed with
 the figures): past position 511 the rotary angles leave the range the config
 declares, which changes what the random-weight model's tokens mean, not what a
-prefill costs. smollm2-135m-instruct (a real checkpoint, 2,048 tokens) needs no
-raise. Wall figures hold on an idle machine only: the load average is printed first,
-and CPU seconds (user+sys) next to the wall times. One run of each on tiny-llama stays
-well under three minutes on 2 cores (smollm2: `chunked --rounds 1`, about 40 s).
+prefill costs. --bundle runs a bundle folder instead (one built before a runtime or
+builder edit re-keyed the recipe's steps). smollm2-135m-instruct (a real checkpoint,
+2,048 tokens) needs no raise. Wall figures hold on an idle machine only: the load
+average is printed first, and CPU seconds (user+sys) next to the wall times. One run
+of each on tiny-llama stays well under three minutes on 2 cores (smollm2: `chunked
+--rounds 1`, about 40 s).
 """
 
 from __future__ import annotations
@@ -66,7 +68,8 @@ def opened(args: argparse.Namespace, needs: int = 0) -> Any:
     (the graph takes any length), which is printed."""
     import runtime
 
-    bundle = runtime.open(bundle_path(args.recipe), args.threads or None, expect=runtime.Bundle)
+    path = Path(args.bundle) if args.bundle else bundle_path(args.recipe)
+    bundle = runtime.open(path, args.threads or None, expect=runtime.Bundle)
     if bundle.max_seq_len < needs:
         print(f"  max_seq_len raised from bundle.json's {bundle.max_seq_len} to {needs}")
         bundle.max_seq_len = needs
@@ -148,6 +151,7 @@ def chunked(args: argparse.Namespace) -> None:
         for _ in range(args.rounds):
             cmd = [sys.executable, __file__, "chunked-one", "--chunk", str(chunk)]
             cmd += ["--recipe", args.recipe, "--prompt-len", str(args.prompt_len)]
+            cmd += ["--bundle", args.bundle] if args.bundle else []
             cmd += ["--new-tokens", str(args.new_tokens)]
             if args.threads:
                 cmd += ["--threads", str(args.threads)]
@@ -234,6 +238,9 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("what", choices=["prefix", "chunked", "chunked-one", "guided"])
     parser.add_argument("--recipe", default="tiny-llama")
+    parser.add_argument(
+        "--bundle", default="", help="a bundle folder to run instead of the recipe's planned one"
+    )
     parser.add_argument("--threads", type=int, default=0)
     parser.add_argument(
         "--rounds", type=int, default=0, help="default: 20 prefix, 3 chunked, 2 guided"
