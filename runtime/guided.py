@@ -118,12 +118,13 @@ class Guide:
         self.matcher = matcher
         self.vocab = vocab
         self.bits = np.full((vocab + 31) // 32, -1, np.int32)
+        self.pointer = self.bits.ctypes.data  # asked once: each .ctypes makes an object
         self.last = np.ones(vocab, bool)  # the ids the last mask allowed
 
     def allowed(self) -> np.ndarray:
         """bool [vocab]: the ids the grammar allows next (llguidance writes one bit an
         id into `bits`, the lowest bit first)."""
-        self.matcher.unsafe_compute_mask_ptr(self.bits.ctypes.data, self.bits.nbytes)
+        self.matcher.unsafe_compute_mask_ptr(self.pointer, self.bits.nbytes)
         bits = np.unpackbits(self.bits.view(np.uint8), count=self.vocab, bitorder="little")
         return bits.view(bool)
 
