@@ -9,10 +9,12 @@ evidence as `features` (kiln.schema.FeatureProof: proved, check, metrics):
                      generates the tokens a cold run generates
   chunked_prefill    the prompt fed in chunks (the bundle's build.prefill_chunk_len,
                      else 8 tokens) generates the one-shot prefill's tokens
-  sliding_window     (bundles with sliding-window layers) the longest validated prompt
-                     runs past the window, the window changes the reference's logits
-                     there (builders/causal_lm/reference.py widens it away to see), and
-                     the bundle's logits there stay within a tenth of that change
+  sliding_window     (bundles with sliding-window layers whose max_seq_len passes the
+                     window) the longest validated prompt runs past the window, the
+                     window changes the reference's logits there (reference.py widens
+                     it away to see), and the bundle's logits there stay within a
+                     tenth of that change; prompts that stop short of it prove nothing
+                     and say so
 
 Prefix reuse and chunked prefill share their requests: the earlier request's answer
 and the later prompt's one-shot (cold) tokens are generated once.
@@ -229,13 +231,22 @@ def _sliding(
     prompt = len(record["prompt_ids"])
     same = gen[i] == record["tokens"]
     held = int(seen["window"]) == window and prompt > window and effect > 0
+    if prompt <= window:
+        check = (
+            f"no validated prompt runs past the {window}-token window (the longest has "
+            f"{prompt} tokens): the recipe's prompts do not reach it"
+        )
+    else:
+        check = (
+            f"the longest validated prompt ({prompt} tokens, {len(ids)} with its "
+            f"continuation) runs past the {window}-token window; past it, the bundle's "
+            f"teacher-forced logits differ from the fp32 reference's by at most {past:.2g}, "
+            f"against {effect:.2g} that the window itself makes in the reference (proved "
+            "where that is at most a tenth)"
+        )
     return {
         "proved": held and past * 10 <= effect,
-        "check": f"the longest validated prompt ({prompt} tokens, {len(ids)} with its "
-        f"continuation) runs past the {window}-token window; past it, the bundle's "
-        f"teacher-forced logits differ from the fp32 reference's by at most {past:.2g}, "
-        f"against {effect:.2g} that the window itself makes in the reference (proved "
-        "where that is at most a tenth)",
+        "check": check,
         "metrics": {
             "window": float(window),
             "prompt_tokens": float(prompt),
@@ -273,7 +284,8 @@ def exercise(
         "prefix_reuse": lambda: _prefix(bundle, requests()),
         "chunked_prefill": lambda: _chunked(bundle, requests()),
     }
-    if windows(bundle.meta):
+    if windows(bundle.meta) and bundle.max_seq_len > windows(bundle.meta)[0]:
+        # (a bundle whose max_seq_len is within the window never reaches it)
         checks["sliding_window"] = lambda: _sliding(bundle, ref, ref_logits, gen)
     out = {}
     for name, check in checks.items():
