@@ -24,6 +24,30 @@ from runtime.processors import Decoding, Steering
 from runtime.sampling import Sampler
 
 TASK = TEXT_GENERATION
+# Weight precisions whose graphs quantize activations with calibrated static scales
+# (of the recipe precisions kiln builds): a forward over other token boundaries, such as
+# a resumed prefix, can round a near-tie the other way, so its tokens are not
+# guaranteed to be a cold run's (the SmolLM2 fp8 record's prefix-reuse check generated
+# other tokens than its cold run).
+ACTIVATION_QUANTIZED = frozenset({"int8-sq", "fp8", "w4a8-awq", "nvfp4"})
+
+
+def prefix_reuse_refusal(meta: dict[str, Any]) -> str | None:
+    """Why resuming a bundle's KV cache would not give a cold run's tokens, read from
+    its bundle.json's precision; None where it does (fp32 and weight-only bundles)."""
+    precision = meta.get("precision") or {}
+    weights, kv = precision.get("weights", "fp32"), precision.get("kv_cache", "auto")
+    if weights in ACTIVATION_QUANTIZED:
+        return (
+            f"this bundle's {weights} precision quantizes activations with static scales: "
+            "a prefill resumed from a cached prefix is not guaranteed a cold run's tokens"
+        )
+    if kv != "auto":
+        return (
+            f"this bundle's KV cache is {kv}, quantized with static scales: a prefill "
+            "resumed from a cached prefix is not guaranteed a cold run's tokens"
+        )
+    return None
 
 
 class PrefixCache:
@@ -40,28 +64,33 @@ class PrefixCache:
         self.entries = entries
         self.kept: list[tuple[np.ndarray, list[np.ndarray]]] = []
 
-    def lookup(self, prompt: list[int], empty: list[np.ndarray]) -> tuple[int, list[np.ndarray]]:
-        """(n, the cache of the prompt's first n tokens); (0, `empty`) when none matches."""
+    def lookup(self, prompt: list[int] | np.ndarray) -> tuple[int, list[np.ndarray] | None]:
+        """(n, the cache of the prompt's first n tokens); (0, None) when none matches."""
         want = np.asarray(prompt, np.int64)
-        best, found = 0, empty
+        best, found = 0, None
         for tokens, past in self.kept:
             limit = min(len(tokens), len(want) - 1)
-            differ = np.flatnonzero(tokens[:limit] != want[:limit])
-            n = int(differ[0]) if differ.size else limit
+            if limit <= best:
+                continue  # it cannot beat what is found
+            differ = tokens[:limit] != want[:limit]
+            n = int(differ.argmax()) if differ.any() else limit
             if n > best:
                 best, found = n, past
-        if not best:
-            return 0, empty
-        cut = [
-            np.ascontiguousarray(p[(slice(None),) * a + (slice(0, best),)])
+        if found is None:
+            return 0, None
+        # Cut to `best` along "seq": a copy (the engine takes contiguous tensors) unless
+        # the entry holds exactly those tokens, which it then lends as it is.
+        return best, [
+            p
+            if p.shape[a] == best
+            else np.ascontiguousarray(p[(slice(None),) * a + (slice(0, best),)])
             for p, a in zip(found, self.axes, strict=True)
         ]
-        return best, cut
 
     def store(self, tokens: list[int], past: list[np.ndarray]) -> None:
         """Keep `past`, the cache after feeding `tokens`, as the most recent entry."""
         key = np.asarray(tokens, np.int64)
-        older = [e for e in self.kept if not np.array_equal(e[0], key)]
+        older = [e for e in self.kept if len(e[0]) != len(key) or not np.array_equal(e[0], key)]
         self.kept = [(key, past), *older][: self.entries]
 
     def clear(self) -> None:
@@ -192,6 +221,9 @@ class Bundle:
             raise BundleError("empty prompt: nothing to condition on")
         width = max(len(p) for p in prompts)
         self._check_length(width, max_new_tokens)
+        if len(prompts) == 1:  # no padding: the common single request, without the loop
+            ids = np.asarray(prompts, np.int64)
+            return ids, np.ones_like(ids), np.arange(width, dtype=np.int64)[None]
         batch = len(prompts)
         ids = np.full((batch, width), self.pad, np.int64)
         mask = np.zeros((batch, width), np.int64)
@@ -227,10 +259,10 @@ class Bundle:
         steering = None
         if decoding is not None and decoding.steers:
             steering = Steering(decoding, prompts, self.eos, self._vocab(), self.tokenizer_json)
-        past = self._empty_cache(batch)
-        reused = 0
+        reused, cached = 0, None
         if self.prefix_cache is not None and batch == 1:
-            reused, past = self.prefix_cache.lookup(prompts[0], past)
+            reused, cached = self.prefix_cache.lookup(ids[0])  # one prompt: no padding
+        past = cached if cached is not None else self._empty_cache(batch)
         self.last_reused = reused
         logits, past = self._prefill(ids[:, reused:], mask, positions[:, reused:], past)
         out: list[list[int]] = [[] for _ in prompts]
@@ -282,7 +314,12 @@ class Bundle:
         """Keep the KV cache of the last `entries` single-prompt generations: a prompt
         that starts with the tokens one of them fed (a system prompt, the chat so far)
         runs its prefill only for the tokens after them (`last_reused` says how many
-        it skipped). Batches of several prompts always prefill in full."""
+        it skipped). Batches of several prompts always prefill in full. A bundle whose
+        precision quantizes activations or the KV cache is refused
+        (prefix_reuse_refusal): reuse there is not exact."""
+        refusal = prefix_reuse_refusal(self.meta)
+        if refusal is not None:
+            raise BundleError(f"prefix cache refused: {refusal}")
         if any("seq" not in shape for shape in self.cache_shapes):
             raise BundleError("this bundle's cache has a tensor with no seq axis to cut")
         self.prefix_cache = PrefixCache(

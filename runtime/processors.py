@@ -188,7 +188,7 @@ class Steering:
 
     def __call__(self, logits: np.ndarray, done: np.ndarray) -> np.ndarray:
         out = np.array(logits, np.float32)  # a copy: the caller's logits stay as they came
-        for row in np.flatnonzero(~done).tolist():
+        for row in [r for r, finished in enumerate(done.tolist()) if not finished]:
             scores = out[row]
             if self.chains[row]:
                 ids = np.asarray(self.history[row], np.int64)

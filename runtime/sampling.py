@@ -20,7 +20,7 @@ class Sampler:
     top_k: int = 0  # 0 means no top-k filter
     top_p: float = 1.0
     seed: int = 0
-    rng: np.random.Generator = field(init=False, repr=False)
+    _rng: np.random.Generator | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.temperature < 0:
@@ -29,7 +29,14 @@ class Sampler:
             raise ValueError("top_p must be in (0, 1]")
         if self.top_k < 0:
             raise ValueError("top_k must be >= 0")
-        self.rng = np.random.default_rng(self.seed)
+
+    @property
+    def rng(self) -> np.random.Generator:
+        """The seeded generator, made on first use: a greedy request never draws, and
+        making one costs more than choosing a token of a small model."""
+        if self._rng is None:
+            self._rng = np.random.default_rng(self.seed)
+        return self._rng
 
     @property
     def greedy(self) -> bool:

@@ -9,6 +9,15 @@ evidence as `features` (kiln.schema.FeatureProof: proved, check, metrics):
                      generates the tokens a cold run generates
   chunked_prefill    the prompt fed in chunks (the bundle's build.prefill_chunk_len,
                      else 8 tokens) generates the one-shot prefill's tokens
+  sliding_window     (bundles with sliding-window layers whose max_seq_len passes the
+                     window) the longest validated prompt runs past the window, the
+                     window changes the reference's logits there (reference.py widens
+                     it away to see), and the bundle's logits there stay within a
+                     tenth of that change; prompts that stop short of it prove nothing
+                     and say so
+
+Prefix reuse and chunked prefill share their requests: the earlier request's answer
+and the later prompt's one-shot (cold) tokens are generated once.
 
 Only an ordinary causal-LM runner (runtime.causal_lm.Bundle itself) runs them: a
 drafting bundle's validation is about its speculation, and the inductor runner keeps
@@ -21,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 NEW_TOKENS = 8
@@ -126,75 +136,157 @@ def _guided(bundle: Any, prompts: list[list[int]]) -> dict[str, Any]:
     }
 
 
-def _long_prompt(bundle: Any, prompts: list[list[int]]) -> tuple[list[int], list[int]]:
+@dataclass(frozen=True)
+class Requests:
     """An earlier request (the first prompt) and a later one that extends it by its
-    greedy answer and the second prompt's tokens, within the bundle's max_seq_len."""
+    greedy answer and the second prompt's tokens, within the bundle's max_seq_len, with
+    the later one's tokens from a cold one-shot prefill."""
+
+    first: list[int]
+    later: list[int]
+    cold: list[int]
+
+
+def _requests(bundle: Any, prompts: list[list[int]]) -> Requests:
     first = prompts[0]
     answer = bundle.generate([first], NEW_TOKENS).tokens[0]
     extra = prompts[1 % len(prompts)]
-    later = first + answer + extra
     room = bundle.max_seq_len - NEW_TOKENS
-    return first, later[: max(room, len(first) + 1)]
+    later = (first + answer + extra)[: max(room, len(first) + 1)]
+    built = bundle.prefill_chunk_len
+    bundle.prefill_chunk_len = 0
+    try:
+        cold = bundle.generate([later], NEW_TOKENS).tokens[0]
+    finally:
+        bundle.prefill_chunk_len = built
+    return Requests(first, later, cold)
 
 
-def _prefix(bundle: Any, prompts: list[list[int]]) -> dict[str, Any]:
-    first, later = _long_prompt(bundle, prompts)
-    cold = bundle.generate([later], NEW_TOKENS).tokens[0]
+def _prefix(bundle: Any, r: Requests) -> dict[str, Any]:
     bundle.enable_prefix_cache(entries=1)
     try:
-        bundle.generate([first], NEW_TOKENS)
-        warm = bundle.generate([later], NEW_TOKENS).tokens[0]
+        bundle.generate([r.first], NEW_TOKENS)  # the earlier request, now cached
+        warm = bundle.generate([r.later], NEW_TOKENS).tokens[0]
         reused = bundle.last_reused
     finally:
         bundle.prefix_cache = None
     return {
-        "proved": warm == cold and reused > 0,
+        "proved": warm == r.cold and reused > 0,
         "check": "a prompt extending an earlier request (its prompt and answer) prefills "
         "only the tokens after the cached ones, and generates the cold run's tokens",
         "metrics": {
-            "prompt_tokens": float(len(later)),
+            "prompt_tokens": float(len(r.later)),
             "reused_tokens": float(reused),
-            "tokens_equal": float(warm == cold),
+            "tokens_equal": float(warm == r.cold),
         },
     }
 
 
-def _chunked(bundle: Any, prompts: list[list[int]]) -> dict[str, Any]:
-    _, prompt = _long_prompt(bundle, prompts)
+def _chunked(bundle: Any, r: Requests) -> dict[str, Any]:
     built = bundle.prefill_chunk_len
     chunk = built or 8
-    bundle.prefill_chunk_len = 0
-    one_shot = bundle.generate([prompt], NEW_TOKENS).tokens[0]
     bundle.prefill_chunk_len = chunk
     try:
-        chunked = bundle.generate([prompt], NEW_TOKENS).tokens[0]
+        chunked = bundle.generate([r.later], NEW_TOKENS).tokens[0]
     finally:
         bundle.prefill_chunk_len = built
     source = "build.prefill_chunk_len" if built else "the validation's own, 8"
     return {
-        "proved": chunked == one_shot and len(prompt) > chunk,
-        "check": f"a {len(prompt)}-token prompt fed in chunks of {chunk} tokens ({source}) "
+        "proved": chunked == r.cold and len(r.later) > chunk,
+        "check": f"a {len(r.later)}-token prompt fed in chunks of {chunk} tokens ({source}) "
         "generates the one-shot prefill's tokens",
         "metrics": {
             "chunk": float(chunk),
-            "prompt_tokens": float(len(prompt)),
-            "tokens_equal": float(chunked == one_shot),
+            "prompt_tokens": float(len(r.later)),
+            "tokens_equal": float(chunked == r.cold),
         },
     }
 
 
-def exercise(bundle: Any, prompts: list[list[int]]) -> dict[str, dict[str, Any]] | None:
-    """Each feature's proof for an ordinary causal-LM bundle; None for other runners."""
+def windows(meta: dict[str, Any]) -> list[int]:
+    """The sliding windows of a bundle's cached layers (bundle.json's kv_cache entries)."""
+    entries = meta["io"]["kv_cache"]["entries"]
+    return sorted({int(e["sliding_window"]) for e in entries if e.get("sliding_window")})
+
+
+def _sliding(
+    bundle: Any, ref: dict[str, Any], ref_logits: Any, gen: list[list[int]]
+) -> dict[str, Any]:
+    import numpy as np
+
+    window = windows(bundle.meta)[0]
+    seen = ref.get("sliding_window")
+    if seen is None:
+        raise ValueError(
+            f"the bundle has {window}-token sliding-window layers, but the reference "
+            "recorded no window (rebuild the reference)"
+        )
+    i = int(seen["record"])
+    record = ref["records"][i]
+    ids = record["prompt_ids"] + record["tokens"]
+    mine = bundle.logits(ids)[window:]
+    theirs = ref_logits[f"p{i}"][window:]
+    past = float(np.abs(mine - theirs).max()) if mine.size else 0.0
+    effect = float(seen["full_attention_max_abs_diff"])
+    prompt = len(record["prompt_ids"])
+    same = gen[i] == record["tokens"]
+    held = int(seen["window"]) == window and prompt > window and effect > 0
+    if prompt <= window:
+        check = (
+            f"no validated prompt runs past the {window}-token window (the longest has "
+            f"{prompt} tokens): the recipe's prompts do not reach it"
+        )
+    else:
+        check = (
+            f"the longest validated prompt ({prompt} tokens, {len(ids)} with its "
+            f"continuation) runs past the {window}-token window; past it, the bundle's "
+            f"teacher-forced logits differ from the fp32 reference's by at most {past:.2g}, "
+            f"against {effect:.2g} that the window itself makes in the reference (proved "
+            "where that is at most a tenth)"
+        )
+    return {
+        "proved": held and past * 10 <= effect,
+        "check": check,
+        "metrics": {
+            "window": float(window),
+            "prompt_tokens": float(prompt),
+            "sequence_tokens": float(len(ids)),
+            "past_window_max_abs_logit_diff": past,
+            "full_attention_max_abs_diff": effect,
+            "tokens_equal": float(same),
+        },
+    }
+
+
+def exercise(
+    bundle: Any,
+    prompts: list[list[int]],
+    ref: dict[str, Any],
+    ref_logits: Any,
+    gen: list[list[int]],
+) -> dict[str, dict[str, Any]] | None:
+    """Each feature's proof for an ordinary causal-LM bundle; None for other runners.
+    `ref`, `ref_logits` and `gen` are the validation's reference and greedy outputs."""
     from runtime.causal_lm import Bundle
 
     if type(bundle) is not Bundle or not prompts:
         return None
+    shared: list[Requests] = []
+
+    def requests() -> Requests:
+        if not shared:
+            shared.append(_requests(bundle, prompts))
+        return shared[0]
+
     checks: dict[str, Callable[[], dict[str, Any]]] = {
         "logits_processors": lambda: _processors(bundle, prompts[0]),
         "guided_decoding": lambda: _guided(bundle, prompts[:2]),
-        "prefix_reuse": lambda: _prefix(bundle, prompts),
-        "chunked_prefill": lambda: _chunked(bundle, prompts),
+        "prefix_reuse": lambda: _prefix(bundle, requests()),
+        "chunked_prefill": lambda: _chunked(bundle, requests()),
     }
+    if windows(bundle.meta) and bundle.max_seq_len > windows(bundle.meta)[0]:
+        # (a bundle whose max_seq_len is within the window never reaches it)
+        checks["sliding_window"] = lambda: _sliding(bundle, ref, ref_logits, gen)
     out = {}
     for name, check in checks.items():
         try:

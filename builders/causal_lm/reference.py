@@ -6,6 +6,12 @@ greedy `generate`, and the teacher-forced logits at every position of prompt plu
 continuation. Generation semantics match the runtime exactly: stop at EOS, no
 min_new_tokens, no repetition penalty (FIELD_NOTES: a processor difference is a
 comparison of different things).
+
+A model with sliding-window layers also records what its window does to the answer:
+the longest prompt's teacher-forced logits with the window and with it widened past
+the sequence (the config's sliding_window, which transformers' masks read on every
+forward). A window that changes nothing would prove nothing about a bundle that
+reproduces these logits (builders/causal_lm/_features.py reads it).
 """
 
 from __future__ import annotations
@@ -84,6 +90,7 @@ def build(request: Request, writer: Writer) -> None:
             logits[f"p{i}"] = model(full).logits[0].numpy().astype(np.float32)
         records.append({"prompt": prompt, "prompt_ids": prompt_ids, "tokens": new})
     np.savez(writer.path("logits.npz"), **logits)
+    window = _window_effect(model, records, logits)
     text = _score_text(model, text_windows) if text_windows is not None else None
     if text is not None:
         np.savez(writer.path("text.npz"), nll=text.pop("nll"), top1=text.pop("top1"))
@@ -96,8 +103,42 @@ def build(request: Request, writer: Writer) -> None:
             "eos": eos_ids,
             "records": records,
             **({"text": text} if text is not None else {}),
+            **({"sliding_window": window} if window is not None else {}),
         },
     )
+
+
+def _window_effect(
+    model: Any, records: list[dict[str, Any]], logits: dict[str, Any]
+) -> dict[str, float] | None:
+    """The sliding window (the narrowest a layer has) and, on the record with the longest
+    prompt, the largest logit change past the window when the window is widened away:
+    0 where the window never bites (a prompt within it) or transformers ignores it."""
+    import numpy as np
+    import torch
+    from transformers import DynamicCache
+
+    layers = DynamicCache(config=model.config).layers
+    sizes = [w for w in (getattr(layer, "sliding_window", None) for layer in layers) if w]
+    if not sizes:
+        return None
+    window = int(min(sizes))
+    i = max(range(len(records)), key=lambda j: (len(records[j]["prompt_ids"]), -j))
+    full = torch.tensor([records[i]["prompt_ids"] + records[i]["tokens"]])
+    config = model.config
+    kept = config.sliding_window
+    config.sliding_window = 2 * full.shape[1] + max(sizes)  # wider than the sequence
+    try:
+        with torch.no_grad():
+            unwindowed = model(full).logits[0].numpy().astype(np.float32)
+    finally:
+        config.sliding_window = kept
+    effect = np.abs(unwindowed[window:] - logits[f"p{i}"][window:])
+    return {
+        "window": float(window),
+        "record": float(i),
+        "full_attention_max_abs_diff": float(effect.max()) if effect.size else 0.0,
+    }
 
 
 def _windows(tokenizer: Any, positions: int) -> list[list[int]]:

@@ -131,7 +131,8 @@ def build(request: Request, writer: Writer) -> None:
     gen, per_s = m.generate(
         prompt_ids, "greedy decode", lambda b: bundle.generate(b, opts.max_new_tokens, Sampler())
     )
-    metrics = compare(bundle, ref, m.arrays("logits.npz"), gen)
+    ref_logits = m.arrays("logits.npz")
+    metrics = compare(bundle, ref, ref_logits, gen)
     metrics["tokenizer_match_rate"] = tokenizer_agree
     # A drafting bundle: its greedy output against its own target-only greedy output
     # (lossless means identical), and the acceptance diagnostics the gates read.
@@ -140,7 +141,8 @@ def build(request: Request, writer: Writer) -> None:
         metrics.update(score_text(bundle, ref, m.arrays("text.npz")))
     metrics["decode_tokens_per_s"] = per_s
     backend = {**m.backend("main"), **_quantized_on(request)}
-    features = exercise(bundle, prompt_ids)  # after the timed decode: it times nothing
+    # after the timed decode: it times nothing
+    features = exercise(bundle, prompt_ids, ref, ref_logits, gen)
     extra = {"features": features} if features is not None else {}
     writer.evidence(metrics, [bundle.decode(g) for g in gen], backend, **extra)
     request.log(

@@ -20,10 +20,6 @@ from kiln.errors import Location, Problem
 from kiln.schema import SAMPLE_SIZE, VARIANTS, Precision, Recipe, Thresholds
 
 QUANTIZED = ("int8-sq", "int8-wo", "fp8", "int4-awq", "w4a8-awq", "nvfp4")
-# Precisions that quantize activations with calibrated static scales: a forward over
-# other token boundaries (a resumed prefix, another chunking) can round a near-tie the
-# other way, so their tokens are not guaranteed equal to a one-pass prefill's.
-ACTIVATION_QUANTIZED = ("int8-sq", "fp8", "w4a8-awq", "nvfp4")
 
 # What this kiln has builders for, by recipe key.
 BUILDABLE: dict[tuple[str, str], tuple[Any, ...]] = {

@@ -10,7 +10,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from kiln.catalog.buildable import ACTIVATION_QUANTIZED
 from kiln.commands.build import ensure_bundle
 from kiln.commands.variables import WHERE
 from kiln.commands.workspace import catalog, selected, store
@@ -327,7 +326,8 @@ def _run_task(
 def reuses_exactly(meta: dict[str, Any]) -> bool:
     """Whether resuming a bundle's KV cache gives a cold run's tokens: not where
     activations or the KV cache are quantized with static scales (the SmolLM2 fp8
-    record's prefix_reuse check generated other tokens than its cold run)."""
-    precision = meta.get("precision") or {}
-    quantized = precision.get("weights") in ACTIVATION_QUANTIZED
-    return not quantized and precision.get("kv_cache", "auto") == "auto"
+    record's prefix_reuse check generated other tokens than its cold run). The rule is
+    the runtime's own (Bundle.enable_prefix_cache refuses the others)."""
+    from runtime.causal_lm import prefix_reuse_refusal
+
+    return prefix_reuse_refusal(meta) is None

@@ -4,14 +4,15 @@ The reference support matrix rates each architecture on runtime features. Here a
 feature is "Yes" only where an evidence record proves it, and the cell links to that
 record; everything else reads "untested", never a guess:
 
-* guided decoding, logits post-processors, prefix (KV-cache) reuse, chunked prefill
-  and beam search come from the `features` of the evidence record (the validate step
-  ran the feature and compared it with transformers or with a cold run: its `check`
-  says what);
+* guided decoding, logits post-processors, prefix (KV-cache) reuse, chunked prefill,
+  sliding-window attention and beam search come from the `features` of the evidence
+  record (the validate step ran the feature and compared it with transformers or with
+  a cold run: its `check` says what; for sliding-window attention, a validated prompt
+  longer than the window, whose bundle logits past it match the fp32 reference that
+  the window visibly changes there);
 * CUDA graph comes from the GPU engine's evidence: an inductor bundle validated on a
   CUDA device replays its decode step in a CUDA graph (runtime/inductor_lm.py
-  captures it on every CUDA load), so a passing record there proves it;
-* sliding-window attention past the window is not validated yet: untested everywhere.
+  captures it on every CUDA load), so a passing record there proves it.
 
 A record whose feature check ran and failed makes the cell "fails". The cells reuse
 the support matrix's grid (kiln/site/matrix.py): claims are the same latest records of

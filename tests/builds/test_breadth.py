@@ -41,6 +41,23 @@ EMBEDDERS = {"tiny-bert-embed"}
 # tokenizer file against transformers.)
 KNOWN_QUALITY_FAIL: dict[str, str] = {}
 
+# Tiny checkpoints whose layers transformers runs with a sliding window (8 tokens,
+# tinyhub/specs.py; every layer or interleaved with full ones). Their validations run
+# prompts far longer than that, and record the window as the `sliding_window` feature
+# (builders/causal_lm/_features.py). Qwen2 and Laguna configure a window but run full
+# attention layers only: nothing to prove there.
+SLIDING = {
+    "tiny-mistral",
+    "tiny-mixtral",
+    "tiny-phi3",
+    "tiny-gemma3",
+    "tiny-gpt-oss",
+    "tiny-exaone4",
+    "tiny-cohere2",
+    "tiny-afmoe",
+    "tiny-exaone-moe",
+}
+
 
 def _matrix_architectures() -> set[str]:
     """Architectures of the support matrix's first table (name, model, example)."""
@@ -161,6 +178,23 @@ def _check_built(world: World, names: list[str]) -> None:
             metrics = evidence["metrics"]
             assert isinstance(metrics, dict)
             assert metrics["max_abs_logit_diff"] < 1e-4 and metrics["token_match_rate"] == 1.0
+            _check_window(name, evidence)
+
+
+def _check_window(name: str, evidence: dict[str, object]) -> None:
+    """A windowed bundle reproduces the fp32 reference past its window, where the
+    window changes the reference's logits; an unwindowed one claims nothing."""
+    features = evidence.get("features") or {}
+    assert isinstance(features, dict)
+    if name not in SLIDING:
+        assert "sliding_window" not in features, (name, features)
+        return
+    proof = features["sliding_window"]
+    assert proof["proved"], (name, proof)
+    m = proof["metrics"]
+    assert m["window"] == 8 and m["prompt_tokens"] > m["window"], (name, m)
+    assert m["past_window_max_abs_logit_diff"] < 1e-4 < m["full_attention_max_abs_diff"], m
+    assert m["tokens_equal"] == 1.0
 
 
 def _build(tmp_path: Path, hub: Path, names: list[str]) -> World:
@@ -176,6 +210,7 @@ def test_the_ci_subset_builds_and_each_recipe_earns_its_verdict(tmp_path: Path, 
         for n in architectures.ci_subset(catalog.load(catalog.Paths(ROOT)))
         if n not in architectures.ALWAYS
     ]
+    assert set(names) & SLIDING  # a windowed bundle proves its window in every CI run
     world = _build(tmp_path, hub, names)
     _check_built(world, names)
     # MLA: DeepseekV3 caches compressed keys and values of different widths, read

@@ -344,6 +344,38 @@ class Recording:
         return out
 
 
+@heavy
+@pytest.mark.parametrize(
+    ("precision", "words"),
+    [
+        ({"weights": "fp8", "kv_cache": "auto", "compute": "fp32"}, "fp8 precision quantizes"),
+        ({"weights": "int8-sq", "kv_cache": "auto", "compute": "fp32"}, "quantizes activations"),
+        ({"weights": "fp32", "kv_cache": "fp8", "compute": "fp32"}, "KV cache is fp8"),
+    ],
+)
+def test_the_runtime_refuses_a_prefix_cache_where_reuse_is_not_exact(
+    llama: Bundle, tmp_path: Path, precision: dict[str, str], words: str
+) -> None:
+    """Bundle.enable_prefix_cache reads the rule from bundle.json itself: a bundle whose
+    precision quantizes activations or the KV cache is refused with the reason, and
+    keeps generating without a cache; weight-only and fp32 bundles are served."""
+    from runtime.causal_lm import prefix_reuse_refusal
+    from runtime.format import BundleError
+
+    folder = tmp_path / "bundle"
+    shutil.copytree(llama.path, folder)
+    meta = json.loads((folder / "bundle.json").read_text())
+    assert prefix_reuse_refusal(meta) is None  # tiny-llama itself: fp32
+    assert prefix_reuse_refusal({**meta, "precision": {"weights": "int4-awq"}}) is None
+    meta["precision"] = precision
+    (folder / "bundle.json").write_text(json.dumps(meta))
+    quantized = runtime.open(folder, expect=Bundle)
+    with pytest.raises(BundleError, match=f"prefix cache refused: .*{words}"):
+        quantized.enable_prefix_cache()
+    assert quantized.prefix_cache is None
+    assert quantized.generate([[1, 5, 6]], 3).tokens == llama.generate([[1, 5, 6]], 3).tokens
+
+
 def _prompts(n: int, prefix: int, suffix: int, seed: int = 0) -> list[list[int]]:
     rng = np.random.default_rng(seed)
     shared = rng.integers(3, 500, prefix).tolist()
@@ -408,6 +440,8 @@ def test_chunked_prefill_gives_the_one_shot_tokens(
 
 
 FEATURES = {"logits_processors", "guided_decoding", "prefix_reuse", "chunked_prefill"}
+# (tiny-llama and tiny-qwen3 have no sliding-window layers: their validations record
+# no sliding_window feature; tests/builds/test_breadth.py checks the windowed ones.)
 
 
 @heavy

@@ -263,11 +263,53 @@ def test_a_plot_is_flat_below_display_precision_and_breaks_where_the_build_chang
     assert not moved.flat and [t for _, t in moved.ticks] == ["0.5", "0.297622"]
 
 
+def test_the_sliding_window_feature_shows_yes_only_with_its_record(tmp_path: Path) -> None:
+    """A record's `sliding_window` proof (builders/causal_lm/_features.py) becomes the
+    Sliding-window attention cell of its architecture: Yes linking to that record when
+    proved, fails when its check failed, untested (no cell) where no record speaks."""
+    from kiln.site import features as sitefeatures
+
+    world = copy_catalog(tmp_path)
+    metrics = {"window": 8.0, "prompt_tokens": 41.0, "sequence_tokens": 73.0}
+    for name, proved in (("tiny-mistral", True), ("tiny-gemma3", False)):
+        path = world.root / "manifests" / f"{name}.json"
+        data = json.loads(path.read_text())
+        record = data["evidence"][-1]
+        record["features"] = {
+            **(record.get("features") or {}),
+            "sliding_window": {"proved": proved, "check": "past the window", "metrics": metrics},
+        }
+        path.write_text(json.dumps(data))
+    cat = catalog.load(catalog.Paths(world.root), cache=False)
+    g = sitegen.view(cat).features
+    label = sitefeatures.LABELS["sliding_window"]
+    cells = {(row.key, c.column.group): c for row in g.rows for c in row.cells if c.claims}
+    yes = cells[("MistralForCausalLM", (label, "onnxruntime"))]
+    assert yes.verdict == "pass"
+    by = yes.decided_by
+    assert isinstance(by, sitefeatures.FeatureClaim) and by.proof is not None
+    assert by.entry.name == "tiny-mistral" and by.proof.metrics == metrics
+    assert yes.href == f"{by.entry.url}#evidence-{by.index}"
+    assert cells[("Gemma3ForCausalLM", (label, "onnxruntime"))].verdict == "quality-fail"
+    assert ("LlamaForCausalLM", (label, "onnxruntime")) not in cells  # untested
+    sitegen.build(cat, tmp_path / "site")
+    api = json.loads((tmp_path / "site" / "api" / "features.json").read_text())
+    api_validator("Features").validate(api)
+    found = {r["architecture"]: c for r in api["rows"] for c in r["cells"] if c["feature"] == label}
+    assert found["MistralForCausalLM"]["verdict"] == "yes"
+    assert found["MistralForCausalLM"]["evidence"] == yes.href
+    assert found["MistralForCausalLM"]["metrics"] == metrics
+    assert found["Gemma3ForCausalLM"]["verdict"] == "fails"
+    assert "LlamaForCausalLM" not in found
+    page = (tmp_path / "site" / "features.html").read_text()
+    assert label in page and f'href="{yes.href}"' in page
+
+
 def test_runtime_features_say_yes_only_where_a_record_proves_them(tmp_path: Path) -> None:
     """The runtime-features view (kiln/site/features.py) over the committed manifests:
     each Yes is decided by a record whose validation proved that feature (or, for CUDA
-    graph, a passing inductor record on a CUDA device) and links to it; sliding-window
-    attention has no validation yet, so no cell claims it."""
+    graph, a passing inductor record on a CUDA device) and links to it; a sliding-window
+    Yes only from a record whose validated prompt ran past the window."""
     from kiln.site import features as sitefeatures
 
     site = sitegen.view(catalog.load(catalog.Paths(ROOT)))
@@ -279,7 +321,8 @@ def test_runtime_features_say_yes_only_where_a_record_proves_them(tmp_path: Path
         by = c.decided_by
         assert isinstance(by, sitefeatures.FeatureClaim) and by.proof is not None
         feature = names[c.column.group[0]]
-        assert feature != "sliding_window"
+        if feature == "sliding_window" and c.verdict == "pass":
+            assert by.proof.metrics["prompt_tokens"] > by.proof.metrics["window"]
         if feature == "cuda_graph":
             assert by.record.backend["device"] == "cuda" and by.record.verdict == "pass"
         else:
