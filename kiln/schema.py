@@ -367,10 +367,10 @@ class Precision(Strict):
         "the input dimension. Unset: modelopt's 128. Smaller blocks keep more accuracy "
         "and store more scales; one that divides the layers' input width pads nothing.",
     )
-    lm_head: Literal["fp32", "int8", "int4"] = Field(
-        "fp32",
+    lm_head: Literal["int8", "int4"] | None = Field(
+        None,
         description="Weight-only precisions on onnxruntime (int8-wo, int4-awq): the output "
-        "projection's width. modelopt leaves it fp32; int8 or int4 rounds it to nearest "
+        "projection's width. Unset: fp32, as modelopt leaves it; int8 or int4 rounds it to nearest "
         "with onnxruntime's MatMulNBits quantizer (symmetric; int4 in blocks of block_size, "
         "else 32; int8 in blocks that divide the hidden width), as onnxruntime-genai's "
         "model builder does. On a small model with a large vocabulary the lm_head is the "

@@ -139,7 +139,7 @@ def qdq_form(quantize: Step | None, build: Build) -> str:
 def lm_head_quantization(precision: Precision | None) -> dict[str, int] | None:
     """The onnx step's rewrite for precision.lm_head int8|int4: the width, and for int4
     its block (the weights' block_size, else 32); int8's block is chosen from K there."""
-    if precision is None or precision.lm_head == "fp32":
+    if precision is None or precision.lm_head is None:
         return None
     if precision.lm_head == "int4":
         return {"bits": 4, "block_size": precision.block_size or 32}
