@@ -257,3 +257,59 @@ def _sound_input(key: str, store: Store, graph: Graph | None) -> Path:
         )
     run_step(step, store, graph.context(step), graph)
     return store.get(key).path
+
+
+# ---------------------------------------------------------------- preload
+
+# What a process imports before its first step of a kind: the libraries' parts that
+# every step of that kind loads (`import transformers` is lazy: its model machinery,
+# transformers.modeling_utils, is most of the cost and loads at the first
+# from_pretrained). About 8.5 s of CPU on the 2-core CI host, nearly all single-threaded
+# Python (torch 2.7, transformers 1.2, its Auto classes 0.8, modeling_utils 3.8, which
+# pulls torch.distributed.tensor, torch._dynamo and scipy.optimize); a step itself then
+# takes about a second.
+PRELOAD: dict[str, tuple[str, ...]] = {
+    "fetch": ("huggingface_hub",),
+    "import": ("torch", "transformers.modeling_utils"),
+    "reference": (
+        "torch",
+        "transformers.modeling_utils",
+        "transformers.models.auto.modeling_auto",
+        "transformers.models.auto.tokenization_auto",
+    ),
+    "quantize": ("torch", "transformers.modeling_utils"),
+    "export": ("torch", "transformers.modeling_utils", "torch.onnx", "onnxscript"),
+    "drafter": ("torch", "transformers.modeling_utils", "torch.onnx", "onnxscript"),
+    "onnx": ("onnx", "onnx_ir", "onnxscript.optimizer"),
+    "engine": ("onnxruntime",),
+    "validate": ("onnxruntime", "tokenizers"),
+}
+
+
+def preload(kinds: Iterable[str]) -> list[str]:
+    """Import, in this process, what steps of `kinds` import first (PRELOAD); returns
+    the modules imported here.
+
+    For the process that forks doit's `-n` workers, before it forks them: each worker
+    then starts with the libraries in memory (shared, copy-on-write) instead of
+    importing them again. The import cannot be split across cores, so without this
+    every worker spends the same seconds on it before its first step: N workers on
+    fewer than N cores queue for them (`-n 4` on 2 cores: twice the wait), and on a
+    shared host they take another ~8 s of CPU each from everything else. Only
+    imports: no library runs a parallel region here, so the forked workers start
+    their thread pools afresh (share_cores sized them before this). A module that
+    is not installed is skipped: the step that needs it reports that itself."""
+    wanted = set(kinds)
+    done = []
+    for kind, modules in PRELOAD.items():
+        if kind not in wanted:
+            continue
+        for name in modules:
+            if name in sys.modules:
+                continue
+            try:
+                importlib.import_module(name)
+            except Exception:  # not installed, or broken: the step says so, with its name
+                continue
+            done.append(name)
+    return done
