@@ -267,19 +267,29 @@ def _sound_input(key: str, store: Store, graph: Graph | None) -> Path:
 # from_pretrained). About 8.5 s of CPU on the 2-core CI host, nearly all single-threaded
 # Python (torch 2.7, transformers 1.2, its Auto classes 0.8, modeling_utils 3.8, which
 # pulls torch.distributed.tensor, torch._dynamo and scipy.optimize); a step itself then
-# takes about a second.
+# takes about a second. What the modules of one architecture add (modeling_llama, a
+# tenth of a second) is left to the step, as are first-call costs that only running
+# torch would pay (the exporter's first trace: under a second per process).
+# What every step that loads a model imports: torch, transformers' model machinery
+# (every architecture's modeling module imports these), and rich for its progress.
+_MODEL = (
+    "torch",
+    "transformers.modeling_utils",
+    "transformers.masking_utils",
+    "transformers.modeling_layers",
+    "rich.progress",
+)
 PRELOAD: dict[str, tuple[str, ...]] = {
     "fetch": ("huggingface_hub",),
-    "import": ("torch", "transformers.modeling_utils"),
+    "import": _MODEL,
     "reference": (
-        "torch",
-        "transformers.modeling_utils",
+        *_MODEL,
         "transformers.models.auto.modeling_auto",
         "transformers.models.auto.tokenization_auto",
     ),
-    "quantize": ("torch", "transformers.modeling_utils"),
-    "export": ("torch", "transformers.modeling_utils", "torch.onnx", "onnxscript"),
-    "drafter": ("torch", "transformers.modeling_utils", "torch.onnx", "onnxscript"),
+    "quantize": _MODEL,
+    "export": (*_MODEL, "torch.onnx", "onnxscript"),
+    "drafter": (*_MODEL, "torch.onnx", "onnxscript"),
     "onnx": ("onnx", "onnx_ir", "onnxscript.optimizer"),
     "engine": ("onnxruntime",),
     "validate": ("onnxruntime", "tokenizers"),
