@@ -261,38 +261,30 @@ def _sound_input(key: str, store: Store, graph: Graph | None) -> Path:
 
 # ---------------------------------------------------------------- preload
 
-# What a process imports before its first step of a kind: the libraries' parts that
-# every step of that kind loads (`import transformers` is lazy: its model machinery,
-# transformers.modeling_utils, is most of the cost and loads at the first
-# from_pretrained). About 8.5 s of CPU on the 2-core CI host, nearly all single-threaded
-# Python (torch 2.7, transformers 1.2, its Auto classes 0.8, modeling_utils 3.8, which
-# pulls torch.distributed.tensor, torch._dynamo and scipy.optimize); a step itself then
-# takes about a second. What the modules of one architecture add (modeling_llama, a
-# tenth of a second) is left to the step, as are first-call costs that only running
-# torch would pay (the exporter's first trace: under a second per process).
-# What every step that loads a model imports: torch, transformers' model machinery
-# (every architecture's modeling module imports these), and rich for its progress.
+# What a process imports before its first step that loads a model, whatever the step:
+# torch and transformers' model machinery (`import transformers` is lazy; what every
+# architecture's modeling module imports loads at the first from_pretrained), and
+# rich for the step's progress. About 7 s of CPU on the 2-core CI host, nearly all
+# single-threaded Python (torch 2.7, transformers 1.2, its Auto classes 0.8,
+# modeling_utils 3.8, which pulls torch.distributed.tensor, torch._dynamo and
+# scipy.optimize); a step itself then takes about a second.
+#
+# Only what steps of several kinds share: what one kind alone imports (the tokenizer
+# classes, torch.onnx and onnxscript, onnxruntime: a second or two in all) stays with
+# that kind's first step, so the workers import those parts at once, each on its own
+# core, which on an idle host ends sooner than importing them all here first. So do
+# one architecture's modules (modeling_llama: a tenth of a second) and first-call
+# costs that only running torch would pay (the exporter's first trace).
 _MODEL = (
     "torch",
     "transformers.modeling_utils",
     "transformers.masking_utils",
     "transformers.modeling_layers",
+    "transformers.models.auto.modeling_auto",
     "rich.progress",
 )
 PRELOAD: dict[str, tuple[str, ...]] = {
-    "fetch": ("huggingface_hub",),
-    "import": _MODEL,
-    "reference": (
-        *_MODEL,
-        "transformers.models.auto.modeling_auto",
-        "transformers.models.auto.tokenization_auto",
-    ),
-    "quantize": _MODEL,
-    "export": (*_MODEL, "torch.onnx", "onnxscript"),
-    "drafter": (*_MODEL, "torch.onnx", "onnxscript"),
-    "onnx": ("onnx", "onnx_ir", "onnxscript.optimizer"),
-    "engine": ("onnxruntime",),
-    "validate": ("onnxruntime", "tokenizers"),
+    kind: _MODEL for kind in ("import", "reference", "quantize", "export", "drafter")
 }
 
 
