@@ -458,7 +458,9 @@ def task_build() -> Iterator[Task]:
     if not values["verbose"]:
         build.quiet_libraries()
     targets = build.targets(values["recipe"])
-    build.share_cores(_workers())  # before doit forks the workers
+    workers = _workers()
+    build.share_cores(workers)  # before doit forks the workers,
+    build.preload(targets, workers)  # which then start with the libraries imported
     allow = values["allow_quality_fail"]
     for name, message in targets.notes:
         yield _note(name, message)

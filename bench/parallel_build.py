@@ -1,7 +1,7 @@
 """`doit -n 2 build` against `doit build` on 4 independent tiny recipes, empty store
 (target: >= 1.6x on 2 cores). Needs the build extra.
 
-    .venv/bin/python bench/parallel_build.py [--jobs 2] [recipes ...]
+    .venv/bin/python bench/parallel_build.py [--jobs 2] [--timeline] [recipes ...]
 
 The recipes share no step (four checkpoints), so two worker processes can build
 two chains at once. Each run gets a fresh catalog copy, store and doit DB; the hub
@@ -14,9 +14,13 @@ Each run's phases come from the store's build journal (one line per step, with i
 wall and CPU seconds, kiln/store/execute.py): the start-up before the first step
 (doit, the catalog, planning), then the steps by kind, summed over the workers. The
 first step of a process that needs torch also imports torch and transformers
-(several seconds): a serial build pays that once, each `-n` worker once, on its own
-core. `doit -n N` gives each worker its share of the cores (OMP_NUM_THREADS and the
-like, kiln.store.execute.share_cores); the threads line says what they ran with.
+(about 8.5 s of single-threaded CPU): a serial build pays that in its first step;
+under `-n` the parent imports it once before it forks the workers
+(kiln.store.execute.preload), so it is in the start-up there. `doit -n N` gives each
+worker its share of the cores (OMP_NUM_THREADS and the like,
+kiln.store.execute.share_cores); the threads line says what they ran with.
+`--timeline` prints each run's steps per process, from the journal: start and end
+(seconds from the command's start), wall and CPU, so idle gaps show.
 """
 
 from __future__ import annotations
@@ -62,6 +66,21 @@ class Run:
         workers = len({e["pid"] for e in self.journal})
         return f"start-up {first:.1f} s; {workers} process(es); steps: {kinds}"
 
+    def timeline(self) -> str:
+        """One line per step, by start: the process (w0, w1, ...), start -> end, wall
+        and CPU seconds; then the end of the last step and of the command."""
+        pids = sorted({e["pid"] for e in self.journal})
+        lines = []
+        for e in sorted(self.journal, key=lambda e: e["time"] - e["seconds"]):
+            begin, end = e["time"] - e["seconds"] - self.start, e["time"] - self.start
+            lines.append(
+                f"    w{pids.index(e['pid'])} {begin:6.2f} -> {end:6.2f}  {e['name'][:44]:44}"
+                f" {e['seconds']:5.2f} s ({e.get('cpu_seconds', 0.0):.2f} cpu)"
+            )
+        last = max(e["time"] for e in self.journal) - self.start
+        lines.append(f"    last step ends at {last:.2f} s; the command at {self.wall:.2f} s")
+        return "\n".join(lines)
+
 
 def build(base: Path, hub: Path, names: list[str], jobs: list[str]) -> Run:
     root = catalog_copy(base, names)
@@ -86,6 +105,7 @@ def build(base: Path, hub: Path, names: list[str], jobs: list[str]) -> Run:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--timeline", action="store_true", help="print each run's steps")
     parser.add_argument("recipes", nargs="*", default=list(RECIPES))
     args = parser.parse_args()
     import tinyhub
@@ -108,8 +128,12 @@ def main() -> None:
     threads = max(1, cores() // args.jobs)
     print(f"  doit build        {serial.wall:6.1f} s wall  {serial.cpu:6.1f} s cpu")
     print(f"                    {serial.phases()}")
+    if args.timeline:
+        print(serial.timeline())
     print(f"  doit -n {args.jobs} build   {parallel.wall:6.1f} s wall  {parallel.cpu:6.1f} s cpu")
     print(f"                    {parallel.phases()}")
+    if args.timeline:
+        print(parallel.timeline())
     print(
         f"  threads           serial: the libraries' default ({cores()} cores); "
         f"-n {args.jobs}: {threads} per worker"

@@ -292,6 +292,20 @@ def share_cores(workers: int) -> dict[str, str]:
     return execute.share_cores(workers)
 
 
+def preload(targets: Targets, workers: int) -> list[str]:
+    """Before doit forks `workers` (> 1) processes: import here what the steps still to
+    build import first (kiln.store.execute.preload), once, so the workers start with
+    it instead of each importing it on its own. Nothing for one process (it imports
+    as it goes) or for a build with nothing to do (a no-op build stays light)."""
+    if workers < 2:
+        return []
+    from kiln.store import execute
+
+    s = _store(Paths.from_env().store)
+    kinds = {step.kind for p in targets.plans for step in p.steps if not s.has(step.key)}
+    return execute.preload(kinds)
+
+
 def step(name: str, p: Plan, key: str) -> None:
     """Build one step of `name`'s plan, unless the store has it."""
     from kiln.store.execute import Graph, run_step
