@@ -124,18 +124,19 @@ def test_trust_is_cheap_once_verified_and_never_blind(tmp_path: Path) -> None:
 def test_preload_imports_the_wanted_kinds_modules_once_and_skips_a_missing_one(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """What `doit -n` imports in the parent before forking (kiln.store.execute.preload):
-    the modules of the kinds still to build, each once; one that is not installed is
-    left to its step to report."""
+    """What `doit -n` imports in the parent before forking (kiln.store.execute.preload,
+    builders/preload.py): the modules of the kinds still to build, each once; one that
+    is not installed is left to its step to report."""
     import sys
 
+    from builders import preload as table
     from kiln.plan import toolchain
     from kiln.store import execute
 
-    assert set(execute.PRELOAD) <= set(toolchain.LIBRARIES)  # kinds that exist
+    assert set(table.PRELOAD) <= set(toolchain.LIBRARIES)  # kinds that exist
     assert "colorsys" not in sys.modules and "wave" not in sys.modules  # the probes
-    monkeypatch.setitem(execute.PRELOAD, "probe", ("kiln_no_such_module", "colorsys"))
-    monkeypatch.setitem(execute.PRELOAD, "other", ("wave",))
+    monkeypatch.setitem(table.PRELOAD, "probe", ("kiln_no_such_module", "colorsys"))
+    monkeypatch.setitem(table.PRELOAD, "other", ("wave",))
     assert execute.preload(["probe"]) == ["colorsys"]
     assert "colorsys" in sys.modules and "wave" not in sys.modules  # not a wanted kind
     assert execute.preload(["probe"]) == []  # already imported: nothing to do
