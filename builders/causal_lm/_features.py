@@ -6,7 +6,8 @@ evidence as `features` (kiln.schema.FeatureProof: proved, check, metrics):
   guided_decoding    greedy output under a JSON schema (runtime/guided.py) parses and
                      matches it, on the bundle's own tokenizer (its family named)
   prefix_reuse       a prompt that extends an earlier request reuses its KV cache and
-                     generates the tokens a cold run generates
+                     generates the tokens a cold run generates (not for the precisions
+                     whose cache the runtime refuses to reuse: prefix_reuse_refusal)
   chunked_prefill    the prompt fed in chunks (the bundle's build.prefill_chunk_len,
                      else 8 tokens) generates the one-shot prefill's tokens
   sliding_window     (bundles with sliding-window layers whose max_seq_len passes the
@@ -267,7 +268,7 @@ def exercise(
 ) -> dict[str, dict[str, Any]] | None:
     """Each feature's proof for an ordinary causal-LM bundle; None for other runners.
     `ref`, `ref_logits` and `gen` are the validation's reference and greedy outputs."""
-    from runtime.causal_lm import Bundle
+    from runtime.causal_lm import Bundle, prefix_reuse_refusal
 
     if type(bundle) is not Bundle or not prompts:
         return None
@@ -284,6 +285,10 @@ def exercise(
         "prefix_reuse": lambda: _prefix(bundle, requests()),
         "chunked_prefill": lambda: _chunked(bundle, requests()),
     }
+    if prefix_reuse_refusal(bundle.meta) is not None:
+        # the runtime refuses it for this precision (activations or the KV cache
+        # quantized with static scales): the feature does not apply, it did not fail
+        del checks["prefix_reuse"]
     if windows(bundle.meta) and bundle.max_seq_len > windows(bundle.meta)[0]:
         # (a bundle whose max_seq_len is within the window never reaches it)
         checks["sliding_window"] = lambda: _sliding(bundle, ref, ref_logits, gen)

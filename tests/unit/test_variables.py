@@ -122,7 +122,8 @@ def test_run_takes_sampling_values_within_their_bounds() -> None:
 def test_chat_reuses_its_prefix_only_where_that_gives_a_cold_runs_tokens() -> None:
     """`doit run chat=1` resumes each turn from the chat so far only for precisions
     whose prefill does not depend on token boundaries; every committed record whose
-    prefix_reuse check failed is one of those it leaves alone."""
+    prefix_reuse check failed is one of those it leaves alone, and the records of those
+    carry no prefix_reuse proof at all (the runtime refuses it there)."""
     import json
 
     from kiln.commands.run import reuses_exactly
@@ -145,6 +146,8 @@ def test_chat_reuses_its_prefix_only_where_that_gives_a_cold_runs_tokens() -> No
     for path in sorted((ROOT / "manifests").glob("*.json")):
         record = json.loads(path.read_text())["evidence"][-1]
         proof = (record.get("features") or {}).get("prefix_reuse")
+        precision = cat.recipe(path.stem).precision.model_dump()
         if proof and not proof["proved"]:
-            precision = cat.recipe(path.stem).precision.model_dump()
             assert not reuses_exactly({"precision": precision}), path.stem
+        if not reuses_exactly({"precision": precision}):  # refused: not tried, not failed
+            assert proof is None, (path.stem, proof)
