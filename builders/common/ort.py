@@ -21,6 +21,9 @@ from typing import Any
 from builders.common import graph
 
 LEVEL = "ORT_ENABLE_EXTENDED"
+# share_weights copies a source data file into the engine only when the engine reads
+# at least this share of it
+SHARE_MIN = 0.9
 
 
 def external_data(saved: Path) -> list[str]:
@@ -89,7 +92,9 @@ def share_weights(saved: Path, source: Path) -> tuple[int, int]:
     data file placed beside the engine as `source.<name>` (the same bytes, which the
     store keeps once: kiln/store's blobs), and `<saved>.data` keeps only the others
     (it goes when there are none). Tensors are matched by their bytes (BLAKE2b), so
-    what the graph reads is unchanged. Returns (bytes shared, bytes kept new)."""
+    what the graph reads is unchanged. A source file the engine reads less than
+    SHARE_MIN of is not copied (the engine would carry the rest unread): its tensors
+    stay in `<saved>.data`. Returns (bytes shared, bytes kept new)."""
     import hashlib
 
     import onnx
@@ -113,23 +118,32 @@ def share_weights(saved: Path, source: Path) -> tuple[int, int]:
         found[digest] = (info["location"], int(info.get("offset", 0)), int(info["length"]))
     model = onnx.load(str(saved), load_external_data=False)
     own = saved.parent / f"{saved.name}.data"
-    shared = kept = 0
-    fresh: list[tuple[Any, bytes]] = []
-    used: set[str] = set()
+    hits: list[tuple[Any, bytes, tuple[str, int, int] | None]] = []
+    read_from: dict[str, int] = {}
     for tensor, info in chunks(model):
         if info["location"] != own.name:
             raise ValueError(f"{saved}: external data {info['location']!r}, not {own.name!r}")
         data = read(saved.parent, info)
         hit = found.get(hashlib.blake2b(data, digest_size=16).digest())
-        if hit is None:
+        hits.append((tensor, data, hit))
+        if hit is not None:
+            read_from[hit[0]] = read_from.get(hit[0], 0) + len(data)
+    used = {
+        name
+        for name, n in read_from.items()
+        if n >= SHARE_MIN * (source.parent / name).stat().st_size
+    }
+    if not used:
+        return 0, sum(len(data) for _, data, _ in hits)
+    shared = kept = 0
+    fresh: list[tuple[Any, bytes]] = []
+    for tensor, data, hit in hits:
+        if hit is None or hit[0] not in used:
             fresh.append((tensor, data))
             kept += len(data)
-            continue
-        _point(tensor, f"source.{hit[0]}", hit[1], hit[2])
-        used.add(hit[0])
-        shared += len(data)
-    if not used:
-        return 0, kept
+        else:
+            _point(tensor, f"source.{hit[0]}", hit[1], hit[2])
+            shared += len(data)
     for name in sorted(used):
         shutil.copyfile(source.parent / name, saved.parent / f"source.{name}")
     own.unlink()

@@ -170,15 +170,20 @@ def test_a_bad_messages_file_is_a_clear_error(real: Chat, tmp_path: Path) -> Non
 
 
 def test_the_store_holds_the_engines_weights_once(real: Chat) -> None:
-    """The bundle's weights are the engine's, hardlinked; `doit verify` checks both."""
-    engine = artifact(real, FP32, "engine") / "engine.onnx.data"
-    bundle = artifact(real, FP32, "bundle") / "engine.onnx.data"
+    """The bundle's weights are the engine's, hardlinked, and the engine's are the onnx
+    step's (ort.share_weights: onnxruntime rewrote every one of them into a new file,
+    though all are the same bytes); `doit verify` checks every artifact."""
+    engine_json = json.loads((artifact(real, FP32, "engine") / "engine.json").read_text())
+    assert engine_json["data"] == ["source.model.onnx.data"]  # nothing new to store
+    engine = artifact(real, FP32, "engine") / "source.model.onnx.data"
+    bundle = artifact(real, FP32, "bundle") / "source.model.onnx.data"
     assert os.path.samefile(engine, bundle)
     assert engine.stat().st_size > 500_000_000  # 135 M fp32 weights, as external data
     assert not (artifact(real, FP32, "export") / "model.onnx").stat().st_size > 10_000_000
-    # the onnx step leaves the export's (fused) weights as they are: one file for both
+    # the onnx step leaves the export's (fused) weights as they are: one file for all
     exported = artifact(real, FP32, "export") / "model.onnx.data"
     assert os.path.samefile(exported, artifact(real, FP32, "onnx") / "model.onnx.data")
+    assert os.path.samefile(exported, engine)
     verify = real.doit("verify", check=True)  # exit 0: nothing corrupt, partial, missing
     assert " 0 corrupt, 0 partial, 0 missing" in verify.stdout + verify.stderr
 

@@ -122,11 +122,12 @@ def test_trust_is_cheap_once_verified_and_never_blind(tmp_path: Path) -> None:
 
 
 def test_preload_imports_the_wanted_kinds_modules_once_and_skips_a_missing_one(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     """What `doit -n` imports in the parent before forking (kiln.store.execute.preload,
     builders/preload.py): the modules of the kinds still to build, each once; one that
-    is not installed is left to its step to report."""
+    is not installed is left to its step to report. The probes are modules of this
+    test's own, which nothing else in the process can have imported."""
     import sys
 
     from builders import preload as table
@@ -134,9 +135,16 @@ def test_preload_imports_the_wanted_kinds_modules_once_and_skips_a_missing_one(
     from kiln.store import execute
 
     assert set(table.PRELOAD) <= set(toolchain.LIBRARIES)  # kinds that exist
-    assert "colorsys" not in sys.modules and "wave" not in sys.modules  # the probes
-    monkeypatch.setitem(table.PRELOAD, "probe", ("kiln_no_such_module", "colorsys"))
-    monkeypatch.setitem(table.PRELOAD, "other", ("wave",))
-    assert execute.preload(["probe"]) == ["colorsys"]
-    assert "colorsys" in sys.modules and "wave" not in sys.modules  # not a wanted kind
-    assert execute.preload(["probe"]) == []  # already imported: nothing to do
+    probe, other = f"kiln_probe_{tmp_path.name}_a", f"kiln_probe_{tmp_path.name}_b"
+    for name in (probe, other):
+        (tmp_path / f"{name}.py").write_text("VALUE = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setitem(table.PRELOAD, "probe", ("kiln_no_such_module", probe))
+    monkeypatch.setitem(table.PRELOAD, "other", (other,))
+    try:
+        assert execute.preload(["probe"]) == [probe]
+        assert probe in sys.modules and other not in sys.modules  # not a wanted kind
+        assert execute.preload(["probe"]) == []  # already imported: nothing to do
+    finally:
+        for name in (probe, other):
+            sys.modules.pop(name, None)
