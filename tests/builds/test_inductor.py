@@ -77,6 +77,12 @@ def test_the_engine_holds_decode_and_prefill_programs_and_one_copy_of_the_weight
     for ep in programs:  # the weights are inputs: no copy in either program
         assert len(ep.state_dict) == 0 and ep.example_inputs is None
         assert sum(t.numel() for t in ep.constants.values()) * 4 < weights / 100
+        # attention over the 2 KV heads, each with its 2 query heads' rows: the cache
+        # is never expanded to the 4 query heads
+        attention = [n for n in ep.graph.nodes if "scaled_dot_product" in str(n.target) and n.args]
+        assert attention and all(
+            n.args[0].meta["val"].shape[1] == n.args[1].meta["val"].shape[1] == 2 for n in attention
+        )
 
 
 def test_the_runtime_prefills_in_chunks_and_decodes_what_the_reference_did(ind: World) -> None:
@@ -147,3 +153,46 @@ def test_doit_run_prints_tokens_per_second_and_time_to_first_token(ind: World) -
     line = next(x for x in out.splitlines() if x.startswith("timing:"))
     assert "inductor on cpu: 8 tokens in" in line and "tokens/s" in line
     assert "time to first token" in line
+
+
+def test_the_two_stage_argmax_picks_what_argmax_picks() -> None:
+    """runtime/inductor.py's split argmax, on rows wider than a block, with ties inside
+    a block and across blocks, a -inf ban and a NaN-free row of equal values."""
+    import torch
+
+    from runtime.inductor import SPLIT, _argmax
+
+    g = torch.Generator().manual_seed(0)
+    width = 5 * SPLIT + 123
+    rows = torch.randint(0, 7, (6, width), generator=g).float()  # many ties
+    rows[1] = 3.0  # all equal: index 0
+    rows[2, : SPLIT + 5] = float("-inf")  # the first block banned
+    rows[3, -1] = 99.0  # the maximum in the padded last block
+    rows[4, [10, SPLIT + 10]] = 50.0  # a tie across blocks: the first
+    want = rows.argmax(-1, keepdim=True)
+    assert torch.equal(_argmax(rows), want)
+    assert torch.equal(torch.compile(_argmax, dynamic=False)(rows), want)
+
+
+def test_grouped_sdpa_equals_transformers_sdpa_with_repeated_heads() -> None:
+    """The engine's attention folds each KV head's query group into rows; the numbers
+    equal transformers' sdpa over repeated KV heads, for one token and for a chunk."""
+    import torch
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    from builders.causal_lm.backends.inductor import grouped_sdpa
+
+    class Layer(torch.nn.Module):
+        num_key_value_groups = 3
+
+    g = torch.Generator().manual_seed(0)
+    for t in (1, 5):
+        q = torch.randn(2, 6, t, 8, generator=g)
+        k, v = torch.randn(2, 2, 12, 8, generator=g), torch.randn(2, 2, 12, 8, generator=g)
+        seen = torch.rand(2, 1, t, 12, generator=g) > 0.3
+        seen[..., 0] = True
+        mask = torch.where(seen, 0.0, torch.finfo(torch.float32).min)
+        ours, _ = grouped_sdpa(Layer(), q, k, v, mask, scaling=0.35)
+        theirs, _ = sdpa_attention_forward(Layer(), q, k, v, mask, scaling=0.35)
+        assert ours.shape == theirs.shape == (2, t, 6, 8)
+        assert torch.allclose(ours, theirs, atol=1e-6)

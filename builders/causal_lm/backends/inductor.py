@@ -20,7 +20,10 @@ its MLP's gate/up projections are concatenated here, once, into one weight each
 matrix-vector product is a kernel of its own on the GPU, so this takes three kernels
 a layer out of every step; the math per output element is unchanged.
 
-Attention is sdpa (torch's fused scaled_dot_product_attention). The mask is built
+Attention is sdpa (torch's fused scaled_dot_product_attention) over the key/value
+heads themselves (`grouped_sdpa`): with grouped-query attention, each KV head's group of
+query heads becomes one head's rows, so the cache is never expanded to every query head
+(transformers' sdpa path repeats it, two copy kernels a layer per step). The mask is built
 here as a 4-D additive tensor (a slot is visible when it is real and
 not after the query's slot; a query always sees its own slot, so a padded row never
 attends to nothing and fills the cache with NaN), so transformers' mask code, which
@@ -71,7 +74,7 @@ def build(request: Request, writer: Writer) -> None:
     model = load_for_export(request.inputs["checkpoint"] / "checkpoint")
     # sdpa: one fused attention kernel per layer where eager attention runs five; the
     # program's 4-D additive mask goes to it unchanged, so the math is the same.
-    model.set_attn_implementation("sdpa")
+    model.set_attn_implementation(_register_attention())
     entries = _cache.observe(request, model)
     meta = describe(model, entries)
     check_limits(request, opts.max_seq_len, meta)
@@ -244,6 +247,55 @@ def _fused_classes() -> tuple[Any, Any]:
     return Fused, Slice
 
 
+ATTENTION = "kiln_grouped_sdpa"
+
+
+def _register_attention() -> str:
+    """grouped_sdpa under ATTENTION in transformers' attention registry (and sdpa's mask
+    builder under it, which the programs' ready 4-D mask bypasses); its name."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
+
+    AttentionInterface.register(ATTENTION, grouped_sdpa)
+    AttentionMaskInterface.register(ATTENTION, ALL_MASK_ATTENTION_FUNCTIONS["sdpa"])
+    return ATTENTION
+
+
+def grouped_sdpa(
+    module: Any,
+    query: Any,
+    key: Any,
+    value: Any,
+    attention_mask: Any,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    **kwargs: Any,
+) -> tuple[Any, None]:
+    """sdpa with grouped-query attention folded into the rows: query [B, H, T, D] with H
+    = KV heads x G becomes [B, KV heads, G*T, D] (query head h = kv*G + g reads KV head
+    kv, as transformers' repeat_kv pairs them), the mask [B, 1, T, S] is repeated for
+    the G row groups, and the output is unfolded to transformers' [B, T, H, D]. Each
+    score is the same dot product of the same vectors. Anything else (a per-head mask,
+    softcapping, attention sinks, dropout) goes to transformers' own sdpa."""
+    import torch
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    groups = int(getattr(module, "num_key_value_groups", 1))
+    usual = attention_mask is not None and attention_mask.shape[1] == 1 and dropout == 0.0
+    if groups == 1 or not usual or any(kwargs.get(k) is not None for k in ("softcap", "s_aux")):
+        return sdpa_attention_forward(
+            module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
+        )
+    b, heads, t, d = query.shape
+    rows = query.reshape(b, heads // groups, groups * t, d)
+    mb, _, _, s = attention_mask.shape
+    mask = attention_mask[:, :, None].expand(mb, 1, groups, t, s).reshape(mb, 1, groups * t, s)
+    out = torch.nn.functional.scaled_dot_product_attention(
+        rows, key, value, attn_mask=mask, scale=scaling
+    )
+    return out.reshape(b, heads, t, value.shape[-1]).transpose(1, 2).contiguous(), None
+
+
 class _StaticCache:
     """What transformers' attention layers call on a cache (`update`), over the step's
     own cache tensors: writes the new keys and values at `slots`, in place, and returns
@@ -302,7 +354,7 @@ def _step_module(model: Any, names: list[str], entries: list[dict[str, Any]]) ->
                     cache_kw: _StaticCache(tuple(cache), slots),
                 },
             )
-            return out.logits.float()
+            return out.logits  # the engine's dtype: its float() is exact, done by the caller
 
     return Step().eval()
 
