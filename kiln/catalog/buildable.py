@@ -134,6 +134,49 @@ EVAL_POSITIONS: dict[str, int] = {
 SPECULATIVE_METRICS = frozenset({"speculative_match_rate", "acceptance_rate", "tokens_per_forward"})
 
 
+# What the inductor backend builds from modelopt's calibration: fp8 weights and
+# activations as real fp8 matrix multiplies (torch._scaled_mm, on GPUs of sm89+).
+INDUCTOR_QUANTIZED = ("fp8",)
+
+
+def _compiled_quantized(recipe: Recipe) -> list[Problem]:
+    """The backends that compile the checkpoint and quantized precisions: aoti builds
+    none (torch.export fails on modelopt's fake-quantized models); inductor builds fp8
+    weights for GPU targets, its KV cache in the compute dtype."""
+    backend, precision = recipe.build.backend, recipe.precision
+    if backend not in ("aoti", "inductor") or not quantized(precision):
+        return []
+    if backend == "aoti" or precision.weights not in INDUCTOR_QUANTIZED:
+        return [
+            Problem(
+                f"{backend} does not build {precision.weights} weights: torch.export fails on "
+                "modelopt's fake-quantized models"
+                + (", and inductor builds fp8 only" if backend == "inductor" else ""),
+                _at("precision", "weights"),
+                "build this precision with onnxruntime or tensorrt"
+                + (", or use precision.weights: fp8" if backend == "inductor" else ""),
+            )
+        ]
+    if precision.kv_cache != "auto":
+        return [
+            Problem(
+                "the inductor backend keeps its KV cache in the compute dtype",
+                _at("precision", "kv_cache"),
+                "set precision.kv_cache: auto",
+            )
+        ]
+    if recipe.build.target == "cpu":
+        return [
+            Problem(
+                "inductor's fp8 engine runs torch._scaled_mm, whose fp8 matrix multiplies need "
+                "a GPU of compute capability 8.9 or newer",
+                _at("build", "target"),
+                "set build.target to sm89, sm90, sm100 or sm120",
+            )
+        ]
+    return []
+
+
 def quantized(precision: Precision) -> bool:
     """Does this precision need a quantize step (weights or KV cache below fp32)?"""
     return bool(precision.weights != "fp32" or precision.kv_cache != "auto")
@@ -211,15 +254,7 @@ def refusals(recipe: Recipe) -> list[Problem]:
         for role in sorted(recipe.companions)
         if role not in used
     ]
-    if recipe.build.backend in ("aoti", "inductor") and quantized(recipe.precision):
-        problems.append(
-            Problem(
-                f"{recipe.build.backend} compiles the checkpoint itself: torch.export fails "
-                "on modelopt's fake-quantized models",
-                _at("build", "backend"),
-                "build quantized precisions with onnxruntime or tensorrt",
-            )
-        )
+    problems += _compiled_quantized(recipe)
     if recipe.execution.variant != "ordinary" and (
         recipe.build.backend != "onnxruntime" or quantized(recipe.precision)
     ):

@@ -213,8 +213,9 @@ def _engine_chain(
     fetch = sources[-1]
     quantize = quantize_step(role, at, precision, calibration, fetch, tools, task)
     if build.backend in ("aoti", "inductor"):  # they compile the checkpoint: no ONNX steps
-        engine = _engine(role, at, build, {"checkpoint": fetch}, tools, task, quantize, precision)
-        return [*sources, engine]
+        inputs = {"checkpoint": fetch, **({"quantized": quantize} if quantize else {})}
+        engine = _engine(role, at, build, inputs, tools, task, quantize, precision)
+        return [*sources, *([quantize] if quantize else []), engine]
     label = "" if precision is None or quantize is None else f" {precision_label(precision)}"
     label += "".join(f" +{s.role}" for s in (export_inputs or {}).values())
     export = _step(

@@ -124,6 +124,61 @@ def test_the_onnxruntime_graph_computes_modelopts_fake_quant_model(prec: World, 
     assert (ours.argmax(-1) == fake.argmax(-1)).mean() > 0.97
 
 
+def test_the_inductor_fp8_program_computes_modelopts_fake_quant_model(prec: World) -> None:
+    """The inductor backend's fp8 engine (GPU targets only as a recipe: its real fp8
+    products need sm89+) exported here on CPU, where torch._scaled_mm computes the same
+    arithmetic: fp8 weights and the two calibrated scales of every layer, q/k/v and
+    gate/up fused with each part's scale on its rows. Its prefill program's logits are
+    modelopt's fake-quant logits."""
+    import io
+    import json
+
+    import torch
+    from safetensors.torch import load
+    from transformers import AutoTokenizer
+
+    from builders.causal_lm._text import TEXT
+    from builders.causal_lm.backends import inductor
+    from kiln.store.execute import Request
+
+    name = "tiny-llama-fp8"
+    inputs = {
+        "checkpoint": artifact(prec, name, "fetch"),
+        "quantized": artifact(prec, name, "quantize"),
+    }
+    options = {
+        "task": "text-generation", "backend": "inductor", "max_batch_size": 1,
+        "max_seq_len": 64, "target": "cpu", "max_input_len": 64, "quantized": True,
+        "compute": "fp32", "prefill_chunk_len": 32,
+    }  # fmt: skip
+    request = Request("engine", "0" * 64, "engine", options, inputs)
+    files, _, _ = inductor.engine_files(request, inductor.Options.model_validate(options), "cpu")
+    weights = load(files["weights.safetensors"])
+    program = json.loads(files["program.json"])
+    fp8 = [n for n, t in weights.items() if t.dtype == torch.float8_e4m3fn]
+    # every layer's four products in fp8 (q/k/v and gate/up fused), lm_head in fp32
+    layers = {n.split(".")[-2] for n in fp8}
+    assert len(fp8) == 2 * 4 and layers == {"qkv_proj", "o_proj", "gate_up_proj", "down_proj"}
+    assert weights["lm_head.weight"].dtype == torch.float32
+    prefill = torch.export.load(io.BytesIO(files["prefill.pt2"])).module()
+    tokenizer = AutoTokenizer.from_pretrained(inputs["checkpoint"] / "checkpoint")
+    tokens = tokenizer(TEXT.read_text())["input_ids"][:32]
+    cache = [torch.zeros(shape) for shape in program["cache"]]
+    with torch.no_grad():
+        logits = prefill(
+            *(weights[n] for n in program["weights"]),
+            torch.tensor([tokens]),
+            torch.arange(32)[None],
+            torch.arange(32),
+            torch.ones(1, 64, dtype=torch.long),
+            *cache,
+        )
+    fake, fp32 = fake_quant_logits(prec, name, tokens)
+    ours = logits[0].float().numpy()
+    assert np.abs(fake - fp32).max() > 0.1  # quantization visibly changes the logits...
+    assert np.abs(ours - fake).max() < 1e-4, np.abs(ours - fake).max()  # ...and these are its
+
+
 def test_standard_graphs_hold_no_tensorrt_ops_and_store_quantized_weights(prec: World) -> None:
     import onnx
 

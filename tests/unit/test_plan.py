@@ -191,6 +191,25 @@ def test_quantized_aoti_is_refused_with_the_reason(tmp_path: Path) -> None:
         steps(quantized("int8-sq", backend="aoti"), tmp_path)
 
 
+def test_inductor_builds_fp8_for_gpus_from_the_quantize_step(tmp_path: Path) -> None:
+    got = steps(quantized("fp8", backend="inductor", target="sm90"), tmp_path)
+    assert list(got) == ["fetch", "reference", "quantize", "engine", "bundle", "validate"]
+    assert got["engine"].inputs == {
+        "checkpoint": got["fetch"].key,
+        "quantized": got["quantize"].key,
+    }
+    refused = {
+        "int8-wo weights": quantized("int8-wo", backend="inductor", target="sm90"),
+        "GPU of compute capability 8.9": quantized("fp8", backend="inductor", target="cpu"),
+    }
+    kv = quantized("fp8", backend="inductor", target="sm90")
+    kv["precision"]["kv_cache"] = "fp8"
+    refused["KV cache in the compute dtype"] = kv
+    for i, (why, data) in enumerate(refused.items()):
+        with pytest.raises(KilnError, match=why):
+            steps(data, tmp_path, f"r{i}")
+
+
 def test_scored_positions_enter_reference_and_validate(tmp_path: Path) -> None:
     data = quantized()
     data["validation"]["scored_positions"] = 256

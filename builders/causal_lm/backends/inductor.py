@@ -20,6 +20,17 @@ its MLP's gate/up projections are concatenated here, once, into one weight each
 matrix-vector product is a kernel of its own on the GPU, so this takes three kernels
 a layer out of every step; the math per output element is unchanged.
 
+fp8 (precision.weights fp8, GPU targets of sm89+): the quantize step's modelopt
+calibration (FP8_DEFAULT_CFG: one amax per weight and per input of each Linear) becomes
+real fp8 matrix multiplies. Each calibrated Linear is replaced by `Fp8Linear`: its
+weight stored in float8_e4m3fn at scale amax/448, its input quantized at the input's
+calibrated scale on the way in, and the product taken by torch._scaled_mm (the fp8
+tensor cores) with both scales, out in the compute dtype. That is the arithmetic
+modelopt's fake quantization simulates. A fused group (q/k/v, gate/up) keeps each
+member's weight scale on its own output rows (row-wise scaling), so its quantized
+values are the members'. Layers modelopt leaves unquantized (lm_head) stay in the
+compute dtype.
+
 Attention is sdpa (torch's fused scaled_dot_product_attention) over the key/value
 heads themselves (`grouped_sdpa`): with grouped-query attention, each KV head's group of
 query heads becomes one head's rows, so the cache is never expanded to every query head
@@ -63,15 +74,45 @@ class Options(BaseOptions):
 def build(request: Request, writer: Writer) -> None:
     import torch
 
-    from builders.causal_lm import _cache
-    from builders.causal_lm.export import describe, value_info
-    from builders.common.hf import load_for_export
-    from builders.common.ort import check_limits
+    from builders.causal_lm.export import value_info
 
     opts = Options.model_validate(request.options)
     device = _device(request, opts)
+    files, meta, entries = engine_files(request, opts, device)
+    _write_zip(writer.path("engine.zip"), files)
+    writer.write_json("io.json", {**meta, **value_info(entries)})
+    writer.write_json(
+        "engine.json",
+        {
+            "backend": "inductor",
+            "version": torch.__version__,
+            "provider": device,
+            "file": "engine.zip",
+            "max_batch_size": opts.max_batch_size,
+            "max_seq_len": opts.max_seq_len,
+        },
+    )
+
+
+def engine_files(
+    request: Request, opts: Options, device: str
+) -> tuple[dict[str, bytes], dict[str, Any], list[dict[str, Any]]]:
+    """The engine zip's members for `device` (which `build` has checked this host
+    runs), the model's description for io.json, and its cache entries."""
+    import torch
+
+    from builders.causal_lm import _cache
+    from builders.causal_lm.export import describe
+    from builders.common.hf import load_for_export
+    from builders.common.ort import check_limits
+
     dtype = getattr(torch, DTYPES[opts.compute])
-    model = load_for_export(request.inputs["checkpoint"] / "checkpoint")
+    checkpoint = request.inputs["checkpoint"] / "checkpoint"
+    model = load_for_export(checkpoint)
+    quantized = request.inputs.get("quantized")
+    if quantized is not None:
+        converted = _fp8_linears(model, checkpoint, quantized)
+        request.log(f"{converted} calibrated Linear layers as fp8 matrix multiplies")
     # sdpa: one fused attention kernel per layer where eager attention runs five; the
     # program's 4-D additive mask goes to it unchanged, so the math is the same.
     model.set_attn_implementation(_register_attention())
@@ -79,10 +120,13 @@ def build(request: Request, writer: Writer) -> None:
     meta = describe(model, entries)
     check_limits(request, opts.max_seq_len, meta)
     meta["kv_cache"]["dtype"] = DTYPES[opts.compute]
-    model.to(device=device, dtype=dtype)
     fused = _fuse(model)
     if fused:
         request.log(f"{fused} groups of projections fused into one matmul each")
+    model.to(device=device, dtype=dtype)
+    for module in model.modules():
+        if isinstance(module, _fp8_class()):
+            module.freeze(device)
     names, weights = _weights(model)
     step = _step_module(model, names, entries)
     programs = {"decode.pt2": 1}
@@ -111,19 +155,7 @@ def build(request: Request, writer: Writer) -> None:
         "vocab_size": meta["vocab_size"],
     }
     files["program.json"] = json.dumps(program_meta, sort_keys=True, indent=1).encode()
-    _write_zip(writer.path("engine.zip"), files)
-    writer.write_json("io.json", {**meta, **value_info(entries)})
-    writer.write_json(
-        "engine.json",
-        {
-            "backend": "inductor",
-            "version": torch.__version__,
-            "provider": device,
-            "file": "engine.zip",
-            "max_batch_size": opts.max_batch_size,
-            "max_seq_len": opts.max_seq_len,
-        },
-    )
+    return files, meta, entries
 
 
 def _device(request: Request, opts: Options) -> str:
@@ -132,10 +164,14 @@ def _device(request: Request, opts: Options) -> str:
     import torch
 
     if opts.quantized:
-        raise request.unsupported(
-            "the inductor backend computes in fp32, fp16 or bf16; quantized weights "
-            "(fp8 with torch._scaled_mm, int8, int4) are not built by it yet"
-        )
+        done = json.loads((request.inputs["quantized"] / "quantize.json").read_text())
+        if done["weights"] != "fp8" or done["kv_cache"] != "auto":
+            raise request.unsupported(
+                f"the inductor backend builds fp8 weights only; {done['weights']} weights "
+                f"(KV cache {done['kv_cache']}) have no engine of it"
+            )
+        if opts.target == "cpu":
+            raise request.unsupported("fp8 matrix multiplies need a GPU target of sm89+")
     if opts.target == "cpu":
         if opts.compute != "fp32":
             flags = _cpu_flags()
@@ -155,6 +191,10 @@ def _device(request: Request, opts: Options) -> str:
     if major * 10 + minor != want:
         raise request.unsupported(
             f"the recipe targets {opts.target}; this host's GPU is sm{major}{minor}"
+        )
+    if opts.quantized and (major, minor) < (8, 9):
+        raise request.unsupported(
+            f"fp8 matrix multiplies (torch._scaled_mm) need sm89+; this GPU is sm{major}{minor}"
         )
     return "cuda"
 
@@ -185,15 +225,17 @@ def _fuse(model: Any) -> int:
     import torch
 
     Fused, Slice = _fused_classes()
+    Fp8Linear = _fp8_class()
     count = 0
     for module in list(model.modules()):
         for parts, name in FUSIONS:
             layers: list[Any] = [getattr(module, p, None) for p in parts]
-            if not all(type(x) is torch.nn.Linear for x in layers):
+            kinds = {type(x) for x in layers}
+            if len(kinds) != 1 or not kinds <= {torch.nn.Linear, Fp8Linear}:
                 continue
             if len({(x.in_features, x.bias is None) for x in layers}) != 1:
                 continue
-            fused = Fused(layers)
+            fused = Fp8Linear.fuse(layers) if kinds == {Fp8Linear} else Fused(layers)
             setattr(module, name, fused)
             start = 0
             for part, layer in zip(parts, layers, strict=True):
@@ -227,11 +269,11 @@ def _fused_classes() -> tuple[Any, Any]:
         def output(self, x: Any) -> Any:
             # `is`: the very tensor object, so a different input always recomputes.
             if self.last is None or self.last[0] is not x:
-                self.last = (x, torch.nn.functional.linear(x, self.weight, self.bias))
+                self.last = (x, self.forward(x))
             return self.last[1]
 
         def forward(self, x: Any) -> Any:
-            return self.output(x)
+            return torch.nn.functional.linear(x, self.weight, self.bias)
 
     class Slice(torch.nn.Module):
         """A part of a Fused layer: its columns of the fused output."""
@@ -294,6 +336,111 @@ def grouped_sdpa(
         rows, key, value, attn_mask=mask, scale=scaling
     )
     return out.reshape(b, heads, t, value.shape[-1]).transpose(1, 2).contiguous(), None
+
+
+FP8_MAX = 448.0  # float8_e4m3fn's largest finite value
+
+
+def _fp8_linears(model: Any, checkpoint: Path, quantized: Path) -> int:
+    """Every Linear modelopt calibrated (enabled weight and input quantizers) replaced
+    by an Fp8Linear of its fp32 weight and the two amaxes. The calibration is read off
+    a second copy of the checkpoint with modelopt's quantizers restored on it, so the
+    engine's model holds no modelopt module. The layers converted."""
+    from builders.common.hf import load_for_export, restore_quantized
+
+    calibrated = restore_quantized(load_for_export(checkpoint), quantized)
+    amax = {}
+    for name, module in calibrated.named_modules():
+        w, x = (getattr(module, q, None) for q in ("weight_quantizer", "input_quantizer"))
+        if w is not None and x is not None and w.is_enabled and x.is_enabled:
+            amax[name] = (float(w.amax), float(x.amax))
+    Fp8Linear = _fp8_class()
+    layers = dict(model.named_modules())
+    for name, (w_amax, x_amax) in amax.items():
+        layer = layers[name]
+        parent, _, child = name.rpartition(".")
+        fp8 = Fp8Linear(layer.weight, layer.bias, w_amax, x_amax)
+        setattr(layers[parent] if parent else model, child, fp8.eval())
+    return len(amax)
+
+
+@functools.cache
+def _fp8_class() -> Any:
+    import torch
+
+    class Fp8Linear(torch.nn.Module):
+        """y = x W^T + b as torch._scaled_mm: x quantized to float8_e4m3fn at
+        input_amax/448, W stored quantized at its weight amax/448, the product in fp8
+        with fp32 accumulation, out in x's dtype. A fused layer keeps each part's own
+        weight scale, one per output row (_scaled_mm's row-wise scaling), so fusing
+        changes no quantized value. Until `freeze` it keeps the fp32 weight (not a
+        parameter, so casting the model leaves it fp32); freeze puts the fp8 weight
+        and the scales among the parameters, the engine's inputs."""
+
+        def __init__(
+            self, weight: Any, bias: Any, weight_amax: float | list[float], input_amax: float
+        ) -> None:
+            super().__init__()
+            object.__setattr__(self, "master", weight.detach().float())
+            self.out_features, self.in_features = weight.shape
+            self.bias = None if bias is None else torch.nn.Parameter(bias.detach(), False)
+            rows = weight.shape[0]
+            self.row_amax = weight_amax if isinstance(weight_amax, list) else [weight_amax] * rows
+            self.input_amax = input_amax
+            self.last: tuple[Any, Any] | None = None
+
+        @classmethod
+        def fuse(cls, layers: list[Any]) -> Any:
+            """One layer over the parts' concatenated weights and row scales; their
+            input is one tensor, so their input amaxes agree (the largest is kept)."""
+            bias = None
+            if layers[0].bias is not None:
+                bias = torch.cat([x.bias.detach() for x in layers])
+            weight = torch.cat([x.master for x in layers])
+            rows = [a for x in layers for a in x.row_amax]
+            return cls(weight, bias, rows, max(x.input_amax for x in layers))
+
+        def freeze(self, device: Any) -> None:
+            master = object.__getattribute__(self, "master").to(device)
+            scale = torch.tensor(self.row_amax, dtype=torch.float32, device=device)
+            scale = scale.clamp(min=1e-12) / FP8_MAX
+            self.rowwise = bool((scale != scale[0]).any())
+            q = (master / scale[:, None]).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn)
+            self.weight = torch.nn.Parameter(q, requires_grad=False)
+            w_scale = scale[None, :] if self.rowwise else scale[0]
+            self.weight_scale = torch.nn.Parameter(w_scale.contiguous(), False)
+            x_scale = max(self.input_amax, 1e-12) / FP8_MAX
+            self.input_scale = torch.nn.Parameter(
+                torch.tensor(x_scale, dtype=torch.float32, device=device), False
+            )
+            object.__setattr__(self, "master", None)
+
+        def output(self, x: Any) -> Any:  # as Fused.output: one product per input
+            if self.last is None or self.last[0] is not x:
+                self.last = (x, self.forward(x))
+            return self.last[1]
+
+        def forward(self, x: Any) -> Any:
+            master = object.__getattribute__(self, "master")
+            if master is not None:  # before freeze (the cache's shapes are observed)
+                return torch.nn.functional.linear(x, master.to(x), self.bias)
+            rows = x.reshape(-1, self.in_features)
+            q = (rows.float() / self.input_scale).clamp(-FP8_MAX, FP8_MAX)
+            scale_a = self.input_scale
+            if self.rowwise:  # row-wise takes [M, 1] and [1, N] scales
+                scale_a = scale_a.reshape(1, 1).expand(rows.shape[0], 1).contiguous()
+            out = torch._scaled_mm(
+                q.to(torch.float8_e4m3fn),
+                self.weight.t(),
+                scale_a=scale_a,
+                scale_b=self.weight_scale,
+                out_dtype=x.dtype,
+            )
+            if self.bias is not None:
+                out = out + self.bias
+            return out.reshape(*x.shape[:-1], self.out_features)
+
+    return Fp8Linear
 
 
 class _StaticCache:
