@@ -48,6 +48,13 @@ def build(request: Request, writer: Writer) -> None:
     device = "cpu" if opts.target == "cpu" else "cuda"
     if device == "cuda" and not torch.cuda.is_available():
         raise request.unsupported(f"aoti for {opts.target} needs a CUDA device; this host has none")
+    if device == "cuda" and torch.__version__.startswith(CUDA_LOADER_CRASHES):
+        raise request.unsupported(
+            f"AOTInductor's CUDA package loader crashes with torch {torch.__version__}: a toy "
+            "Linear+ReLU package segfaults in aoti_load_package on the H200 (torch 2.11+cu130; "
+            "bench/aoti_cuda_probe.py reproduces it); build this model for the GPU with the "
+            "inductor backend"
+        )
     model = load_for_export(request.inputs["checkpoint"] / "checkpoint")
     entries = _cache.observe(request, model)
     model.to(device)
@@ -76,6 +83,11 @@ def build(request: Request, writer: Writer) -> None:
             "max_seq_len": opts.max_seq_len,
         },
     )
+
+
+# torch releases whose AOTInductor CUDA loader was measured to crash on load (the
+# package compiles): such a build is not attempted, it is unsupported here.
+CUDA_LOADER_CRASHES = ("2.11.",)
 
 
 @contextlib.contextmanager
