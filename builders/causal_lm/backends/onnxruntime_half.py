@@ -70,6 +70,7 @@ def build(request: Request, writer: Writer) -> None:
         converted = Path(tmp) / "model.onnx"
         graph.save(model, converted)
         graph.check(model, saved=converted)  # the conversion wrote a valid graph
+        before = _float32(arithmetic(converted))  # what the converter kept in fp32
         try:
             ort.optimize(converted, saved, provider, external=True)
         except onnxruntime.capi.onnxruntime_pybind11_state.NotImplemented as exc:
@@ -80,15 +81,16 @@ def build(request: Request, writer: Writer) -> None:
     runs = arithmetic(saved)
     request.log(f"ops by the dtype onnxruntime computes them in: {_counts(runs)}")
     dtype = DTYPES[opts.compute]
-    fp32 = {op: n["float32"] for op, n in runs.items() if n.get("float32")}
+    fp32 = _float32(runs)
+    cast = sorted(op for op, n in fp32.items() if n > before.get(op, 0))  # onnxruntime's Casts
     if any(op in fp32 for op in MATMULS):
         total = sum(sum(runs.get(op, {}).values()) for op in MATMULS)
-        cast = sum(fp32.get(op, 0) for op in MATMULS)
+        slow = sum(fp32.get(op, 0) for op in MATMULS)
         raise request.unsupported(
             f"onnxruntime {onnxruntime.__version__}'s {provider} has no {dtype} kernel for "
-            f"{', '.join(sorted(fp32))}: it computes them in float32 between the Casts it "
-            f"inserts ({cast} of {total} MatMuls), so the engine would store {dtype} and "
-            "compute float32, slower than the fp32 engine"
+            f"{', '.join(cast)}: it computes them in float32 between the Casts it inserts "
+            f"({slow} of {total} MatMuls), so the engine would store {dtype} and compute "
+            "float32, slower than the fp32 engine"
         )
     session = ort.load(saved, provider)
     batch = opts.max_batch_size
@@ -169,9 +171,9 @@ def _retarget_bf16(model: Any, originals: dict[str, Any]) -> None:
 
 
 def arithmetic(saved: Path) -> dict[str, dict[str, int]]:
-    """Per op type of the saved engine (Casts and pure data movement left out), how
-    many nodes compute in each float dtype, from onnx's type inference over the graph
-    onnxruntime wrote (its inserted Casts included)."""
+    """Per op type of the graph saved at `saved` (Casts and pure data movement left
+    out), how many nodes compute in each float dtype, from onnx's type inference (for
+    the engine onnxruntime wrote, its inserted Casts included)."""
     import onnx
 
     model = onnx.load(str(saved), load_external_data=False)
@@ -212,6 +214,11 @@ MOVES = frozenset(
         "Unsqueeze",
     }
 )
+
+
+def _float32(runs: dict[str, dict[str, int]]) -> dict[str, int]:
+    """How many nodes of each op type compute in float32."""
+    return {op: n["float32"] for op, n in runs.items() if n.get("float32")}
 
 
 def _counts(runs: dict[str, dict[str, int]]) -> str:
