@@ -179,7 +179,9 @@ def refusals(recipe: Recipe) -> list[Problem]:
                 "precision.compute: fp32",
             )
         )
-    elif compute != "fp32" and recipe.build.backend == "onnxruntime" and quantized(recipe.precision):
+    elif (
+        compute != "fp32" and recipe.build.backend == "onnxruntime" and quantized(recipe.precision)
+    ):
         problems.append(
             Problem(
                 f"compute {compute} on onnxruntime casts the checkpoint's fp32 weights once; "

@@ -278,9 +278,10 @@ def _engine(
     if build.backend == "inductor":
         options["compute"] = precision.compute if precision is not None else "fp32"
         options["prefill_chunk_len"] = build.prefill_chunk_len
-    elif build.backend == "onnxruntime" and precision is not None and precision.compute != "fp32":
+    name = f"engine {at} {build.backend}"
+    if build.backend == "onnxruntime" and precision is not None and precision.compute != "fp32":
         options["compute"] = precision.compute
-    name = f"engine {at} {build.backend}" + (f" {options['compute']}" if "compute" in options else "")
+        name += f" {precision.compute}"
     return _step("engine", name, options, inputs, tools, role)
 
 
