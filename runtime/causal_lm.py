@@ -125,6 +125,8 @@ class Bundle:
         # the axes that vary (MLA caches keys and values of different widths).
         self.cache_shapes = [e["shape"] for e in self.meta["io"]["kv_cache"]["entries"]]
         self.past_names = [e["past"] for e in self.meta["io"]["kv_cache"]["entries"]]
+        # The cache's dtype, as the engine's graph takes it (float16 for compute fp16).
+        self.cache_dtype = self.meta["io"]["kv_cache"].get("dtype", "float32")
         # logits and present.* only: a speculative target also outputs hidden states,
         # which runtime/speculative.py reads and ordinary decoding ignores.
         self.output_names = [
@@ -178,7 +180,7 @@ class Bundle:
 
     def _empty_cache(self, batch: int) -> list[np.ndarray]:
         return [
-            np.zeros([{"batch": batch, "seq": 0}.get(d, d) for d in shape], np.float32)
+            np.zeros([{"batch": batch, "seq": 0}.get(d, d) for d in shape], self.cache_dtype)
             for shape in self.cache_shapes
         ]
 

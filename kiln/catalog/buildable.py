@@ -31,9 +31,11 @@ BUILDABLE: dict[tuple[str, str], tuple[Any, ...]] = {
     ("build", "target"): ("cpu", "sm89", "sm90", "sm100", "sm120"),
     ("build", "tensor_parallel"): (1,),
 }
-# What only the inductor backend builds (its engine computes in the recipe's dtype);
-# others refuse it.
-INDUCTOR_ONLY = (("precision", "compute", ("fp32",)),)
+# Who builds precision.compute fp16|bf16: the inductor engine computes in the recipe's
+# dtype; the onnxruntime engine converts the fp32 graph to it (weights cast once) and
+# asks onnxruntime to run it (builders/causal_lm/backends/onnxruntime_half.py), for an
+# ordinary text-generation recipe of fp32 weights. aoti and tensorrt refuse it.
+HALF_COMPUTE = ("inductor", "onnxruntime")
 # Who honours build.prefill_chunk_len: the inductor engine exports a prefill program of
 # that many tokens; an onnxruntime causal-LM bundle's runtime feeds the prompt in
 # chunks of it (runtime/causal_lm.py). aoti and tensorrt refuse it, as do tasks that
@@ -210,17 +212,28 @@ def refusals(recipe: Recipe) -> list[Problem]:
                     f"buildable today: {', '.join(map(str, allowed))}",
                 )
             )
-    if recipe.build.backend != "inductor":
-        for section, key, allowed in INDUCTOR_ONLY:
-            value = getattr(getattr(recipe, section), key)
-            if value not in allowed:
-                problems.append(
-                    Problem(
-                        f"{value!r} is built by the inductor backend only",
-                        _at(section, key),
-                        f"use build.backend inductor, or {section}.{key}: {allowed[0]}",
-                    )
-                )
+    compute = recipe.precision.compute
+    if compute != "fp32" and recipe.build.backend not in HALF_COMPUTE:
+        problems.append(
+            Problem(
+                f"{compute!r} is built by the {' and '.join(HALF_COMPUTE)} backends only",
+                _at("precision", "compute"),
+                f"use build.backend {HALF_COMPUTE[0]} or {HALF_COMPUTE[1]}, or "
+                "precision.compute: fp32",
+            )
+        )
+    elif (
+        compute != "fp32" and recipe.build.backend == "onnxruntime" and quantized(recipe.precision)
+    ):
+        problems.append(
+            Problem(
+                f"compute {compute} on onnxruntime casts the checkpoint's fp32 weights once; "
+                "quantized weights or KV cache keep fp32 arithmetic around their Q/DQ ops",
+                _at("precision", "compute"),
+                "use precision.weights: fp32 and kv_cache: auto with this compute, or "
+                "precision.compute: fp32",
+            )
+        )
     chunk = recipe.build.prefill_chunk_len
     if chunk and recipe.build.backend not in CHUNKED_PREFILL:
         problems.append(
@@ -256,7 +269,7 @@ def refusals(recipe: Recipe) -> list[Problem]:
     ]
     problems += _compiled_quantized(recipe)
     if recipe.execution.variant != "ordinary" and (
-        recipe.build.backend != "onnxruntime" or quantized(recipe.precision)
+        recipe.build.backend != "onnxruntime" or quantized(recipe.precision) or compute != "fp32"
     ):
         problems.append(
             Problem(
@@ -278,6 +291,7 @@ def refusals(recipe: Recipe) -> list[Problem]:
     if recipe.task != "text-generation" and (
         recipe.build.backend != "onnxruntime"
         or quantized(recipe.precision)
+        or compute != "fp32"
         or recipe.execution.variant != "ordinary"
     ):
         problems.append(

@@ -248,7 +248,7 @@ def _engine_chain(
         tools,
         role,
     )
-    engine = _engine(role, at, build, {"onnx": graph}, tools, task, quantize)
+    engine = _engine(role, at, build, {"onnx": graph}, tools, task, quantize, precision)
     return [*sources, *([quantize] if quantize else []), export, graph, engine]
 
 
@@ -264,7 +264,9 @@ def _engine(
 ) -> Step:
     """`quantized`: the graph stores quantized weights, which an onnxruntime engine keeps.
     An inductor engine also takes the compute dtype (a companion's is fp32) and the
-    prefill chunk length; other backends' options, and so their keys, stay as they were."""
+    prefill chunk length; an onnxruntime engine takes the compute dtype only when it is
+    not fp32 (its builder converts the graph: kiln.plan.toolchain.builder_module), so
+    every fp32 engine's options, and so its key, stay as they were."""
     options = {
         "task": task,
         "backend": build.backend,
@@ -277,7 +279,11 @@ def _engine(
     if build.backend == "inductor":
         options["compute"] = precision.compute if precision is not None else "fp32"
         options["prefill_chunk_len"] = build.prefill_chunk_len
-    return _step("engine", f"engine {at} {build.backend}", options, inputs, tools, role)
+    name = f"engine {at} {build.backend}"
+    if build.backend == "onnxruntime" and precision is not None and precision.compute != "fp32":
+        options["compute"] = precision.compute
+        name += f" {precision.compute}"
+    return _step("engine", name, options, inputs, tools, role)
 
 
 def plan(name: str, recipe: Recipe, prompts: PromptSet, tools: Toolchain) -> Plan:

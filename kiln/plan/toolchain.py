@@ -67,13 +67,19 @@ BACKEND_LIBRARIES: dict[str, tuple[str, ...]] = {
     "tensorrt": ("tensorrt",),
 }
 
+# What an onnxruntime engine converted to fp16|bf16 also depends on (onnx's types and
+# shape inference), and the module that builds it (builder_module).
+HALF_LIBRARIES = ("onnx",)
+HALF_ENGINE = "builders.causal_lm.backends.onnxruntime_half"
+
 # The packages whose files are a step's code: the builders and the runtime they run.
 CODE_PACKAGES = ("builders", "runtime")
 
 
 def builder_module(kind: str, options: Mapping[str, Any]) -> str:
     """The module whose build() runs a step: builders.fetch for the one shared step;
-    a text-generation engine's backend module; else builders.<family>.<kind>."""
+    a text-generation engine's backend module (an onnxruntime engine of compute fp16 or
+    bf16: HALF_ENGINE); else builders.<family>.<kind>."""
     if kind == "fetch":
         return "builders.fetch"
     if kind == "import":
@@ -82,6 +88,8 @@ def builder_module(kind: str, options: Mapping[str, Any]) -> str:
 
     family = FAMILY[options["task"]]
     if kind == "engine" and family == "causal_lm":
+        if options["backend"] == "onnxruntime" and options.get("compute", "fp32") != "fp32":
+            return HALF_ENGINE  # its own module: fp32 engines' code digests stay as they were
         return f"builders.causal_lm.backends.{options['backend']}"
     return f"builders.{family}.{kind}"
 
@@ -117,8 +125,12 @@ class Toolchain:
     versions: dict[str, str]
     root: Path = ROOT
 
-    def libraries(self, kind: str, backend: str | None = None) -> dict[str, str]:
+    def libraries(
+        self, kind: str, backend: str | None = None, compute: str = "fp32"
+    ) -> dict[str, str]:
         extra = BACKEND_LIBRARIES.get(backend or "", ()) if kind == "engine" else ()
+        if kind == "engine" and backend == "onnxruntime" and compute != "fp32":
+            extra += HALF_LIBRARIES
         return {lib: self.versions[lib] for lib in (*LIBRARIES[kind], *extra)}
 
     def code(self, kind: str, options: Mapping[str, Any]) -> str:
@@ -133,7 +145,9 @@ class Toolchain:
         """What outside the recipe goes into a step's key: its libraries' versions and
         its builder code's digest."""
         return {
-            "libraries": self.libraries(kind, options.get("backend")),
+            "libraries": self.libraries(
+                kind, options.get("backend"), options.get("compute", "fp32")
+            ),
             "code": self.code(kind, options),
         }
 
@@ -144,7 +158,7 @@ class Toolchain:
 
 @cache
 def current(root: Path = ROOT) -> Toolchain:
-    groups = (*LIBRARIES.values(), *BACKEND_LIBRARIES.values())
+    groups = (*LIBRARIES.values(), *BACKEND_LIBRARIES.values(), HALF_LIBRARIES)
     libs = sorted({lib for group in groups for lib in group})
     return Toolchain(versions={lib: version(lib) for lib in libs}, root=root)
 

@@ -191,3 +191,65 @@ def test_prefill_chunk_len_is_planned_for_onnxruntime_and_refused_where_unread()
             ("build", "prefill_chunk_len")
         ]
         assert said in found[0].cause
+
+
+def test_half_compute_is_planned_for_onnxruntime_without_moving_fp32_keys(
+    tmp_path: Path,
+) -> None:
+    """precision.compute fp16|bf16 on onnxruntime: the engine step alone takes the
+    dtype, and runs its own builder module (the half conversion); an fp32 recipe's
+    engine options, module and libraries are what they were, so its key is too. Other
+    backends, quantized precisions, variants and tasks are refused at the key."""
+    from kiln.plan.toolchain import HALF_ENGINE, builder_module
+
+    cat = load(Paths(ROOT), cache=False)
+    prompts = cat.prompts["default"]
+    fp32 = plan("tiny-llama", cat.recipes["tiny-llama"], prompts, current())
+    fp16 = plan("tiny-llama-fp16", cat.recipes["tiny-llama-fp16"], prompts, current())
+    bf16 = plan("tiny-llama-bf16", cat.recipes["tiny-llama-bf16"], prompts, current())
+    assert "compute" not in fp32.step("engine").options
+    assert builder_module("engine", fp32.step("engine").options) == (
+        "builders.causal_lm.backends.onnxruntime"
+    )
+    assert fp32.step("engine").material["libraries"] == {
+        "onnxruntime": current().versions["onnxruntime"]
+    }
+    for half, dtype in ((fp16, "fp16"), (bf16, "bf16")):
+        engine = half.step("engine")
+        assert engine.options == {**fp32.step("engine").options, "compute": dtype}
+        assert builder_module("engine", engine.options) == HALF_ENGINE
+        assert "onnx" in engine.material["libraries"]
+        for kind in ("fetch", "export", "onnx"):  # the fp32 graph is converted, not re-exported
+            assert half.step(kind).key == fp32.step(kind).key
+    assert fp16.step("engine").key != bf16.step("engine").key
+    inductor = plan("tiny-llama-inductor", cat.recipes["tiny-llama-inductor"], prompts, current())
+    assert inductor.step("engine").options["compute"] == "fp32"  # as before
+    found = problems_of(
+        tmp_path / "a",
+        "tiny-llama-aoti",
+        {"backend: aoti": "backend: aoti\nprecision:\n  compute: fp16"},
+        ("tiny-llama",),
+    )
+    line = next(p for p in found if "built by the inductor and onnxruntime backends only" in p)
+    assert "precision -> compute" in line, found
+    found = problems_of(
+        tmp_path / "b",
+        "tiny-llama-int8-wo",
+        {"kv_cache: auto": "kv_cache: auto\n  compute: fp16"},
+        ("tiny-llama",),
+    )
+    line = next(p for p in found if "quantized weights or KV cache keep fp32" in p)
+    assert "precision -> compute" in line, found
+    found = problems_of(
+        tmp_path / "c",
+        "tiny-llama-ngram",
+        {"kv_cache: auto": "kv_cache: auto\n  compute: fp16"},
+        ("tiny-llama",),
+    )
+    assert any("speculative variants are built for fp32 onnxruntime" in p for p in found), found
+    found = problems_of(
+        tmp_path / "d",
+        "tiny-bert-classifier",
+        {"kv_cache: auto": "kv_cache: auto\n  compute: bf16"},
+    )
+    assert any("recipes are built as fp32 onnxruntime bundles only" in p for p in found), found

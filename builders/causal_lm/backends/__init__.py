@@ -1,5 +1,6 @@
 """engine (text-generation): one builder per backend, `build(request, writer)`, chosen
-by the step's `backend` option (kiln.plan.toolchain.builder_module). Each writes the
+by the step's `backend` option (kiln.plan.toolchain.builder_module; onnxruntime_half
+for an onnxruntime engine of compute fp16|bf16). Each writes the
 engine file, `io.json` (the KV-cache I/O contract) and `engine.json` (backend,
 version, device, file, limits), which the bundle step and runtime/ read. Nothing
 else in kiln knows which backend built an engine.
@@ -7,6 +8,9 @@ else in kiln knows which backend built an engine.
   onnxruntime  the ONNX graph after onnxruntime's offline optimization (CPU here;
                the CUDA provider where onnxruntime-gpu is installed); a quantized
                graph keeps its quantized weights
+  onnxruntime_half  the same for precision.compute fp16|bf16 (the step's `compute`
+               option): the fp32 graph converted to the dtype first, unsupported-here
+               where onnxruntime cannot compute it
   aoti         torch.export + AOTInductor: a compiled .pt2 package (CPU or CUDA)
   inductor     torch.export programs (decode, chunked prefill) over a static KV cache,
                weights once in safetensors; runtime/ compiles them with Inductor
