@@ -115,7 +115,7 @@ def engine_files(
         request.log(f"{converted} calibrated Linear layers as fp8 matrix multiplies")
     # sdpa: one fused attention kernel per layer where eager attention runs five; the
     # program's 4-D additive mask goes to it unchanged, so the math is the same.
-    model.set_attn_implementation(_register_attention())
+    model.set_attn_implementation(_register_attention(device == "cuda" and opts.compute != "fp32"))
     entries = _cache.observe(request, model)
     meta = describe(model, entries)
     check_limits(request, opts.max_seq_len, meta)
@@ -289,18 +289,21 @@ def _fused_classes() -> tuple[Any, Any]:
     return Fused, Slice
 
 
-ATTENTION = "kiln_grouped_sdpa"
+# grouped_sdpa's names in transformers' registry: the rows folded, and (CUDA decode in
+# fp16/bf16) the kernel's own grouped-query support.
+ATTENTION = {False: "kiln_grouped_sdpa", True: "kiln_grouped_sdpa_native"}
 
 
-def _register_attention() -> str:
-    """grouped_sdpa under ATTENTION in transformers' attention registry (and sdpa's mask
-    builder under it, which the programs' ready 4-D mask bypasses); its name."""
+def _register_attention(native: bool) -> str:
+    """grouped_sdpa in transformers' attention registry (and sdpa's mask builder under
+    its name, which the programs' ready 4-D mask bypasses); the name."""
     from transformers import AttentionInterface
     from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
 
-    AttentionInterface.register(ATTENTION, grouped_sdpa)
-    AttentionMaskInterface.register(ATTENTION, ALL_MASK_ATTENTION_FUNCTIONS["sdpa"])
-    return ATTENTION
+    name = ATTENTION[native]
+    AttentionInterface.register(name, functools.partial(grouped_sdpa, native=native))
+    AttentionMaskInterface.register(name, ALL_MASK_ATTENTION_FUNCTIONS["sdpa"])
+    return name
 
 
 def grouped_sdpa(
@@ -311,13 +314,18 @@ def grouped_sdpa(
     attention_mask: Any,
     dropout: float = 0.0,
     scaling: float | None = None,
+    native: bool = False,
     **kwargs: Any,
 ) -> tuple[Any, None]:
     """sdpa with grouped-query attention folded into the rows: query [B, H, T, D] with H
     = KV heads x G becomes [B, KV heads, G*T, D] (query head h = kv*G + g reads KV head
     kv, as transformers' repeat_kv pairs them), the mask [B, 1, T, S] is repeated for
     the G row groups, and the output is unfolded to transformers' [B, T, H, D]. Each
-    score is the same dot product of the same vectors. Anything else (a per-head mask,
+    score is the same dot product of the same vectors. `native`, for one query token:
+    sdpa's own enable_gqa instead, for cuDNN's fused attention, which reads the KV
+    heads in place and takes its split-KV decode kernel for one query row (folding
+    makes G rows, and cuDNN's G-row kernel was 4x slower on the H200: 17.5 against
+    about 6 us a layer at SmolLM2-135M's geometry). Anything else (a per-head mask,
     softcapping, attention sinks, dropout) goes to transformers' own sdpa."""
     import torch
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
@@ -329,6 +337,11 @@ def grouped_sdpa(
             module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
         )
     b, heads, t, d = query.shape
+    if native and t == 1:
+        out = torch.nn.functional.scaled_dot_product_attention(
+            query, key, value, attn_mask=attention_mask, scale=scaling, enable_gqa=True
+        )
+        return out.transpose(1, 2).contiguous(), None
     rows = query.reshape(b, heads // groups, groups * t, d)
     mb, _, _, s = attention_mask.shape
     mask = attention_mask[:, :, None].expand(mb, 1, groups, t, s).reshape(mb, 1, groups * t, s)
