@@ -282,13 +282,12 @@ def exercise(
     checks: dict[str, Callable[[], dict[str, Any]]] = {
         "logits_processors": lambda: _processors(bundle, prompts[0]),
         "guided_decoding": lambda: _guided(bundle, prompts[:2]),
-        "prefix_reuse": lambda: _prefix(bundle, requests()),
-        "chunked_prefill": lambda: _chunked(bundle, requests()),
     }
-    if prefix_reuse_refusal(bundle.meta) is not None:
-        # the runtime refuses it for this precision (activations or the KV cache
-        # quantized with static scales): the feature does not apply, it did not fail
-        del checks["prefix_reuse"]
+    if prefix_reuse_refusal(bundle.meta) is None:
+        # (where the runtime refuses it, for activations or a KV cache quantized with
+        # static scales, the feature does not apply: it is not checked, nor failed)
+        checks["prefix_reuse"] = lambda: _prefix(bundle, requests())
+    checks["chunked_prefill"] = lambda: _chunked(bundle, requests())
     if windows(bundle.meta) and bundle.max_seq_len > windows(bundle.meta)[0]:
         # (a bundle whose max_seq_len is within the window never reaches it)
         checks["sliding_window"] = lambda: _sliding(bundle, ref, ref_logits, gen)
