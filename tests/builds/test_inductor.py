@@ -30,7 +30,7 @@ GPU = "tiny-llama-inductor-h200"
 PROGRAMS = ("decode.pt2", "prefill.pt2")
 NGRAM = "tiny-llama-ngram-inductor"
 NGRAM_GPU = "tiny-llama-ngram-inductor-h200"
-RECIPES = ("tiny-llama", BUILT, CPU_BF16, GPU, "tiny-llama-ngram", NGRAM, NGRAM_GPU)
+RECIPES = ("tiny-llama", BUILT, CPU_BF16, GPU, NGRAM, NGRAM_GPU)
 
 
 @pytest.fixture(scope="module")
