@@ -12,7 +12,8 @@ builders or tasks: a bundle runs on a machine that never built it.
   processors.py   logits post-processors: the (token_ids, logits) hook, Decoding's options
   guided.py       guided decoding: JSON schema / regex / Lark masks from llguidance
   backends.py     engine backends behind one run(): onnxruntime, aoti, tensorrt
-  inductor_lm.py  InductorBundle: KV cache on the device, greedy decoding there (ids only back)
+  inductor_lm.py  InductorBundle: KV cache on the device, greedy decoding there (ids only back);
+                  InductorSpeculativeBundle: n-gram drafts verified over that cache
   inductor.py     InductorEngine: torch.export programs, static KV cache, Inductor, CUDA graph
   encoder.py      EncoderBundle: loading and right padding shared by classify and embed
   classify.py     Classifier: class probabilities per text (builders/classify/)
@@ -69,6 +70,7 @@ RUNNERS: dict[str, dict[str, str]] = {
 # KV cache on the device, so its bundles run through their own forward.
 BACKEND_RUNNERS: dict[tuple[str, str, str], str] = {
     ("text-generation", "ordinary", "inductor"): "runtime.inductor_lm:InductorBundle",
+    ("text-generation", "ngram", "inductor"): "runtime.inductor_lm:InductorSpeculativeBundle",
 }
 _PUBLIC = {
     "Bundle": "runtime.causal_lm",

@@ -1,7 +1,10 @@
 """The inductor backend's engine: torch.export programs over a static KV cache
 (builders/causal_lm/backends/inductor.py writes them), compiled with Inductor, the
 cache held on the device and updated in place (runtime/inductor_lm.py drives it).
-Both programs read the same weight tensors: one copy in memory.
+Every program reads the same weight tensors: one copy in memory. A drafting bundle's
+engine also has a verify program of exactly max_draft_len + 1 tokens (program.json
+"verify_len"; bundles without one load as before), compiled and, on CUDA, captured in a
+CUDA graph of its own like the prefill chunk.
 
 The decode step is compiled together with its bookkeeping: the greedy token (argmax
 of the logits plus a bias row that bans tokens, e.g. EOS while it is suppressed) is
@@ -39,6 +42,9 @@ MODES = {"cpu": "default", "cuda": "max-autotune-no-cudagraphs"}
 # The prefill program's mode on CUDA: autotuning its chunk-sized matmuls would add
 # about a minute to every uncached load, for a call made once per chunk of a prompt.
 PREFILL_MODES = {"cpu": "default", "cuda": "default"}
+# The verify program's mode: as the prefill chunk's (a few tokens' matmuls; autotuning
+# them would lengthen every uncached load again).
+VERIFY_MODES = PREFILL_MODES
 # The sdpa backends a CUDA decode step may use, by engine dtype, in order of choice.
 # fp32: the math backend, which Inductor fuses into a few small kernels for one query;
 # torch's fused kernels are slower there (fp32 has no flash or cuDNN kernel, and the
@@ -70,13 +76,16 @@ class InductorEngine:
             weights = load(archive.read("weights.safetensors"))
             programs = {
                 name: torch.export.load(io.BytesIO(archive.read(name)))
-                for name in ("decode.pt2", "prefill.pt2")
+                for name in ("decode.pt2", "prefill.pt2", "verify.pt2")
                 if name in archive.namelist()
             }
         self.dtype = getattr(torch, self.program["dtype"])
         self.weights = [weights[n].to(self.device) for n in self.program["weights"]]
         self.batch, self.length = self.program["batch"], self.program["max_seq_len"]
         self.chunk = int(self.program["prefill_chunk_len"])
+        # The verify program's tokens; 0 without one (then a chunk of that length, or
+        # single steps, verify).
+        self.verify_len = int(self.program.get("verify_len", 0)) if "verify.pt2" in programs else 0
         self.vocab = int(self.program["vocab_size"])
         self.cache = [
             torch.zeros(shape, dtype=self.dtype, device=self.device)
@@ -98,6 +107,10 @@ class InductorEngine:
         if "prefill.pt2" in programs:
             self.steps[self.chunk] = self._compile(
                 programs["prefill.pt2"].module(), _mode(PREFILL_MODES[self.device])
+            )
+        if self.verify_len:
+            self.steps[self.verify_len] = self._compile(
+                programs["verify.pt2"].module(), _mode(VERIFY_MODES[self.device])
             )
         self.graphs: dict[int, Any] = {}  # steps per replay -> captured CUDA graph
         self.out: Any = None  # the logits of the last decode step
@@ -122,11 +135,15 @@ class InductorEngine:
                 t.zeros(chunk, **kw),
                 t.zeros(self.batch, self.length, **kw),
             ]
+        if self.verify_len:
+            self.verify_in = self._inputs(self.verify_len)
         with t.inference_mode():
             if self.device != "cuda":
                 self.out = self._step()
                 if chunk:
                     self.chunk_out = self._prefill()
+                if self.verify_len:
+                    self.verify_out = self._verify()
                 self.reset()
                 return
             side = t.cuda.Stream()
@@ -136,6 +153,8 @@ class InductorEngine:
                     self._step()
                     if chunk:
                         self._prefill()
+                    if self.verify_len:
+                        self._verify()
             t.cuda.current_stream().wait_stream(side)
             for steps in (1, BLOCK):
                 self.reset()
@@ -151,10 +170,30 @@ class InductorEngine:
                 self.chunk_graph = t.cuda.CUDAGraph()
                 with t.cuda.graph(self.chunk_graph):
                     self.chunk_out = self._prefill()
+            if self.verify_len:
+                self.reset()
+                self.verify_graph = t.cuda.CUDAGraph()
+                with t.cuda.graph(self.verify_graph):
+                    self.verify_out = self._verify()
         self.reset()
+
+    def _inputs(self, tokens: int) -> list[Any]:
+        """A multi-token program's inputs (ids, positions, slots, mask), on the device:
+        host arrays are copied into these, so a captured graph reads them."""
+        t, b = self.torch, self.batch
+        kw = {"device": self.device, "dtype": t.long}
+        return [
+            t.zeros(b, tokens, **kw),
+            t.zeros(b, tokens, **kw),
+            t.zeros(tokens, **kw),
+            t.zeros(b, self.length, **kw),
+        ]
 
     def _prefill(self) -> Any:
         return self.steps[self.chunk](*self.weights, *self.chunk_in, *self.cache)
+
+    def _verify(self) -> Any:
+        return self.steps[self.verify_len](*self.weights, *self.verify_in, *self.cache)
 
     def _step(self) -> Any:
         """One decode step. On CUDA its attention is traced with the sdpa backends of
@@ -197,10 +236,19 @@ class InductorEngine:
         [B, max_seq_len]; the logits [B, T, vocab] on the device, in the program's own
         output buffer (the next call of that program overwrites it). One token goes
         through the decode step (its greedy bookkeeping is then overwritten by the next
-        call's inputs, or continued by `advance`)."""
+        call's inputs, or continued by `advance`); verify_len tokens through the verify
+        program, other lengths through the prefill chunk."""
         t = self.torch
         args = [t.from_numpy(np.ascontiguousarray(a)) for a in (ids, positions, slots, mask)]
         with t.inference_mode():
+            if self.verify_len and ids.shape[1] == self.verify_len:
+                for dst, src in zip(self.verify_in, args, strict=True):
+                    dst.copy_(src)
+                if self.graphs:
+                    self.verify_graph.replay()
+                else:
+                    self.verify_out = self._verify()
+                return self.verify_out
             if ids.shape[1] != 1:
                 for dst, src in zip(self.chunk_in, args, strict=True):
                     dst.copy_(src)

@@ -8,6 +8,12 @@ its argmax there, then the engine's decode steps feed their own tokens back (its
 greedy step, replayed in CUDA graphs of BLOCK steps), and the host reads the new ids
 once a block, to stop when every row has reached EOS. Only token ids cross to the
 host. Sampling (temperature > 0) takes Bundle's loop, which reads logits.
+
+InductorSpeculativeBundle (the ngram variant on this backend) verifies drafts through
+the same forward: its target feeds [last, drafts...] as one call of the engine's verify
+program (max_draft_len + 1 tokens) over the device cache, and truncating the cache is
+moving its length back (the slots past it are masked out and rewritten by the next
+feed).
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from runtime.causal_lm import Bundle, Generation
 from runtime.format import BundleError
 from runtime.inductor import BLOCK, InductorEngine
 from runtime.sampling import Sampler
+from runtime.speculative import SpeculativeBundle, Target
 
 
 class InductorBundle(Bundle):
@@ -58,12 +65,13 @@ class InductorBundle(Bundle):
         keep: Callable[[Any], Any],
     ) -> list[Any]:
         """The new tokens ids [B, T] (the last T of `width` slots) through the programs:
-        prefill chunks when T holds one, else single decode steps; `keep` of each
-        call's logits at positions not kept before (on the device, in a buffer the next
-        call may overwrite)."""
+        windows of the longest multi-token program (the prefill chunk, the verify
+        program) that T holds, else single decode steps; `keep` of each call's logits at
+        positions not kept before (on the device, in a buffer the next call may
+        overwrite)."""
         engine = self.engine
         new = ids.shape[1]
-        chunk = engine.chunk if engine.chunk and new >= engine.chunk else 0
+        chunk = max((n for n in (engine.chunk, engine.verify_len) if 0 < n <= new), default=0)
         # Whole chunks; a remainder runs as one more chunk that ends at the last token
         # and starts inside the one before: it rewrites those slots with what they
         # already hold (the same tokens over the same cache), so no single steps.
@@ -165,3 +173,68 @@ class InductorBundle(Bundle):
         if engine.graphs:
             torch.cuda.current_stream().synchronize()
         return Generation(tokens, made, time.perf_counter() - started, first_token)
+
+
+class InductorTarget(Target):
+    """speculative.Target over an inductor bundle's device cache, batch one: a feed is
+    one forward of the bundle's programs (exactly verify_len tokens: the verify
+    program), and truncation only moves the length back."""
+
+    def __init__(self, bundle: InductorBundle) -> None:
+        self.bundle = bundle
+        self.hidden = False
+        self.length = 0
+        self.fed: list[int] = []  # the token at each slot below `length`
+        bundle.engine.reset()
+
+    def extend(self, ids: list[int]) -> tuple[np.ndarray, np.ndarray | None]:
+        """Feed `ids` after the cache; their logits [n, V]. A feed shorter than the
+        verify program (fewer drafts) that has as many committed tokens before it
+        runs as one verify call that starts inside them: it rewrites those slots with
+        the tokens and positions they hold, so the cache means what it meant."""
+        bundle = cast(InductorBundle, self.bundle)
+        n, window = len(ids), bundle.engine.verify_len
+        back = window - n if 1 < n < window and self.length >= window - n else 0
+        feed = self.fed[self.length - back : self.length] + list(ids)
+        start = self.length - back
+        width = start + len(feed)
+        batch, visible, positions = bundle._rows(
+            np.asarray([feed], np.int64),
+            np.ones((1, width), np.int64),
+            np.arange(start, width, dtype=np.int64)[None],
+        )
+        parts = bundle._run(
+            batch, positions, visible, width, lambda out: out[:1].float().cpu().numpy()
+        )
+        logits = np.concatenate(parts, axis=1)[0]
+        self.fed[self.length :] = list(ids)
+        self.length += n
+        return logits[back:], None
+
+    def truncate(self, length: int) -> None:
+        """Slots from `length` on are masked out from now on and rewritten when fed."""
+        self.length = length
+        del self.fed[length:]
+
+
+class InductorSpeculativeBundle(SpeculativeBundle, InductorBundle):
+    """A drafting bundle of the inductor backend (ngram): SpeculativeBundle's rounds,
+    verified through the device cache; generate_plain is InductorBundle's greedy
+    loop on the device (what speculation must reproduce)."""
+
+    def target(self) -> Target:
+        return InductorTarget(self)
+
+    def generate(
+        self,
+        prompts: list[list[int]],
+        max_new_tokens: int,
+        sampler: Sampler | None = None,
+        *,
+        suppress: tuple[int, ...] = (),
+    ) -> Generation:
+        """SpeculativeBundle.generate; `suppress` is the device greedy loop's
+        (generate_plain's) alone."""
+        if suppress:
+            raise BundleError("suppress applies to target-only greedy decoding, not to drafting")
+        return SpeculativeBundle.generate(self, prompts, max_new_tokens, sampler)

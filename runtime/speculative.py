@@ -199,6 +199,10 @@ class SpeculativeBundle(Bundle):
         self.threads = threads
         self.last_stats = Stats()
 
+    def target(self) -> Target:
+        """The target with a fresh cache, for one prompt."""
+        return Target(self)
+
     def drafter(self) -> Drafter:
         drafter: Drafter = make_drafter(self)
         return drafter
@@ -224,7 +228,7 @@ class SpeculativeBundle(Bundle):
         for prompt in prompts:
             # Rounds never draft past max_new_tokens, so this bounds every verify forward.
             self._check_length(len(prompt), max_new_tokens)
-            spec = Speculation(Target(self), self.drafter(), self.max_draft_len, sampler, self.eos)
+            spec = Speculation(self.target(), self.drafter(), self.max_draft_len, sampler, self.eos)
             out.append(spec.run(prompt, max_new_tokens))
             self.last_stats.add(spec.stats)
         steps = self.last_stats.verify_forwards

@@ -179,6 +179,42 @@ def _compiled_quantized(recipe: Recipe) -> list[Problem]:
     return []
 
 
+# The variants the inductor backend builds: its runtime verifies drafts through its own
+# device-resident cache (runtime/inductor_lm.py); model drafters' engines are
+# onnxruntime sessions, so only model-free drafting runs beside it.
+INDUCTOR_VARIANTS = ("ordinary", "ngram")
+
+
+def _variant_backend(recipe: Recipe) -> list[Problem]:
+    """Variants other than ordinary: fp32 onnxruntime bundles, and n-gram drafting on
+    the inductor backend (unquantized)."""
+    variant, backend = recipe.execution.variant, recipe.build.backend
+    if variant == "ordinary":
+        return []
+    if backend == "inductor" and variant not in INDUCTOR_VARIANTS:
+        return [
+            Problem(
+                f"the inductor backend builds the {' and '.join(INDUCTOR_VARIANTS)} variants "
+                f"only, not {variant}: model drafters' engines are onnxruntime sessions, and "
+                "an adapter is merged at the ONNX export",
+                _at("execution", "variant"),
+                "use variant ngram with the inductor backend, or backend onnxruntime "
+                "(precision fp32) with this variant",
+            )
+        ]
+    half = recipe.precision.compute != "fp32"
+    if backend not in ("onnxruntime", "inductor") or quantized(recipe.precision) or half:
+        return [
+            Problem(
+                "speculative variants are built for fp32 onnxruntime bundles only "
+                "(and ngram for unquantized inductor ones)",
+                _at("execution", "variant"),
+                "use precision fp32 and backend onnxruntime with this variant",
+            )
+        ]
+    return []
+
+
 def quantized(precision: Precision) -> bool:
     """Does this precision need a quantize step (weights or KV cache below fp32)?"""
     return bool(precision.weights != "fp32" or precision.kv_cache != "auto")
@@ -268,16 +304,7 @@ def refusals(recipe: Recipe) -> list[Problem]:
         if role not in used
     ]
     problems += _compiled_quantized(recipe)
-    if recipe.execution.variant != "ordinary" and (
-        recipe.build.backend != "onnxruntime" or quantized(recipe.precision) or compute != "fp32"
-    ):
-        problems.append(
-            Problem(
-                "speculative variants are built for fp32 onnxruntime bundles only",
-                _at("execution", "variant"),
-                "use precision fp32 and backend onnxruntime with this variant",
-            )
-        )
+    problems += _variant_backend(recipe)
     scored, available = recipe.validation.scored_positions, EVAL_POSITIONS.get(recipe.model.label)
     if available is not None and scored > available:
         problems.append(

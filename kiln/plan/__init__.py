@@ -202,19 +202,20 @@ def _engine_chain(
     export_inputs: dict[str, Step] | None = None,
     precision: Precision | None = None,
     calibration: Calibration | None = None,
+    verify_len: int = 0,
 ) -> list[Step]:
     """fetch -> [quantize ->] export -> onnx -> engine for one checkpoint. Companions
     (a draft model, an adapter's base) get their own chain; equal inputs give equal
     keys, so a checkpoint used by many recipes is fetched and exported once. A variant
     may add hidden-state outputs and export inputs (an adapter, a drafter's config);
-    a precision may add a quantize step."""
+    a precision may add a quantize step; a drafting variant, the verify length."""
     at = checkpoint.label
     sources = checkpoint_steps(role, checkpoint, tools)
     fetch = sources[-1]
     quantize = quantize_step(role, at, precision, calibration, fetch, tools, task)
     if build.backend in ("aoti", "inductor"):  # they compile the checkpoint: no ONNX steps
         inputs = {"checkpoint": fetch, **({"quantized": quantize} if quantize else {})}
-        engine = _engine(role, at, build, inputs, tools, task, quantize, precision)
+        engine = _engine(role, at, build, inputs, tools, task, quantize, precision, verify_len)
         return [*sources, *([quantize] if quantize else []), engine]
     label = "" if precision is None or quantize is None else f" {precision_label(precision)}"
     label += "".join(f" +{s.role}" for s in (export_inputs or {}).values())
@@ -261,12 +262,15 @@ def _engine(
     task: str,
     quantize: Step | None,
     precision: Precision | None = None,
+    verify_len: int = 0,
 ) -> Step:
     """`quantized`: the graph stores quantized weights, which an onnxruntime engine keeps.
     An inductor engine also takes the compute dtype (a companion's is fp32) and the
-    prefill chunk length; an onnxruntime engine takes the compute dtype only when it is
-    not fp32 (its builder converts the graph: kiln.plan.toolchain.builder_module), so
-    every fp32 engine's options, and so its key, stay as they were."""
+    prefill chunk length, and for a drafting variant the verify length (its program's
+    tokens; absent otherwise, so an ordinary engine's key is as before); an onnxruntime
+    engine takes the compute dtype only when it is not fp32 (its builder converts the
+    graph: kiln.plan.toolchain.builder_module), so every fp32 engine's options, and so
+    its key, stay as they were."""
     options = {
         "task": task,
         "backend": build.backend,
@@ -279,6 +283,8 @@ def _engine(
     if build.backend == "inductor":
         options["compute"] = precision.compute if precision is not None else "fp32"
         options["prefill_chunk_len"] = build.prefill_chunk_len
+        if verify_len:
+            options["verify_len"] = verify_len
     name = f"engine {at} {build.backend}"
     if build.backend == "onnxruntime" and precision is not None and precision.compute != "fp32":
         options["compute"] = precision.compute
@@ -307,6 +313,7 @@ def plan(name: str, recipe: Recipe, prompts: PromptSet, tools: Toolchain) -> Pla
         variants.export_inputs(recipe, companions),
         recipe.precision,
         recipe.calibration,
+        variants.verify_len(recipe),
     )
     n_sources = 2 if recipe.model.imported else 1
     fetch, engine = chain[n_sources - 1], chain[-1]  # fetch: the checkpoint steps read

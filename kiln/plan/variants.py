@@ -63,3 +63,10 @@ def speculative(recipe: Recipe) -> dict[str, Any]:
     if recipe.execution.variant in ("dflash", "dspark"):
         params["max_draft_len"] = params["block_length"]
     return params if "max_draft_len" in params else {}
+
+
+def verify_len(recipe: Recipe) -> int:
+    """Tokens a verify forward feeds (the last committed token and max_draft_len
+    drafts), for an engine that compiles one program per length; 0 if it drafts not."""
+    params = speculative(recipe)
+    return int(params["max_draft_len"]) + 1 if params else 0

@@ -2,7 +2,9 @@
 over a static KV cache, weights stored once, compiled by Inductor's CPU backend in
 runtime/; the fp32 bundle reproduces the reference's greedy tokens exactly. bf16 on a
 CPU without native bf16 arithmetic, and the sm90 recipe on a host without CUDA, are
-unsupported-here, never a pass. About a minute on 2 cores."""
+unsupported-here, never a pass. The ngram variant on the same engine (a verify program
+of max_draft_len + 1 tokens) drafts losslessly: speculative greedy equals the bundle's
+own greedy. About two minutes on 2 cores."""
 
 from __future__ import annotations
 
@@ -26,13 +28,16 @@ BUILT = "tiny-llama-inductor"
 CPU_BF16 = "tiny-llama-inductor-bf16"
 GPU = "tiny-llama-inductor-h200"
 PROGRAMS = ("decode.pt2", "prefill.pt2")
-RECIPES = ("tiny-llama", BUILT, CPU_BF16, "tiny-llama-inductor-h200")
+NGRAM = "tiny-llama-ngram-inductor"
+NGRAM_GPU = "tiny-llama-ngram-inductor-h200"
+RECIPES = ("tiny-llama", BUILT, CPU_BF16, GPU, NGRAM, NGRAM_GPU)
 
 
 @pytest.fixture(scope="module")
 def ind(tmp_path_factory: pytest.TempPathFactory, hub: Path) -> World:
     w = make_world(tmp_path_factory.mktemp("inductor"), hub, RECIPES)
-    w.doit("build", f"recipe={BUILT},{GPU}", check=True)  # unsupported is no failure
+    # unsupported is no failure; the ngram recipe shares the fetch and reference steps
+    w.doit("build", f"recipe={BUILT},{GPU},{NGRAM},{NGRAM_GPU}", check=True)
     return w
 
 
@@ -197,3 +202,93 @@ def test_grouped_sdpa_equals_transformers_sdpa_with_repeated_heads() -> None:
             ours, _ = grouped_sdpa(Layer(), q, k, v, mask, scaling=0.35, native=native)
             assert ours.shape == theirs.shape == (2, t, 6, 8)
             assert torch.allclose(ours, theirs, atol=1e-6)
+
+
+@pytest.fixture(scope="module")
+def spec(ind: World) -> Any:
+    """The ngram bundle, opened (and compiled) once for the tests below."""
+    import runtime
+    from runtime.inductor_lm import InductorSpeculativeBundle
+
+    return runtime.open(artifact(ind, NGRAM, "bundle"), expect=InductorSpeculativeBundle)
+
+
+def test_the_ngram_variant_drafts_losslessly_on_the_inductor_engine(ind: World) -> None:
+    e = last(ind, NGRAM)
+    assert e["verdict"] == "pass", e["reason"]
+    assert e["backend"]["name"] == "inductor"
+    m = e["metrics"]
+    assert m["token_match_rate"] == 1.0 and m["speculative_match_rate"] == 1.0
+    assert m["tokens_per_forward"] > 1.0 and m["acceptance_rate"] > 0.0
+    gpu = last(ind, NGRAM_GPU)
+    assert gpu["verdict"] == "unsupported-here" and "needs a CUDA device" in gpu["reason"]
+
+
+def test_the_verify_program_has_the_verify_length_and_reads_the_shared_weights(
+    ind: World,
+) -> None:
+    import torch
+
+    with zipfile.ZipFile(artifact(ind, NGRAM, "bundle") / "engine.zip") as archive:
+        names = set(archive.namelist())
+        program = json.loads(archive.read("program.json"))
+        verify = torch.export.load(io.BytesIO(archive.read("verify.pt2")))
+        weights = archive.getinfo("weights.safetensors").file_size
+    assert names == {*PROGRAMS, "verify.pt2", "weights.safetensors", "program.json"}
+    assert program["verify_len"] == 5  # max_draft_len 4, plus the last committed token
+    assert len(verify.state_dict) == 0 and verify.example_inputs is None
+    assert sum(t.numel() for t in verify.constants.values()) * 4 < weights / 100
+    nodes = {n.name: n for n in verify.graph.nodes if n.op == "placeholder"}
+    ids = verify.graph_signature.user_inputs[len(program["weights"])]  # input_ids [B, T]
+    assert tuple(nodes[ids].meta["val"].shape) == (1, 5)
+
+
+def test_speculative_greedy_equals_the_bundles_own_greedy_and_the_reference(
+    ind: World, spec: Any
+) -> None:
+    reference = json.loads((artifact(ind, NGRAM, "reference") / "reference.json").read_text())
+    assert sorted(spec.session.steps) == [1, 5, 16]
+    drafted = 0
+    for record in reference["records"]:
+        new = len(record["tokens"])
+        out = spec.generate([record["prompt_ids"]], new).tokens[0]
+        drafted += spec.last_stats.drafted
+        assert out == spec.generate_plain([record["prompt_ids"]], new).tokens[0]
+        assert out == record["tokens"]
+    assert drafted > 0  # rounds that verified drafts through the 5-token program
+
+
+def test_the_target_extends_truncates_and_overlaps_over_the_device_cache(
+    ind: World, spec: Any
+) -> None:
+    """Feeds of every length (a shorter one runs as a verify call that starts inside
+    the committed tokens), and a rejected round cut back, give the logits of one pass
+    over the committed sequence."""
+    import numpy as np
+
+    reference = json.loads((artifact(ind, NGRAM, "reference") / "reference.json").read_text())
+    ids = reference["records"][0]["prompt_ids"] + reference["records"][0]["tokens"]
+    whole = spec.logits(ids)
+    target = spec.target()
+    rows, at = [], 0
+    for n in (len(ids) - 20, 5, 3, 1, 2, 4):
+        rows.append(target.extend(ids[at : at + n])[0])
+        at += n
+        wrong, _ = target.extend([7, 8, 9, 10, 11])  # a rejected round's drafts
+        assert wrong.shape == (5, 512)
+        target.truncate(at)
+    assert at == len(ids) - 5
+    got = np.concatenate(rows)
+    assert got.shape == (at, 512)
+    assert np.abs(got - whole[:at]).max() < 1e-4
+
+
+def test_seeded_sampling_speculates_reproducibly(spec: Any) -> None:
+    from runtime import Sampler
+
+    prompt = [1, 5, 9, 5, 9, 5, 9, 5, 9, 5]
+    runs = [spec.generate([prompt], 24, Sampler(temperature=0.9, seed=4)).tokens for _ in range(2)]
+    assert runs[0] == runs[1] and 0 < len(runs[0][0]) <= 24
+    assert all(0 <= t < 512 for t in runs[0][0])
+    other = spec.generate([prompt], 24, Sampler(temperature=0.9, seed=5)).tokens
+    assert other != runs[0]

@@ -253,3 +253,29 @@ def test_half_compute_is_planned_for_onnxruntime_without_moving_fp32_keys(
         {"kv_cache: auto": "kv_cache: auto\n  compute: bf16"},
     )
     assert any("recipes are built as fp32 onnxruntime bundles only" in p for p in found), found
+
+
+def test_ngram_drafts_on_inductor_and_its_engine_alone_gets_a_verify_length() -> None:
+    """The inductor backend builds the ngram variant (its runtime verifies through the
+    device cache) and no other drafting variant, refused at execution.variant; the
+    engine step of a drafting recipe gets verify_len = max_draft_len + 1, an ordinary
+    one's options have none (so its key is as before)."""
+    cat = load(Paths(ROOT), cache=False)
+    prompts = cat.prompts["default"]
+    ngram = cat.recipe("tiny-llama-ngram-inductor")
+    assert buildable.refusals(ngram) == []
+    engine = plan("x", ngram, prompts, current()).step("engine").options
+    assert engine["backend"] == "inductor" and engine["verify_len"] == 5
+    ordinary = plan("x", cat.recipe("tiny-llama-inductor"), prompts, current())
+    assert "verify_len" not in ordinary.step("engine").options
+    onnx = plan("x", cat.recipe("tiny-llama-ngram"), prompts, current())
+    assert "verify_len" not in onnx.step("engine").options
+    for name in ("tiny-llama-draft", "tiny-qwen3-eagle3"):
+        shipped = cat.recipe(name)
+        recipe = shipped.model_copy(
+            update={"build": shipped.build.model_copy(update={"backend": "inductor"})}
+        )
+        found = buildable.refusals(recipe)
+        assert [p.location.key_path for p in found if p.location] == [("execution", "variant")]
+        assert "inductor backend builds the ordinary and ngram variants only" in found[0].cause
+        assert shipped.execution.variant in found[0].cause

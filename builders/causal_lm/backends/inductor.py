@@ -4,6 +4,8 @@ compiles with Inductor (and, on CUDA, replays in a CUDA graph).
 The engine file is one uncompressed zip (the bundle step copies one file):
   decode.pt2           torch.export.save of one token's step
   prefill.pt2          the same step over build.prefill_chunk_len tokens (when > 0)
+  verify.pt2           the same step over verify_len tokens: a drafting variant's verify
+                       forward (the last token and max_draft_len drafts), when set
   weights.safetensors  the parameters once, in the engine's dtype
   program.json         what the runtime needs: names, dtype, shapes, chunk length
 
@@ -11,7 +13,7 @@ Each program takes (weights..., input_ids [B, T], position_ids [B, T], slots [T]
 attention_mask [B, max_seq_len], *cache) and returns logits [B, T, vocab] in fp32; the
 cache tensors [B, kv_heads, max_seq_len, head_dim] are updated in place at `slots`.
 The weights are program inputs, not constants, so both programs read one copy in
-memory (the runtime passes the same tensors to both). Shapes are static (B is
+memory (the runtime passes the same tensors to every program). Shapes are static (B is
 max_batch_size): static shapes are what a CUDA graph replays.
 
 Projections that read one input run as one matmul: a layer's q/k/v projections and
@@ -68,6 +70,12 @@ class Options(BaseOptions):
     compute: str = Field(pattern="^(fp32|fp16|bf16)$", description="Compute and KV-cache dtype.")
     prefill_chunk_len: int = Field(
         ge=0, description="Tokens per prefill program call; 0: token-by-token prefill."
+    )
+    verify_len: int = Field(
+        0,
+        ge=0,
+        description="Tokens of the verify program (max_draft_len + 1) for a drafting "
+        "variant; 0: none.",
     )
 
 
@@ -132,6 +140,7 @@ def engine_files(
     programs = {"decode.pt2": 1}
     if opts.prefill_chunk_len:
         programs["prefill.pt2"] = opts.prefill_chunk_len
+    programs.update(_verify_program(opts))
     files: dict[str, bytes] = {}
     for file, tokens in programs.items():
         request.log(f"torch.export of the {tokens}-token step for {device} ({opts.compute})")
@@ -153,9 +162,19 @@ def engine_files(
             [opts.max_batch_size, e["shape"][1], opts.max_seq_len, e["shape"][3]] for e in entries
         ],
         "vocab_size": meta["vocab_size"],
+        **({"verify_len": opts.verify_len} if opts.verify_len else {}),
     }
     files["program.json"] = json.dumps(program_meta, sort_keys=True, indent=1).encode()
     return files, meta, entries
+
+
+def _verify_program(opts: Options) -> dict[str, int]:
+    """verify.pt2 and its length, for a drafting variant; none when the prefill program
+    already has that length (the runtime then verifies through it) or there is no
+    verify_len (program.json then has none, and the runtime verifies token by token)."""
+    if opts.verify_len <= 1 or opts.verify_len == opts.prefill_chunk_len:
+        return {}
+    return {"verify.pt2": opts.verify_len}
 
 
 def _device(request: Request, opts: Options) -> str:
