@@ -106,7 +106,7 @@ def generate(
             turns = _conversation(system, messages, prompt)
             _chat(bundle, turns, think, max_new_tokens, sampler, stats, decoding)
             return
-        out = bundle.generate_with([bundle.encode(prompt or "")], max_new_tokens, decoding, sampler)
+        out = _generate(bundle, [bundle.encode(prompt or "")], max_new_tokens, decoding, sampler)
     except GrammarError as exc:  # llguidance refused it: located at the variable that gave it
         variable = {"json_schema": "json_schema", "regex": "regex", "lark": "grammar"}
         where = Location(WHERE, key_path=(variable[constraint.kind],)) if constraint else None
@@ -227,7 +227,7 @@ def _chat(
 
     def answer() -> None:
         ids = bundle.encode_chat(turns, thinking)
-        out = bundle.generate_with([ids], max_new_tokens, decoding, sampler)
+        out = _generate(bundle, [ids], max_new_tokens, decoding, sampler)
         reply = bundle.decode(out.tokens[0])
         turns.append({"role": "assistant", "content": reply})
         print(reply, flush=True)
@@ -270,6 +270,18 @@ def _stats_line(bundle: Any, tokens: list[int]) -> str:
     )
 
 
+def _generate(
+    bundle: Any, prompts: list[list[int]], max_new_tokens: int, decoding: Any, sampler: Any
+) -> Any:
+    """The bundle's own generate where nothing steers the logits (an inductor bundle's
+    greedy loop runs on the device; a drafting bundle speculates); generate_with, the
+    loop that applies `decoding` to each step's logits on the host, where something
+    does."""
+    if decoding is None or not decoding.steers:
+        return bundle.generate(prompts, max_new_tokens, sampler)
+    return bundle.generate_with(prompts, max_new_tokens, decoding, sampler)
+
+
 def _timing_line(bundle: Any, out: Any) -> str:
     """Speed of the generation, by the runtime's own clock (Generation.seconds and
     first_token_seconds): tokens/s overall, time to first token (prompt processing plus
@@ -287,6 +299,13 @@ def _timing_line(bundle: Any, out: Any) -> str:
             line += f"; then {(n - 1) / (seconds - first):.1f} tokens/s"
     else:
         line += "; this runner does not time the first token"
+    stats = getattr(bundle, "last_stats", None)  # a drafting bundle's last generation
+    if stats is not None and stats.verify_forwards:
+        got = stats.as_dict()
+        line += (
+            f"; drafts accepted {got['acceptance_rate']:.2f}, "
+            f"{got['tokens_per_forward']:.2f} tokens per verify forward"
+        )
     return line
 
 

@@ -160,6 +160,23 @@ def test_doit_run_prints_tokens_per_second_and_time_to_first_token(ind: World) -
     assert "time to first token" in line
 
 
+def test_doit_run_speculates_on_the_ngram_bundle_greedy_and_seeded(ind: World, spec: Any) -> None:
+    """`doit run` takes the bundle's own generate: the drafting bundle speculates (its
+    acceptance in the timing line), and seeded sampling gives what the runtime gives
+    for that seed."""
+    from runtime.sampling import Sampler
+
+    prompt = "one two three one two three one two"
+    common = ("run", f"recipe={NGRAM}", f"prompt={prompt}", "max_new_tokens=12")
+    greedy = ind.doit(*common, "stats=1", check=True).stdout
+    line = next(x for x in greedy.splitlines() if x.startswith("timing:"))
+    assert "inductor on cpu: 12 tokens in" in line and "tokens per verify forward" in line
+    sampled = ind.doit(*common, "temperature=0.8", "seed=3", check=True).stdout
+    ids = spec.encode(prompt)
+    want = spec.generate([ids], 12, Sampler(temperature=0.8, seed=3)).tokens[0]
+    assert prompt + spec.decode(want) in sampled
+
+
 def test_the_two_stage_argmax_picks_what_argmax_picks() -> None:
     """runtime/inductor.py's split argmax, on rows wider than a block, with ties inside
     a block and across blocks, a -inf ban and a NaN-free row of equal values."""
