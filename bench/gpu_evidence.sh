@@ -6,8 +6,10 @@
 # the GPU host). Touches /tmp/evidence.done at the end, for a bench waiting on it
 # (bench/gpu_smollm2_shape.sh's BENCH_AFTER).
 #   bash bench/gpu_evidence.sh SECONDS RECIPE...
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-  --target /tmp/site .whl/*.whl || exit 1
+# Once per machine: a second script on the same machine must not replace the files
+# under a running one's imports.
+[ -e /tmp/site/.kiln-wheels ] || { python3 -m pip install -q --no-index --no-deps --no-compile \
+  --no-cache-dir --upgrade --target /tmp/site .whl/*.whl && touch /tmp/site/.kiln-wheels; } || exit 1
 export PYTHONPATH=$PWD:/tmp/site PYTHONUNBUFFERED=1
 seconds=$1; shift
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader

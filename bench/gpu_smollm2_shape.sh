@@ -7,12 +7,14 @@
 # PATHS: decode_gpu.py --paths (or "none"); SECONDS bounds the build plus the bench;
 # CONFIG: NAME=VALUE,... Inductor options for the bench's compiles (--inductor-config),
 # or attention=BACKEND for the bundle's decode attention (--decode-attention).
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-  --target /tmp/site .whl/*.whl || exit 1
+# Once per machine: a second script on the same machine must not replace the files
+# under a running one's imports.
+[ -e /tmp/site/.kiln-wheels ] || { python3 -m pip install -q --no-index --no-deps --no-compile \
+  --no-cache-dir --upgrade --target /tmp/site .whl/*.whl && touch /tmp/site/.kiln-wheels; } || exit 1
 export PYTHONPATH=$PWD:/tmp/site PYTHONUNBUFFERED=1
 export KILN_ROOT=/tmp/shape/catalog KILN_STORE=/tmp/shape/store
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-python3 bench/smollm2_shape.py /tmp/shape || exit 1
+[ -d /tmp/shape/catalog/recipes ] || python3 bench/smollm2_shape.py /tmp/shape || exit 1
 mkdir -p "$OUT/manifests"
 for spec in "$@"; do
   IFS=: read -r compute paths hf seconds config <<<"$spec"
