@@ -16,7 +16,8 @@ export PYTHONPATH=$PWD:/tmp/site
   export KILN_ROOT=/tmp/shape/catalog KILN_STORE=/tmp/shape/store
   python3 bench/smollm2_shape.py /tmp/shape >/dev/null &&
     timeout 330 python3 -m doit -n 2 -f dodo.py build allow_quality_fail=1 \
-      recipe=smollm2-shape-inductor-bf16-h200,smollm2-shape-inductor-h200 >"$OUT/shape_build.txt" 2>&1
+      recipe=smollm2-shape-inductor-bf16-h200,smollm2-shape-inductor-h200 >/tmp/shape_build.txt 2>&1
+  tail -8 /tmp/shape_build.txt
 )
 wait $evidence
 specs=("$@"); [ ${#specs[@]} -eq 0 ] && specs=(bf16:inductor:1:200 fp32:inductor,autotune:1:240)
