@@ -25,6 +25,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import stat
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
@@ -334,8 +335,15 @@ def _mode(name: str) -> str | None:
 
 def _cache_dir(folder: Path, version: str, device: str) -> None:
     """Inductor's on-disk cache beside the bundle, keyed by torch version and device;
-    left to Inductor's default where the bundle is read-only (the store seals it)."""
+    left to Inductor's default where the bundle is read-only (the store seals it).
+    Read-only means its folder's write bits are off: root may write anywhere (os.access
+    says yes), and a file added to a sealed store artifact makes it damaged."""
     if "TORCHINDUCTOR_CACHE_DIR" in os.environ:
+        return
+    try:
+        if not folder.stat().st_mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH):
+            return
+    except OSError:
         return
     target = folder / ".inductor-cache" / f"{version}-{device}"
     try:

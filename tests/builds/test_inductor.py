@@ -309,3 +309,31 @@ def test_seeded_sampling_speculates_reproducibly(spec: Any) -> None:
     assert all(0 <= t < 512 for t in runs[0][0])
     other = spec.generate([prompt], 24, Sampler(temperature=0.9, seed=5)).tokens
     assert other != runs[0]
+
+
+def test_inductors_cache_goes_beside_a_writable_bundle_never_into_a_sealed_one(
+    tmp_path: Path,
+) -> None:
+    """Compiled artifacts are cached in the bundle's folder when it may be written, and
+    never in a store artifact, which the store seals by clearing its write bits: root
+    (CI, the GPU host) could still write there, and the store would then find the
+    artifact damaged."""
+    import os
+    import stat
+
+    from runtime.inductor import _cache_dir
+
+    saved = os.environ.pop("TORCHINDUCTOR_CACHE_DIR", None)
+    try:
+        sealed, open_ = tmp_path / "sealed", tmp_path / "open"
+        sealed.mkdir(), open_.mkdir()
+        sealed.chmod(stat.S_IRUSR | stat.S_IXUSR)
+        _cache_dir(sealed, "2.13", "cpu")
+        assert "TORCHINDUCTOR_CACHE_DIR" not in os.environ and not any(sealed.iterdir())
+        _cache_dir(open_, "2.13", "cpu")
+        assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(open_ / ".inductor-cache" / "2.13-cpu")
+        sealed.chmod(stat.S_IRWXU)
+    finally:
+        os.environ.pop("TORCHINDUCTOR_CACHE_DIR", None)
+        if saved is not None:
+            os.environ["TORCHINDUCTOR_CACHE_DIR"] = saved
