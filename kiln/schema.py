@@ -501,6 +501,13 @@ class Build(Strict):
         description="Chunked prefill size: 0 (off), a power of two below 64, or a multiple of 64.",
     )
     tensor_parallel: int = Field(1, ge=1, le=64, description="GPUs one engine is split across.")
+    compile_mode: Literal["default", "reduce-overhead", "max-autotune"] | None = Field(
+        None,
+        description="torch.compile mode the inductor runtime compiles the decode step with "
+        "(unset: max-autotune on CUDA, default on CPU: the fastest measured to keep fp32 "
+        "greedy tokens identical). The CUDA graph is the runtime's own, so a mode that "
+        "would capture one runs in its no-cudagraphs form. inductor only.",
+    )
     mtp_engines: bool = Field(
         False,
         description="Also build the checkpoint's multi-token-prediction engine into the bundle. "

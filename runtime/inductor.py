@@ -92,7 +92,9 @@ class InductorEngine:
             torch.zeros(shape, dtype=self.dtype, device=self.device)
             for shape in self.program["cache"]
         ]
-        self.mode = _mode(meta.get("compile_mode") or MODES[self.device])
+        # The recipe's build.compile_mode (program.json), else this device's default.
+        chosen = self.program.get("compile_mode") or meta.get("compile_mode")
+        self.mode = _mode(chosen or MODES[self.device])
         # The decode step's inputs and bookkeeping, resident on the device.
         b, n, kw = self.batch, self.length, {"device": self.device, "dtype": torch.long}
         self.ids, self.positions = torch.zeros(b, 1, **kw), torch.zeros(b, 1, **kw)

@@ -303,6 +303,15 @@ def refusals(recipe: Recipe) -> list[Problem]:
         for role in sorted(recipe.companions)
         if role not in used
     ]
+    if recipe.build.compile_mode is not None and recipe.build.backend != "inductor":
+        problems.append(
+            Problem(
+                "build.compile_mode is the inductor runtime's torch.compile mode; the "
+                f"{recipe.build.backend} backend compiles nothing at load",
+                _at("build", "compile_mode"),
+                "remove build.compile_mode, or use build.backend: inductor",
+            )
+        )
     problems += _compiled_quantized(recipe)
     problems += _variant_backend(recipe)
     scored, available = recipe.validation.scored_positions, EVAL_POSITIONS.get(recipe.model.label)

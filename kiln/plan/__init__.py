@@ -285,6 +285,8 @@ def _engine(
         options["prefill_chunk_len"] = build.prefill_chunk_len
         if verify_len:
             options["verify_len"] = verify_len
+        if build.compile_mode is not None:  # unset: the runtime's default, key as before
+            options["compile_mode"] = build.compile_mode
     name = f"engine {at} {build.backend}"
     if build.backend == "onnxruntime" and precision is not None and precision.compute != "fp32":
         options["compute"] = precision.compute

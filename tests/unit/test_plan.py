@@ -210,6 +210,20 @@ def test_inductor_builds_fp8_for_gpus_from_the_quantize_step(tmp_path: Path) -> 
             steps(data, tmp_path, f"r{i}")
 
 
+def test_compile_mode_is_the_inductor_engines_and_absent_unless_set(tmp_path: Path) -> None:
+    data = base()
+    data["build"].update(backend="inductor")
+    plain = steps(data, tmp_path, "a")["engine"]
+    data["build"]["compile_mode"] = "reduce-overhead"
+    chosen = steps(data, tmp_path, "b")["engine"]
+    assert "compile_mode" not in plain.options  # an unset mode keys as before
+    assert chosen.options == {**plain.options, "compile_mode": "reduce-overhead"}
+    assert chosen.key != plain.key
+    data["build"]["backend"] = "onnxruntime"
+    with pytest.raises(KilnError, match="compiles nothing at load"):
+        steps(data, tmp_path, "c")
+
+
 def test_scored_positions_enter_reference_and_validate(tmp_path: Path) -> None:
     data = quantized()
     data["validation"]["scored_positions"] = 256

@@ -71,6 +71,11 @@ class Options(BaseOptions):
     prefill_chunk_len: int = Field(
         ge=0, description="Tokens per prefill program call; 0: token-by-token prefill."
     )
+    compile_mode: str | None = Field(
+        None,
+        pattern="^(default|reduce-overhead|max-autotune)$",
+        description="The decode step's torch.compile mode (program.json); unset: the runtime's.",
+    )
     verify_len: int = Field(
         0,
         ge=0,
@@ -163,6 +168,7 @@ def engine_files(
         ],
         "vocab_size": meta["vocab_size"],
         **({"verify_len": opts.verify_len} if opts.verify_len else {}),
+        **({"compile_mode": opts.compile_mode} if opts.compile_mode else {}),
     }
     files["program.json"] = json.dumps(program_meta, sort_keys=True, indent=1).encode()
     return files, meta, entries
