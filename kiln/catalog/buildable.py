@@ -136,47 +136,23 @@ EVAL_POSITIONS: dict[str, int] = {
 SPECULATIVE_METRICS = frozenset({"speculative_match_rate", "acceptance_rate", "tokens_per_forward"})
 
 
-# What the inductor backend builds from modelopt's calibration: fp8 weights and
-# activations as real fp8 matrix multiplies (torch._scaled_mm, on GPUs of sm89+).
-INDUCTOR_QUANTIZED = ("fp8",)
-
-
 def _compiled_quantized(recipe: Recipe) -> list[Problem]:
-    """The backends that compile the checkpoint and quantized precisions: aoti builds
-    none (torch.export fails on modelopt's fake-quantized models); inductor builds fp8
-    weights for GPU targets, its KV cache in the compute dtype."""
+    """aoti compiles the checkpoint itself and builds no quantized precision
+    (torch.export fails on modelopt's fake-quantized models). The inductor backend's
+    engine step decides for itself: fp8 weights become torch._scaled_mm on GPUs of
+    sm89+, and what it does not build (int8, int4, an fp8 KV cache, fp8 on a CPU)
+    is recorded unsupported-here with the reason."""
     backend, precision = recipe.build.backend, recipe.precision
-    if backend not in ("aoti", "inductor") or not quantized(precision):
+    if backend != "aoti" or not quantized(precision):
         return []
-    if backend == "aoti" or precision.weights not in INDUCTOR_QUANTIZED:
-        return [
-            Problem(
-                f"{backend} does not build {precision.weights} weights: torch.export fails on "
-                "modelopt's fake-quantized models"
-                + (", and inductor builds fp8 only" if backend == "inductor" else ""),
-                _at("precision", "weights"),
-                "build this precision with onnxruntime or tensorrt"
-                + (", or use precision.weights: fp8" if backend == "inductor" else ""),
-            )
-        ]
-    if precision.kv_cache != "auto":
-        return [
-            Problem(
-                "the inductor backend keeps its KV cache in the compute dtype",
-                _at("precision", "kv_cache"),
-                "set precision.kv_cache: auto",
-            )
-        ]
-    if recipe.build.target == "cpu":
-        return [
-            Problem(
-                "inductor's fp8 engine runs torch._scaled_mm, whose fp8 matrix multiplies need "
-                "a GPU of compute capability 8.9 or newer",
-                _at("build", "target"),
-                "set build.target to sm89, sm90, sm100 or sm120",
-            )
-        ]
-    return []
+    return [
+        Problem(
+            f"aoti does not build {precision.weights} weights: torch.export fails on "
+            "modelopt's fake-quantized models",
+            _at("precision", "weights"),
+            "build this precision with onnxruntime, tensorrt or inductor (fp8)",
+        )
+    ]
 
 
 # The variants the inductor backend builds: its runtime verifies drafts through its own

@@ -30,14 +30,15 @@ GPU = "tiny-llama-inductor-h200"
 PROGRAMS = ("decode.pt2", "prefill.pt2")
 NGRAM = "tiny-llama-ngram-inductor"
 NGRAM_GPU = "tiny-llama-ngram-inductor-h200"
-RECIPES = ("tiny-llama", BUILT, CPU_BF16, GPU, NGRAM, NGRAM_GPU)
+INT8 = "tiny-llama-inductor-int8-wo-h200"
+RECIPES = ("tiny-llama", BUILT, CPU_BF16, GPU, NGRAM, NGRAM_GPU, INT8)
 
 
 @pytest.fixture(scope="module")
 def ind(tmp_path_factory: pytest.TempPathFactory, hub: Path) -> World:
     w = make_world(tmp_path_factory.mktemp("inductor"), hub, RECIPES)
     # unsupported is no failure; the ngram recipe shares the fetch and reference steps
-    w.doit("build", f"recipe={BUILT},{GPU},{NGRAM},{NGRAM_GPU}", check=True)
+    w.doit("build", f"recipe={BUILT},{GPU},{NGRAM},{NGRAM_GPU},{INT8}", check=True)
     return w
 
 
@@ -114,6 +115,10 @@ def test_what_this_host_cannot_run_is_unsupported_here_with_the_reason(ind: Worl
     gpu = last(ind, GPU)
     assert gpu["verdict"] == "unsupported-here"
     assert "needs a CUDA device" in gpu["reason"]
+    int8 = last(ind, INT8)  # calibrated, then refused by the engine on any host
+    assert int8["verdict"] == "unsupported-here"
+    assert "builds fp8 weights (torch._scaled_mm) and no other" in int8["reason"]
+    assert "quantize" in [s["kind"] for s in ind.manifest(INT8)["lock"]["steps"]]
     flags = Path("/proc/cpuinfo").read_text()
     if "avx512_bf16" in flags or "amx_bf16" in flags:
         pytest.skip("this CPU has native bf16 arithmetic")

@@ -190,13 +190,22 @@ def _device(request: Request, opts: Options) -> str:
 
     if opts.quantized:
         done = json.loads((request.inputs["quantized"] / "quantize.json").read_text())
-        if done["weights"] != "fp8" or done["kv_cache"] != "auto":
+        if done["weights"] != "fp8":
             raise request.unsupported(
-                f"the inductor backend builds fp8 weights only; {done['weights']} weights "
-                f"(KV cache {done['kv_cache']}) have no engine of it"
+                f"the inductor backend builds fp8 weights (torch._scaled_mm) and no other "
+                f"quantized precision: it has no {done['weights']} matrix multiply; build "
+                f"{done['weights']} with the onnxruntime backend"
+            )
+        if done["kv_cache"] != "auto":
+            raise request.unsupported(
+                "the inductor backend keeps its KV cache in the compute dtype; an fp8 KV "
+                "cache is built by the onnxruntime backend"
             )
         if opts.target == "cpu":
-            raise request.unsupported("fp8 matrix multiplies need a GPU target of sm89+")
+            raise request.unsupported(
+                "fp8 matrix multiplies (torch._scaled_mm) run on the fp8 tensor cores of "
+                "GPUs of sm89+; this recipe targets cpu"
+            )
     if opts.target == "cpu":
         if opts.compute != "fp32":
             flags = _cpu_flags()
