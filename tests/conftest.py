@@ -86,6 +86,27 @@ class World:
         data: dict[str, Any] = json.loads((self.root / "manifests" / f"{name}.json").read_text())
         return data
 
+    def last(self, name: str) -> dict[str, Any]:
+        """The recipe's newest evidence record."""
+        evidence: dict[str, Any] = self.manifest(name)["evidence"][-1]
+        return evidence
+
+    def plan(self, name: str) -> Any:
+        """The recipe's plan on this world's catalog (kiln.plan.Plan)."""
+        from kiln import catalog
+        from kiln.plan import plan
+        from kiln.plan.toolchain import current
+
+        cat = catalog.load(catalog.Paths(self.root))
+        recipe = cat.recipe(name)
+        return plan(name, recipe, cat.prompts[recipe.validation.prompts], current())
+
+    def artifact(self, name: str, kind: str) -> Path:
+        """Where this world's store keeps the recipe's `kind` step output."""
+        from kiln.store import Store
+
+        return Store(self.store).get(self.plan(name).step(kind).key).path
+
 
 def make_world(
     base: Path, hub: Path, recipes: tuple[str, ...] = ("tiny-llama", "tiny-qwen3")

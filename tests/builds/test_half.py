@@ -18,16 +18,10 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
 from conftest import World, heavy, make_world
-
-from kiln import catalog as catalog_mod
-from kiln.plan import plan
-from kiln.plan.toolchain import current
-from kiln.store import Store
 
 pytestmark = heavy
 
@@ -43,20 +37,8 @@ def half(tmp_path_factory: pytest.TempPathFactory, built: World) -> World:
     return w
 
 
-def artifact(w: World, name: str, kind: str) -> Path:
-    cat = catalog_mod.load(catalog_mod.Paths(w.root))
-    recipe = cat.recipe(name)
-    steps = plan(name, recipe, cat.prompts[recipe.validation.prompts], current())
-    return Store(w.store).get(steps.step(kind).key).path
-
-
-def last(w: World, name: str) -> dict[str, Any]:
-    evidence: dict[str, Any] = w.manifest(name)["evidence"][-1]
-    return evidence
-
-
 def test_bf16_is_unsupported_here_with_onnxruntimes_message(half: World) -> None:
-    e = last(half, BF16)
+    e = half.last(BF16)
     assert e["verdict"] == "unsupported-here" and e["metrics"] == {}
     # onnxruntime's NOT_IMPLEMENTED text, which names the op it found no kernel for
     assert (
@@ -68,7 +50,7 @@ def test_bf16_is_unsupported_here_with_onnxruntimes_message(half: World) -> None
 def test_fp16_is_built_where_onnxruntime_computes_it_else_unsupported_with_the_reason(
     half: World,
 ) -> None:
-    e = last(half, FP16)
+    e = half.last(FP16)
     if e["verdict"] == "unsupported-here":
         assert "has no float16 kernel for" in e["reason"] and "MatMul" in e["reason"]
         assert "compute float32, slower than the fp32 engine" in e["reason"]
@@ -76,7 +58,7 @@ def test_fp16_is_built_where_onnxruntime_computes_it_else_unsupported_with_the_r
     # a build of onnxruntime with fp16 kernels: judged by the half-precision gates
     assert e["verdict"] == "pass", e["reason"]
     assert e["metrics"]["scored_positions"] == 512
-    engine = json.loads((artifact(half, FP16, "engine") / "engine.json").read_text())
+    engine = json.loads((half.artifact(FP16, "engine") / "engine.json").read_text())
     assert engine["compute"]["dtype"] == "float16"
     assert "MatMul" not in engine["compute"]["float32_ops"]
 
@@ -88,7 +70,7 @@ def test_the_converted_graph_holds_fp16_weights_and_cache_and_fp32_logits(half: 
     from builders.causal_lm.backends.onnxruntime_half import convert
     from builders.common import graph
 
-    model = convert(graph.load(artifact(half, FP16, "onnx") / "model.onnx"), "fp16")
+    model = convert(graph.load(half.artifact(FP16, "onnx") / "model.onnx"), "fp16")
     io = {v.name: v.type.tensor_type.elem_type for v in (*model.graph.input, *model.graph.output)}
     assert io["logits"] == FLOAT
     caches = {n: t for n, t in io.items() if n.startswith(("past.", "present."))}
@@ -115,8 +97,8 @@ def test_the_runtime_feeds_the_cache_in_the_dtype_io_json_names(
     from builders.common import graph
 
     bundle = tmp_path / "bundle"
-    shutil.copytree(artifact(half, "tiny-llama", "bundle"), bundle)
-    model = convert(graph.load(artifact(half, FP16, "onnx") / "model.onnx"), "fp16")
+    shutil.copytree(half.artifact("tiny-llama", "bundle"), bundle)
+    model = convert(graph.load(half.artifact(FP16, "onnx") / "model.onnx"), "fp16")
     graph.save(model, bundle / "fp16.onnx")
     meta = json.loads((bundle / "bundle.json").read_text())
     meta["engines"]["main"]["file"] = "fp16.onnx"
@@ -126,7 +108,7 @@ def test_the_runtime_feeds_the_cache_in_the_dtype_io_json_names(
     (bundle / "bundle.json").write_text(json.dumps(meta))
     opened = runtime.open(bundle)
     assert {c.dtype for c in opened._empty_cache(2)} == {np.dtype("float16")}
-    reference = json.loads((artifact(half, FP16, "reference") / "reference.json").read_text())
+    reference = json.loads((half.artifact(FP16, "reference") / "reference.json").read_text())
     records = reference["records"][:2]
     out = opened.generate([r["prompt_ids"] for r in records], 16)
     assert [t[:16] for t in out.tokens] == [r["tokens"][:16] for r in records]

@@ -34,11 +34,6 @@ import numpy as np
 import pytest
 from conftest import World, heavy, make_world
 
-from kiln import catalog as catalog_mod
-from kiln.plan import plan
-from kiln.plan.toolchain import current
-from kiln.store import Store
-
 pytestmark = heavy
 
 RECIPES = {"tiny-llama-int8-wo": 8, "tiny-llama-int4-awq": 4}  # recipe -> bits
@@ -53,13 +48,6 @@ def wo(tmp_path_factory: pytest.TempPathFactory, hub: Path) -> World:
     return w
 
 
-def artifact(w: World, name: str, kind: str) -> Path:
-    cat = catalog_mod.load(catalog_mod.Paths(w.root))
-    recipe = cat.recipe(name)
-    step = plan(name, recipe, cat.prompts[recipe.validation.prompts], current()).step(kind)
-    return Store(w.store).get(step.key).path
-
-
 def gamma(m: int) -> float:
     return m * U / (1 - m * U)
 
@@ -68,11 +56,11 @@ def ids_of(w: World, name: str) -> list[int]:
     import runtime
     from builders.causal_lm._text import TEXT
 
-    return runtime.open(artifact(w, name, "bundle")).encode(TEXT.read_text())[:96]
+    return runtime.open(w.artifact(name, "bundle")).encode(TEXT.read_text())[:96]
 
 
 def feeds(w: World, name: str, ids: list[int]) -> dict[str, Any]:
-    io = json.loads((artifact(w, name, "onnx") / "io.json").read_text())
+    io = json.loads((w.artifact(name, "onnx") / "io.json").read_text())
     out: dict[str, Any] = {
         "input_ids": np.array([ids]),
         "attention_mask": np.ones((1, len(ids)), np.int64),
@@ -86,8 +74,8 @@ def feeds(w: World, name: str, ids: list[int]) -> dict[str, Any]:
 def fake_quant_model(w: World, name: str) -> Any:
     from builders.common.hf import load_causal_lm, restore_quantized
 
-    checkpoint = artifact(w, name, "fetch") / "checkpoint"
-    return restore_quantized(load_causal_lm(checkpoint), artifact(w, name, "quantize")).eval()
+    checkpoint = w.artifact(name, "fetch") / "checkpoint"
+    return restore_quantized(load_causal_lm(checkpoint), w.artifact(name, "quantize")).eval()
 
 
 def fake_weights(model: Any) -> dict[str, Any]:
@@ -162,10 +150,10 @@ def test_weight_only_graphs_run_matmulnbits_and_no_dequantize_before_a_matmul(
     import onnx
 
     bits = RECIPES[name]
-    io = json.loads((artifact(wo, name, "onnx") / "io.json").read_text())
+    io = json.loads((wo.artifact(name, "onnx") / "io.json").read_text())
     assert io["nbits"]["matmul_nbits"] == LINEARS and io["nbits"]["kept_dq"] == {}
     for kind, file in (("onnx", "model.onnx"), ("engine", "engine.onnx")):
-        model = onnx.load(str(artifact(wo, name, kind) / file))
+        model = onnx.load(str(wo.artifact(name, kind) / file))
         nodes = nbits_nodes(model)
         assert len(nodes) == LINEARS, (kind, len(nodes))
         assert dq_fed_matmuls(model) == [], kind
@@ -228,7 +216,7 @@ def test_each_matmulnbits_computes_modelopts_weights_within_the_rule(
 ) -> None:
     import onnx
 
-    model = onnx.load(str(artifact(wo, name, "onnx") / "model.onnx"))
+    model = onnx.load(str(wo.artifact(name, "onnx") / "model.onnx"))
     for node in nbits_nodes(model):
         for a in node.attribute:
             if a.name == "accuracy_level":
@@ -252,7 +240,7 @@ def test_fp32_level_logits_equal_the_fake_quant_model(wo: World, name: str) -> N
     import onnxruntime as ort
     import torch
 
-    model = onnx.load(str(artifact(wo, name, "onnx") / "model.onnx"))
+    model = onnx.load(str(wo.artifact(name, "onnx") / "model.onnx"))
     for node in nbits_nodes(model):
         for a in node.attribute:
             if a.name == "accuracy_level":
@@ -386,7 +374,7 @@ def test_quantize_lm_head_rounds_the_fp32_lm_head_to_nearest_within_the_rule(
     from builders.common import graph
 
     bits = RECIPES[name]
-    model = graph.load(artifact(wo, name, "onnx") / "model.onnx")
+    model = graph.load(wo.artifact(name, "onnx") / "model.onnx")
     head = next(n for n in model.graph.node if "logits" in n.output)
     assert head.op_type == "MatMul"  # what modelopt left
     consts = {t.name: onnx.numpy_helper.to_array(t) for t in model.graph.initializer}

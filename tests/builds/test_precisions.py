@@ -19,12 +19,6 @@ import numpy as np
 import pytest
 from conftest import World, heavy, make_world
 
-from kiln import catalog as catalog_mod
-from kiln.plan import plan
-from kiln.plan.step import Plan
-from kiln.plan.toolchain import current
-from kiln.store import Store
-
 pytestmark = heavy
 
 QUANTIZED = ("tiny-llama-int8-sq", "tiny-llama-fp8", "tiny-llama-int4-awq", "tiny-qwen3-fp8")
@@ -47,24 +41,9 @@ def prec(tmp_path_factory: pytest.TempPathFactory, hub: Path) -> World:
     return w
 
 
-def plan_of(w: World, name: str) -> Plan:
-    cat = catalog_mod.load(catalog_mod.Paths(w.root))
-    recipe = cat.recipe(name)
-    return plan(name, recipe, cat.prompts[recipe.validation.prompts], current())
-
-
-def artifact(w: World, name: str, kind: str) -> Path:
-    return Store(w.store).get(plan_of(w, name).step(kind).key).path
-
-
-def last(w: World, name: str) -> dict[str, Any]:
-    evidence: dict[str, Any] = w.manifest(name)["evidence"][-1]
-    return evidence
-
-
 @pytest.mark.parametrize("name", QUANTIZED)
 def test_quantized_recipes_are_judged_on_numbers_with_a_sample_size(prec: World, name: str) -> None:
-    e = last(prec, name)
+    e = prec.last(name)
     assert e["verdict"] == "pass", e["reason"]
     assert e["metrics"]["scored_positions"] == 512
     stats = [g for g in e["gates"] if g["n"] is not None]
@@ -81,9 +60,9 @@ def fake_quant_logits(w: World, name: str, ids: list[int]) -> tuple[Any, Any]:
 
     from builders.common.hf import load_causal_lm, restore_quantized
 
-    checkpoint = artifact(w, name, "fetch") / "checkpoint"
+    checkpoint = w.artifact(name, "fetch") / "checkpoint"
     fp32 = load_causal_lm(checkpoint)
-    fake = restore_quantized(load_causal_lm(checkpoint), artifact(w, name, "quantize"))
+    fake = restore_quantized(load_causal_lm(checkpoint), w.artifact(name, "quantize"))
     with torch.no_grad():
         x = torch.tensor([ids])
         return fake(x).logits[0].numpy(), fp32(x).logits[0].numpy()
@@ -94,7 +73,7 @@ def test_the_onnxruntime_graph_computes_modelopts_fake_quant_model(prec: World, 
     import runtime
     from builders.causal_lm._text import TEXT
 
-    bundle = runtime.open(artifact(prec, name, "bundle"))
+    bundle = runtime.open(prec.artifact(name, "bundle"))
     ids = bundle.encode(TEXT.read_text())[:96]
     fake, fp32 = fake_quant_logits(prec, name, ids)
     ours = bundle.logits(ids)
@@ -143,8 +122,8 @@ def test_the_inductor_fp8_program_computes_modelopts_fake_quant_model(prec: Worl
 
     name = "tiny-llama-fp8"
     inputs = {
-        "checkpoint": artifact(prec, name, "fetch"),
-        "quantized": artifact(prec, name, "quantize"),
+        "checkpoint": prec.artifact(name, "fetch"),
+        "quantized": prec.artifact(name, "quantize"),
     }
     options = {
         "task": "text-generation", "backend": "inductor", "max_batch_size": 1,
@@ -190,7 +169,7 @@ def test_standard_graphs_hold_no_tensorrt_ops_and_store_quantized_weights(prec: 
         "tiny-llama-int4-awq": onnx.TensorProto.UINT8,
     }
     for name, dtype in expected.items():
-        model = onnx.load(str(artifact(prec, name, "onnx") / "model.onnx"))
+        model = onnx.load(str(prec.artifact(name, "onnx") / "model.onnx"))
         assert not [n for n in model.graph.node if n.domain == "trt"], name
         assert sum(t.data_type == dtype for t in model.graph.initializer) >= 14, name
         opset = {o.domain: o.version for o in model.opset_import}[""]
@@ -216,7 +195,7 @@ def test_quantized_engines_keep_quantized_weights_and_are_smaller_than_fp32(
     import onnx
 
     def engine_file(w: World, recipe: str) -> Path:
-        return artifact(w, recipe, "bundle") / "engine.onnx"
+        return w.artifact(recipe, "bundle") / "engine.onnx"
 
     model = onnx.load(str(engine_file(prec, name)))
     stored = [
@@ -251,19 +230,19 @@ def test_quantized_engines_keep_quantized_weights_and_are_smaller_than_fp32(
 def test_tensorrt_recipe_keeps_modelopts_ops_and_ends_unsupported_here(prec: World) -> None:
     import onnx
 
-    graph = onnx.load(str(artifact(prec, "tiny-llama-fp8-tensorrt", "onnx") / "model.onnx"))
+    graph = onnx.load(str(prec.artifact("tiny-llama-fp8-tensorrt", "onnx") / "model.onnx"))
     assert {n.op_type for n in graph.graph.node if n.domain == "trt"} == {
         "TRT_FP8QuantizeLinear",
         "TRT_FP8DequantizeLinear",
     }
-    e = last(prec, "tiny-llama-fp8-tensorrt")
+    e = prec.last("tiny-llama-fp8-tensorrt")
     assert e["verdict"] == "unsupported-here" and "import tensorrt" in e["reason"]
     assert e["metrics"] == {} and e["gates"] == []
     assert e["backend"]["name"] == "tensorrt" and e["backend"]["device"] == "sm90"
     from kiln.store.unsupported import marker_of
 
     for kind in ("engine", "bundle", "validate"):  # a marker with the reason, nothing else
-        folder = artifact(prec, "tiny-llama-fp8-tensorrt", kind)
+        folder = prec.artifact("tiny-llama-fp8-tensorrt", kind)
         assert "import tensorrt" in marker_of(folder)["reason"]  # type: ignore[index]
         assert not [f for f in folder.iterdir() if f.suffix in (".plan", ".onnx", ".pt2")]
     # building again executes nothing (the markers are in the store) and records it once
@@ -273,7 +252,7 @@ def test_tensorrt_recipe_keeps_modelopts_ops_and_ends_unsupported_here(prec: Wor
 
 
 def test_nvfp4_on_a_cpu_host_is_unsupported_here_with_modelopts_reason(prec: World) -> None:
-    e = last(prec, "tiny-llama-nvfp4")
+    e = prec.last("tiny-llama-nvfp4")
     assert e["verdict"] == "unsupported-here"
     assert "needs a CUDA device" in e["reason"] and "amax must be a CUDA tensor" in e["reason"]
     assert e["host"]["gpu"] is None
@@ -292,13 +271,13 @@ def test_aoti_bundle_runs_the_compiled_package_and_matches_the_reference(prec: W
     import runtime
     from runtime.backends import AotiEngine
 
-    e = last(prec, "tiny-llama-aoti")
+    e = prec.last("tiny-llama-aoti")
     assert e["verdict"] == "pass", e["reason"]
     assert e["backend"]["name"] == "aoti" and e["metrics"]["token_match_rate"] == 1.0
-    bundle = runtime.open(artifact(prec, "tiny-llama-aoti", "bundle"))
+    bundle = runtime.open(prec.artifact("tiny-llama-aoti", "bundle"))
     assert isinstance(bundle.session, AotiEngine)
     reference = json.loads(
-        (artifact(prec, "tiny-llama-aoti", "reference") / "reference.json").read_text()
+        (prec.artifact("tiny-llama-aoti", "reference") / "reference.json").read_text()
     )
     record = reference["records"][0]
     out = bundle.generate([record["prompt_ids"]], len(record["tokens"]))
