@@ -136,6 +136,34 @@ EVAL_POSITIONS: dict[str, int] = {
 SPECULATIVE_METRICS = frozenset({"speculative_match_rate", "acceptance_rate", "tokens_per_forward"})
 
 
+def _half_compute(recipe: Recipe) -> list[Problem]:
+    """precision.compute fp16|bf16: the HALF_COMPUTE backends only, and on onnxruntime
+    only over fp32 weights and KV cache (it casts the checkpoint's weights once)."""
+    compute, backend = recipe.precision.compute, recipe.build.backend
+    if compute == "fp32":
+        return []
+    if backend not in HALF_COMPUTE:
+        return [
+            Problem(
+                f"{compute!r} is built by the {' and '.join(HALF_COMPUTE)} backends only",
+                _at("precision", "compute"),
+                f"use build.backend {HALF_COMPUTE[0]} or {HALF_COMPUTE[1]}, or "
+                "precision.compute: fp32",
+            )
+        ]
+    if backend == "onnxruntime" and quantized(recipe.precision):
+        return [
+            Problem(
+                f"compute {compute} on onnxruntime casts the checkpoint's fp32 weights once; "
+                "quantized weights or KV cache keep fp32 arithmetic around their Q/DQ ops",
+                _at("precision", "compute"),
+                "use precision.weights: fp32 and kv_cache: auto with this compute, or "
+                "precision.compute: fp32",
+            )
+        ]
+    return []
+
+
 def _compiled_quantized(recipe: Recipe) -> list[Problem]:
     """aoti compiles the checkpoint itself and builds no quantized precision
     (torch.export fails on modelopt's fake-quantized models). The inductor backend's
@@ -225,27 +253,7 @@ def refusals(recipe: Recipe) -> list[Problem]:
                 )
             )
     compute = recipe.precision.compute
-    if compute != "fp32" and recipe.build.backend not in HALF_COMPUTE:
-        problems.append(
-            Problem(
-                f"{compute!r} is built by the {' and '.join(HALF_COMPUTE)} backends only",
-                _at("precision", "compute"),
-                f"use build.backend {HALF_COMPUTE[0]} or {HALF_COMPUTE[1]}, or "
-                "precision.compute: fp32",
-            )
-        )
-    elif (
-        compute != "fp32" and recipe.build.backend == "onnxruntime" and quantized(recipe.precision)
-    ):
-        problems.append(
-            Problem(
-                f"compute {compute} on onnxruntime casts the checkpoint's fp32 weights once; "
-                "quantized weights or KV cache keep fp32 arithmetic around their Q/DQ ops",
-                _at("precision", "compute"),
-                "use precision.weights: fp32 and kv_cache: auto with this compute, or "
-                "precision.compute: fp32",
-            )
-        )
+    problems += _half_compute(recipe)
     chunk = recipe.build.prefill_chunk_len
     if chunk and recipe.build.backend not in CHUNKED_PREFILL:
         problems.append(

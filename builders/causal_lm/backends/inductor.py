@@ -284,9 +284,8 @@ def _fused_classes() -> tuple[Any, Any]:
     import torch
 
     class Fused(torch.nn.Module):
-        """One linear layer over its parts' concatenated weights; its last output is
-        kept for the input it was computed from, so each part's slice of one input
-        costs one matmul in all."""
+        """One linear layer over its parts' concatenated weights (each part a Slice of
+        its output)."""
 
         def __init__(self, layers: list[Any]) -> None:
             super().__init__()
@@ -298,19 +297,14 @@ def _fused_classes() -> tuple[Any, Any]:
                     torch.cat([x.bias.detach() for x in layers]), requires_grad=False
                 )
             self.bias = bias
-            self.last: tuple[Any, Any] | None = None
-
-        def output(self, x: Any) -> Any:
-            # `is`: the very tensor object, so a different input always recomputes.
-            if self.last is None or self.last[0] is not x:
-                self.last = (x, self.forward(x))
-            return self.last[1]
 
         def forward(self, x: Any) -> Any:
             return torch.nn.functional.linear(x, self.weight, self.bias)
 
     class Slice(torch.nn.Module):
-        """A part of a Fused layer: its columns of the fused output."""
+        """A part of a fused layer (Fused, or a fused Fp8Linear): its columns of the fused
+        output. The layer's last output is kept on it for the input it was computed
+        from, so the parts' slices of one input cost one matmul in all."""
 
         def __init__(self, fused: Any, start: int, stop: int) -> None:
             super().__init__()
@@ -318,7 +312,11 @@ def _fused_classes() -> tuple[Any, Any]:
             self.start, self.stop = start, stop
 
         def forward(self, x: Any) -> Any:
-            return self.fused.output(x)[..., self.start : self.stop]
+            fused = self.fused
+            last = getattr(fused, "last", None)
+            if last is None or last[0] is not x:  # `is`: the very tensor object
+                last = fused.last = (x, fused(x))
+            return last[1][..., self.start : self.stop]
 
     return Fused, Slice
 
@@ -434,7 +432,6 @@ def _fp8_class() -> Any:
             rows = weight.shape[0]
             self.row_amax = weight_amax if isinstance(weight_amax, list) else [weight_amax] * rows
             self.input_amax = input_amax
-            self.last: tuple[Any, Any] | None = None
 
         @classmethod
         def fuse(cls, layers: list[Any]) -> Any:
@@ -461,11 +458,6 @@ def _fp8_class() -> Any:
                 torch.tensor(x_scale, dtype=torch.float32, device=device), False
             )
             object.__setattr__(self, "master", None)
-
-        def output(self, x: Any) -> Any:  # as Fused.output: one product per input
-            if self.last is None or self.last[0] is not x:
-                self.last = (x, self.forward(x))
-            return self.last[1]
 
         def forward(self, x: Any) -> Any:
             master = object.__getattribute__(self, "master")

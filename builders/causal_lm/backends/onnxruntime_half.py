@@ -234,18 +234,15 @@ def _message(exc: Exception) -> str:
 
 
 def _feeds(io: dict[str, Any], batch: int, dtype: str) -> dict[str, Any]:
-    """A prefill of 4 tokens at `batch` rows with an empty cache in `dtype`, as the
-    runtime feeds it (runtime/causal_lm.py makes its caches in io.json's dtype)."""
+    """The fp32 engine's smoke feeds (onnxruntime._feeds), the empty cache in `dtype`,
+    as the runtime makes it (runtime/causal_lm.py: io.json's kv_cache dtype)."""
     import ml_dtypes
     import numpy as np
 
+    from builders.causal_lm.backends.onnxruntime import _feeds as fp32_feeds
+
     element = ml_dtypes.bfloat16 if dtype == "bfloat16" else np.dtype(dtype)
-    feeds = {
-        "input_ids": np.zeros((batch, 4), np.int64),
-        "attention_mask": np.ones((batch, 4), np.int64),
-        "position_ids": np.tile(np.arange(4, dtype=np.int64), (batch, 1)),
-    }
-    for entry in io["kv_cache"]["entries"]:  # shapes observed at export (causal_lm/_cache.py)
-        shape = [{"batch": batch, "seq": 0}.get(d, d) for d in entry["shape"]]
-        feeds[entry["past"]] = np.zeros(shape, element)
+    feeds = fp32_feeds(io, batch)
+    for entry in io["kv_cache"]["entries"]:
+        feeds[entry["past"]] = feeds[entry["past"]].astype(element)
     return feeds
