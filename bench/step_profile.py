@@ -79,6 +79,7 @@ def kiln(bundle_dir: Path, threads: int, steps: int, work: Path) -> str:
         str(bundle_dir / engine["file"]), so, providers=[engine["provider"]]
     )
     bundle.session.session = session  # type: ignore[attr-defined]
+    bundle.session.short = 0  # type: ignore[attr-defined]  # every forward on this session
     ids = bundle.encode_chat(PROMPT)
     bundle.generate([ids], steps + 1, NoEos(eos=frozenset(bundle.eos)))
     return breakdown(Path(session.end_profiling()), f"kiln bundle {bundle_dir.name[:12]}")

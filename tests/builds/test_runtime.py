@@ -4,6 +4,8 @@ nothing, and sampling that follows its distribution."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -79,6 +81,45 @@ def test_seeded_sampling_repeats_and_top_k_1_is_greedy(bundle: Bundle) -> None:
     greedy = bundle.generate(ids, 16).tokens
     assert bundle.generate(ids, 16, Sampler(temperature=0.7, top_k=1, seed=3)).tokens == greedy
     assert bundle.generate(ids, 16, Sampler(temperature=1.0, top_p=1e-9, seed=3)).tokens == greedy
+
+
+@heavy
+def test_a_small_bundle_runs_few_token_forwards_on_one_thread(
+    bundle: Bundle, tmp_path: Path
+) -> None:
+    """runtime/backends.py SHORT_WORK: a decode step of the tiny model runs on a second,
+    one-thread session, a long prefill on the caller's pool; the tokens are those of a
+    one-thread bundle, and a bundle of 64 MiB or more never opens the second session."""
+    from runtime.backends import SHORT_WORK, engine_bytes
+
+    pooled = runtime.open(bundle.path, 2, expect=Bundle)
+    one = runtime.open(bundle.path, 1, expect=Bundle)
+    engine: Any = pooled.session
+    assert engine.threads == 2 and engine.short == SHORT_WORK // engine_bytes(bundle.path)
+    assert 16 < engine.short < 400 and engine.narrow is None
+    assert one.session.short == 0  # type: ignore[attr-defined]  # one thread already: no second session
+    long = list(range(3, 3 + engine.short))  # a prefill at the cut: the pool
+    pooled.max_seq_len = one.max_seq_len = len(long)  # the graph takes any length
+    pooled_long = pooled.logits(long)
+    assert engine.narrow is None
+    pooled_short = pooled.logits(long[:8])  # fewer tokens: the one-thread session
+    assert engine.narrow is not None
+    assert np.abs(pooled_long - one.logits(long)).max() < 1e-5
+    assert np.abs(pooled_short - one.logits(long[:8])).max() < 1e-5
+    ids = [bundle.encode(p) for p in PROMPTS]
+    assert pooled.generate(ids, 12).tokens == one.generate(ids, 12).tokens
+
+    big = tmp_path / "big"
+    big.mkdir()
+    for f in bundle.path.iterdir():
+        (big / f.name).symlink_to(f)
+    with open(big / "padding.data", "wb") as pad:  # sparse: st_size counts, no disk used
+        pad.truncate(SHORT_WORK)
+    large = runtime.open(big, 2, expect=Bundle)
+    big_engine: Any = large.session
+    assert big_engine.short == 0
+    large.generate(ids, 4)
+    assert big_engine.narrow is None
 
 
 @heavy
