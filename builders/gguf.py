@@ -76,9 +76,13 @@ def build(request: Request, writer: Writer) -> None:
     state = gguf_model.state_dict()
     del gguf_model
     plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    result = plain.load_state_dict(state, strict=True)
-    if result.missing_keys or result.unexpected_keys:  # strict raises first; kept for clarity
-        raise request.error(f"{name}: state dict does not match its config", "kiln bug")
+    try:  # strict: a missing or unexpected tensor raises
+        plain.load_state_dict(state, strict=True)
+    except RuntimeError as exc:
+        raise request.error(
+            f"{name}: transformers' GGUF model does not match its own config: {exc}",
+            "this is a kiln or transformers bug; please report it with the GGUF's name",
+        ) from None
     out = writer.path("checkpoint/config.json").parent
     plain.save_pretrained(out, safe_serialization=True)
     tokenizer.save_pretrained(out)

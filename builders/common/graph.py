@@ -15,6 +15,7 @@ dynamic axes' names).
 from __future__ import annotations
 
 import contextlib
+import logging
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -147,12 +148,19 @@ def share_shapes(model: Any) -> tuple[int, str | None]:
     if any(a.type in nested for n in graph.node for a in n.attribute):
         return 0, "the graph has subgraphs (If, Loop, Scan)"
     # When incomplete it saves the model to ./sym_shape_infer_temp.onnx and raises a
-    # bare Exception: the working directory is a scratch one for the call
+    # bare Exception: the working directory is a scratch one for the call. Where it
+    # cannot finish (the MoE exports) it also logs "unsupported broadcast" warnings,
+    # which the returned reason replaces.
+    quiet = logging.getLogger(SymbolicShapeInference.__module__)
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)
     with tempfile.TemporaryDirectory() as scratch, contextlib.chdir(scratch):
         try:
             inferred = SymbolicShapeInference.infer_shapes(_without_weights(model))
         except Exception as exc:
             return 0, f"symbolic shape inference: {type(exc).__name__}: {exc}"
+        finally:
+            quiet.setLevel(level)
     shapes = {
         v.name: _dims(v)
         for v in [*inferred.graph.value_info, *inferred.graph.input, *inferred.graph.output]
