@@ -3,6 +3,7 @@
     PYTHONPATH=$PWD .venv/bin/python bench/runtime_features.py prefix  [--recipe tiny-llama]
     PYTHONPATH=$PWD .venv/bin/python bench/runtime_features.py chunked [--recipe tiny-llama]
     PYTHONPATH=$PWD .venv/bin/python bench/runtime_features.py guided  [--recipe tiny-llama]
+    PYTHONPATH=$PWD .venv/bin/python bench/runtime_features.py decode  [--recipe tiny-llama]
 
 prefix   time to first token of a request whose first 256 tokens an earlier request
          fed (a system prompt) plus 16 of its own, with the prefix cache
@@ -17,6 +18,12 @@ chunked  time to first token and peak RSS for one 1,024-token prompt, fed in one
 guided   tokens/s of greedy decoding with and without a JSON-schema constraint
          (runtime/guided.py), over the prompts of prompts/default.yaml: each prompt
          decodes its JSON, then as many tokens unconstrained (EOS off), alternately.
+decode   greedy decode tokens/s over the prompts of prompts/default.yaml (EOS off, so
+         every prompt decodes --new-tokens), three ways, interleaved per prompt: the
+         default (the caller's pool for long forwards, few-token forwards on the
+         one-thread session runtime/backends.py opens below SHORT_WORK), every forward
+         on the pool (`session.short = 0`: the runtime before that rule), and a bundle
+         opened at one thread. --threads sets the pool (default: the runtime's own).
 
 The tiny bundles' bundle.json allows 256 tokens (the recipe's build.max_seq_len, which
 the model's 512 positions cap). The graph takes any length, so `prefix` and `chunked`
@@ -243,19 +250,66 @@ def guided(args: argparse.Namespace) -> None:
     )
 
 
+def decode(args: argparse.Namespace) -> None:
+    import yaml
+
+    import runtime
+
+    texts = yaml.safe_load((ROOT / "prompts" / "default.yaml").read_text())["prompts"]
+    path = Path(args.bundle) if args.bundle else bundle_path(args.recipe)
+    ways = {
+        "default": runtime.open(path, args.threads or None, expect=runtime.Bundle),
+        "pool only": runtime.open(path, args.threads or None, expect=runtime.Bundle),
+        "1 thread": runtime.open(path, 1, expect=runtime.Bundle),
+    }
+    ways["pool only"].session.short = 0  # every forward on the caller's pool
+    pool = ways["default"].session.threads
+    short = ways["default"].session.short
+    prompts = [ways["default"].encode(t) for t in texts]
+    for bundle in ways.values():
+        bundle.eos = set()  # every prompt decodes --new-tokens tokens
+        bundle.generate([prompts[0]], 8)  # warm-up: onnxruntime's first runs allocate
+    rates: dict[str, list[float]] = {name: [] for name in ways}
+    tokens: dict[str, list[list[int]]] = {name: [] for name in ways}
+    for _ in range(args.rounds):
+        for ids in prompts:
+            for name, bundle in ways.items():
+                out = bundle.generate([ids], args.new_tokens)
+                decode_s = out.seconds - out.first_token_seconds
+                rates[name].append((len(out.tokens[0]) - 1) / decode_s)
+                tokens[name].append(out.tokens[0])
+    print(
+        f"greedy decode, {args.recipe}: {len(prompts)} prompts x {args.rounds} rounds, "
+        f"{args.new_tokens} new tokens, EOS off; pool {pool} threads, "
+        f"one-thread forwards below {short} tokens"
+    )
+    base = statistics.median(rates["pool only"])
+    for name, got in rates.items():
+        rate = statistics.median(got)
+        print(
+            f"  {name:9}: median {rate:8.1f} tokens/s after the first token "
+            f"({rate / base:.2f}x pool only; range {min(got):.0f}-{max(got):.0f})"
+        )
+    same = tokens["default"] == tokens["pool only"] == tokens["1 thread"]
+    print(f"  tokens identical across the three: {same}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("what", choices=["prefix", "chunked", "chunked-one", "guided"])
+    parser.add_argument("what", choices=["prefix", "chunked", "chunked-one", "guided", "decode"])
     parser.add_argument("--recipe", default="tiny-llama")
     parser.add_argument(
         "--bundle", default="", help="a bundle folder to run instead of the recipe's planned one"
     )
     parser.add_argument("--threads", type=int, default=0)
     parser.add_argument(
-        "--rounds", type=int, default=0, help="default: 20 prefix, 3 chunked, 2 guided"
+        "--rounds", type=int, default=0, help="default: 20 prefix, 3 chunked/decode, 2 guided"
     )
     parser.add_argument(
-        "--new-tokens", type=int, default=0, help="default: 8 prefix/chunked, 200 guided"
+        "--new-tokens",
+        type=int,
+        default=0,
+        help="default: 8 prefix/chunked, 200 guided, 128 decode",
     )
     parser.add_argument(
         "--max-seq-len", type=int, default=0, help="default: 1100 (0: bundle.json's)"
@@ -264,13 +318,13 @@ def main() -> None:
     parser.add_argument("--chunk", type=int, default=0)
     args = parser.parse_args()
     args.rounds = args.rounds or {"prefix": 20, "guided": 2}.get(args.what, 3)
-    args.new_tokens = args.new_tokens or (200 if args.what == "guided" else 8)
+    args.new_tokens = args.new_tokens or {"guided": 200, "decode": 128}.get(args.what, 8)
     print(
         f"load average {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} on {os.cpu_count()} cores"
     )
-    {"prefix": prefix, "chunked": chunked, "chunked-one": chunked_one, "guided": guided}[args.what](
-        args
-    )
+    modes = {"prefix": prefix, "chunked": chunked, "chunked-one": chunked_one, "guided": guided}
+    modes["decode"] = decode
+    modes[args.what](args)
 
 
 if __name__ == "__main__":

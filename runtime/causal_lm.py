@@ -30,17 +30,33 @@ TASK = TEXT_GENERATION
 # guaranteed to be a cold run's (the SmolLM2 fp8 record's prefix-reuse check generated
 # other tokens than its cold run).
 ACTIVATION_QUANTIZED = frozenset({"int8-sq", "fp8", "w4a8-awq", "nvfp4"})
+# Weight-only precisions, whose onnxruntime engines run MatMulNBits at accuracy_level 4
+# (builders/causal_lm/_nbits.py): the kernel quantizes activations to int8 at run time,
+# and on an AVX-512 host its one-row and many-row paths round differently (the SmolLM2
+# int8-wo record's prefix_reuse check generated other tokens than its cold run, while
+# its chunked prefill was exact). Other backends dequantize the weights and are exact.
+RUNTIME_QUANTIZED = frozenset({"int8-wo", "int4-awq"})
 
 
 def prefix_reuse_refusal(meta: dict[str, Any]) -> str | None:
     """Why resuming a bundle's KV cache would not give a cold run's tokens, read from
-    its bundle.json's precision; None where it does (fp32 and weight-only bundles)."""
+    its bundle.json's precision and main engine's backend (onnxruntime where it names
+    none); None where it does (fp32 and half-precision bundles, weight-only ones on a
+    backend that dequantizes)."""
     precision = meta.get("precision") or {}
     weights, kv = precision.get("weights", "fp32"), precision.get("kv_cache", "auto")
+    backend = ((meta.get("engines") or {}).get("main") or {}).get("backend", "onnxruntime")
     if weights in ACTIVATION_QUANTIZED:
         return (
             f"this bundle's {weights} precision quantizes activations with static scales: "
             "a prefill resumed from a cached prefix is not guaranteed a cold run's tokens"
+        )
+    if weights in RUNTIME_QUANTIZED and backend == "onnxruntime":
+        return (
+            f"this bundle's {weights} engine quantizes activations to int8 at run time "
+            "(MatMulNBits accuracy_level 4), and its one-token and many-token forwards "
+            "round differently: a prefill resumed from a cached prefix is not guaranteed "
+            "a cold run's tokens"
         )
     if kv != "auto":
         return (

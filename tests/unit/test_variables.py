@@ -128,16 +128,22 @@ def test_chat_reuses_its_prefix_only_where_that_gives_a_cold_runs_tokens() -> No
 
     from kiln.commands.run import reuses_exactly
 
-    for weights, kv, exact in [
-        ("fp32", "auto", True),
-        ("int8-wo", "auto", True),
-        ("int4-awq", "auto", True),
-        ("fp8", "auto", False),
-        ("int8-sq", "auto", False),
-        ("w4a8-awq", "auto", False),
-        ("fp32", "fp8", False),
+    for weights, kv, backend, exact in [
+        ("fp32", "auto", "onnxruntime", True),
+        ("bf16", "auto", "inductor", True),
+        ("int8-wo", "auto", "onnxruntime", False),
+        ("int4-awq", "auto", "onnxruntime", False),
+        ("int8-wo", "auto", "inductor", True),
+        ("fp8", "auto", "onnxruntime", False),
+        ("int8-sq", "auto", "onnxruntime", False),
+        ("w4a8-awq", "auto", "onnxruntime", False),
+        ("fp32", "fp8", "onnxruntime", False),
     ]:
-        assert reuses_exactly({"precision": {"weights": weights, "kv_cache": kv}}) is exact
+        meta = {
+            "precision": {"weights": weights, "kv_cache": kv},
+            "engines": {"main": {"backend": backend}},
+        }
+        assert reuses_exactly(meta) is exact, (weights, kv, backend)
     from conftest import ROOT
 
     from kiln import catalog
@@ -146,8 +152,12 @@ def test_chat_reuses_its_prefix_only_where_that_gives_a_cold_runs_tokens() -> No
     for path in sorted((ROOT / "manifests").glob("*.json")):
         record = json.loads(path.read_text())["evidence"][-1]
         proof = (record.get("features") or {}).get("prefix_reuse")
-        precision = cat.recipe(path.stem).precision.model_dump()
+        recipe = cat.recipe(path.stem)
+        meta = {
+            "precision": recipe.precision.model_dump(),
+            "engines": {"main": {"backend": recipe.build.backend}},
+        }
         if proof and not proof["proved"]:
-            assert not reuses_exactly({"precision": precision}), path.stem
-        if not reuses_exactly({"precision": precision}):  # refused: not tried, not failed
+            assert not reuses_exactly(meta), path.stem
+        if not reuses_exactly(meta):  # refused: not tried, not failed
             assert proof is None, (path.stem, proof)
