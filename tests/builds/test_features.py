@@ -351,6 +351,7 @@ class Recording:
         ({"weights": "fp8", "kv_cache": "auto", "compute": "fp32"}, "fp8 precision quantizes"),
         ({"weights": "int8-sq", "kv_cache": "auto", "compute": "fp32"}, "quantizes activations"),
         ({"weights": "fp32", "kv_cache": "fp8", "compute": "fp32"}, "KV cache is fp8"),
+        ({"weights": "int4-awq", "kv_cache": "auto", "compute": "fp32"}, "at run time"),
     ],
 )
 def test_the_runtime_refuses_a_prefix_cache_where_reuse_is_not_exact(
@@ -358,7 +359,8 @@ def test_the_runtime_refuses_a_prefix_cache_where_reuse_is_not_exact(
 ) -> None:
     """Bundle.enable_prefix_cache reads the rule from bundle.json itself: a bundle whose
     precision quantizes activations or the KV cache is refused with the reason, and
-    keeps generating without a cache; weight-only and fp32 bundles are served."""
+    keeps generating without a cache; so is a weight-only onnxruntime bundle (MatMulNBits
+    quantizes activations at run time), while the same precision on Inductor is served."""
     from runtime.causal_lm import prefix_reuse_refusal
     from runtime.format import BundleError
 
@@ -366,7 +368,9 @@ def test_the_runtime_refuses_a_prefix_cache_where_reuse_is_not_exact(
     shutil.copytree(llama.path, folder)
     meta = json.loads((folder / "bundle.json").read_text())
     assert prefix_reuse_refusal(meta) is None  # tiny-llama itself: fp32
-    assert prefix_reuse_refusal({**meta, "precision": {"weights": "int4-awq"}}) is None
+    inductor = {**meta["engines"]["main"], "backend": "inductor"}
+    on_inductor = {**meta, "engines": {**meta["engines"], "main": inductor}}
+    assert prefix_reuse_refusal({**on_inductor, "precision": {"weights": "int4-awq"}}) is None
     meta["precision"] = precision
     (folder / "bundle.json").write_text(json.dumps(meta))
     quantized = runtime.open(folder, expect=Bundle)
