@@ -128,15 +128,13 @@ def _run_child(step: Step, spec: RunSpec, context: dict[str, Any], attempt: int)
         env=env,
         start_new_session=True,  # its own process group: a timeout kills all of it
     )
-    assert child.stdin is not None
-    child.stdin.write(json.dumps(request).encode())
-    child.stdin.close()
-    try:
-        code = child.wait(timeout=spec.timeout)
+    try:  # communicate, not stdin.write: a child killed before it reads is no EPIPE here
+        child.communicate(json.dumps(request).encode(), timeout=spec.timeout)
     except subprocess.TimeoutExpired:
         os.killpg(child.pid, 9)
         child.wait()
         return "infra", f"{step.kind} timed out after {spec.timeout:g} s"
+    code = child.returncode
     if code < 0:
         return "infra", f"{step.kind} was killed by signal {-code}"
     data = json.loads(result.read_text()) if result.is_file() else {}
