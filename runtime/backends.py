@@ -33,8 +33,11 @@ SHORT_WORK = 64 << 20
 
 
 def engine_bytes(folder: Path) -> int:
-    """The bytes of the ONNX graphs and external weight files in a bundle folder."""
-    return sum(f.stat().st_size for f in folder.iterdir() if f.suffix in (".onnx", ".data"))
+    """The bytes of the ONNX graphs and external weight files in a bundle folder (an
+    fp32 engine reads most weights from the checkpoint's own safetensors file:
+    builders/common/weights.py)."""
+    weights = (".onnx", ".data", ".safetensors")
+    return sum(f.stat().st_size for f in folder.iterdir() if f.suffix in weights)
 
 
 class OnnxRuntimeEngine:

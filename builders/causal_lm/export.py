@@ -205,9 +205,13 @@ def build(request: Request, writer: Writer) -> None:
                 f"the TorchScript exporter cannot write this NVFP4 graph at opset "
                 f"{opts.opset}: {type(exc).__name__}: {str(exc)[:300]}"
             ) from None
-    folded = external_weights(writer.path("model.onnx"))
+    # a quantized or adapted model's weights are not the checkpoint's bytes
+    plain = "quantized" not in request.inputs and "adapter" not in request.inputs
+    folded, shared = external_weights(writer.path("model.onnx"), checkpoint if plain else None)
     if folded:
-        request.log(f"fused sibling MatMuls: {folded} fewer (q/k/v and gate/up as one each)")
+        request.log(f"fused sibling MatMuls: {folded} fewer")
+    if shared:
+        request.log(f"weights: {shared:,d} bytes read from the checkpoint's own file")
     meta = {**describe(model, entries), "hidden": points}
     if "quantized" in request.inputs:
         done = json.loads((request.inputs["quantized"] / "quantize.json").read_text())
@@ -215,18 +219,22 @@ def build(request: Request, writer: Writer) -> None:
     writer.write_json("export.json", meta)
 
 
-def external_weights(path: Any) -> int:
+def external_weights(path: Any, checkpoint: Any = None) -> tuple[int, int]:
     """Rewrite the exported graph with its weights in one external-data file beside it
     (model.onnx.data): the exporter writes one protobuf, which cannot pass 2 GiB, or,
     past it, one file per tensor. Sibling MatMuls are fused on the way
     (builders/common/graph.py fuse_siblings), here rather than in the onnx step, so
-    that the onnx step's tidy leaves the weights as they are and the store holds the
-    export's and the onnx step's weight files once. Returns how many MatMuls were
-    folded away."""
+    that the onnx step's tidy leaves the weights as they are.
+
+    With the `checkpoint` folder (a model whose weights are its checkpoint's), each
+    weight the exporter transposed is read as Transpose(the checkpoint's matrix) and
+    every tensor that is checkpoint bytes is read from a copy of the checkpoint's
+    safetensors file beside the graph, which the store keeps once
+    (builders/common/weights.py). Returns (MatMuls folded away, bytes shared)."""
     import onnx
     import onnx_ir as ir
 
-    from builders.common import graph
+    from builders.common import graph, weights
 
     model = onnx.load(str(path), load_external_data=False)
     written = graph.external_files(model)  # past 2 GiB, the exporter's per-tensor files
@@ -234,9 +242,13 @@ def external_weights(path: Any) -> int:
     for name in written:
         (path.parent / name).unlink()
     ir_model = ir.serde.deserialize_model(model)
-    folded = graph.fuse_siblings(ir_model)
+    stored = weights.stored_layout(ir_model, checkpoint) if checkpoint is not None else {}
+    folded = graph.fuse_siblings(ir_model, stored)
     graph.save(ir.serde.serialize_model(ir_model), path)
-    return folded
+    if not stored:
+        return folded, 0
+    shared, _ = weights.share_data(path, weights.checkpoint_starts(checkpoint))
+    return folded, shared
 
 
 def describe(model: Any, entries: list[dict[str, Any]]) -> dict[str, Any]:

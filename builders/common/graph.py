@@ -100,12 +100,17 @@ def tidy(model: Any, fold_weights: bool = False) -> Any:
     import onnxscript.optimizer
     from onnx_ir.passes import common
 
+    from builders.common.weights import keep_transpose
+
     limits = {"input_size_limit": FOLD_LIMIT, "output_size_limit": FOLD_LIMIT}
     ir_model = ir.serde.deserialize_model(model)
     common.InlinePass()(ir_model)
     for _ in range(2):  # as onnxscript's optimize: until nothing changes, twice at most
         folded = onnxscript.optimizer.fold_constants_ir(
-            ir_model, onnx_shape_inference=True, **(limits if fold_weights else {})
+            ir_model,
+            onnx_shape_inference=True,
+            should_fold=keep_transpose,
+            **(limits if fold_weights else {}),
         )
         pruned = ir.passes.Sequential(
             common.RemoveUnusedNodesPass(),
@@ -239,18 +244,27 @@ def check(
     return value_info(model.graph.input), value_info(model.graph.output)
 
 
-def fuse_siblings(ir_model: Any) -> int:
+def fuse_siblings(ir_model: Any, stored: dict[str, tuple[str, int, int]] | None = None) -> int:
     """Horizontal fusion, in place on an onnx_ir model: MatMuls that read the same input
     and multiply it by constant fp32 weights of the same K (a layer's q/k/v
     projections, an MLP's gate and up) become one MatMul over the weights side by
     side, then a Split back into the original outputs. Every output element is the
     same dot product as before; a decode step reads its input once and runs one
-    kernel instead of three. A weight used anywhere else (tied) stays put. Returns
-    how many MatMuls were folded away."""
+    kernel instead of three. A weight used anywhere else (tied) stays put.
+
+    Weights read as Transpose(the checkpoint's matrix), whose checkpoint bytes
+    `stored` names (builders/common/weights.py stored_layout), are fused only in runs
+    that lie back to back in the checkpoint file (gate_proj, up_proj), so the fused
+    matrix is a byte range of the checkpoint and no new bytes are stored; the others
+    stay one MatMul each. Returns how many MatMuls were folded away."""
     import numpy as np
     import onnx_ir as ir
 
+    from builders.common.weights import transposed_weight
+
     graph = ir_model.graph
+    stored = stored or {}
+    order = {id(node): i for i, node in enumerate(graph)}
 
     def weight(node: Any) -> Any:
         if node.op_type != "MatMul" or node.domain not in ("", "ai.onnx"):
@@ -262,24 +276,57 @@ def fuse_siblings(ir_model: Any) -> int:
         ok = t is not None and t.dtype == ir.DataType.FLOAT and len(t.shape) == 2
         return w if ok else None
 
-    groups: dict[tuple[int, int], list[Any]] = {}
+    plain: dict[tuple[int, int], list[Any]] = {}
+    kept: dict[tuple[int, int], list[Any]] = {}
     for node in graph:
-        w = weight(node)
-        if w is not None and node.inputs[0] is not None:
-            groups.setdefault((id(node.inputs[0]), w.const_value.shape[0]), []).append(node)
-    folded = 0
-    for nodes in groups.values():
-        if len(nodes) < 2:
+        if node.inputs and node.inputs[0] is None:
             continue
-        first = nodes[0]
+        w = weight(node)
+        if w is not None:
+            plain.setdefault((id(node.inputs[0]), w.const_value.shape[0]), []).append(node)
+            continue
+        w = transposed_weight(node)
+        if w is not None and w.name in stored:
+            kept.setdefault((id(node.inputs[0]), w.const_value.shape[1]), []).append(node)
+    runs = [nodes for nodes in plain.values() if len(nodes) > 1]
+    for nodes in kept.values():
+        located = sorted(nodes, key=lambda n: stored[transposed_weight(n).name][:2])
+        run = [located[0]]
+        for node in located[1:]:
+            file, offset, n = stored[transposed_weight(run[-1]).name]
+            if stored[transposed_weight(node).name][:2] == (file, offset + n):
+                run.append(node)
+                continue
+            runs += [run] if len(run) > 1 else []
+            run = [node]
+        runs += [run] if len(run) > 1 else []
+    folded = 0
+    for nodes in runs:
+        first = min(nodes, key=lambda n: order[id(n)])
         name = f"{first.name or first.outputs[0].name}/fused"
-        arrays = [n.inputs[1].const_value.numpy() for n in nodes]
-        joined = ir.Value(name=f"{name}.weight", const_value=ir.tensor(np.concatenate(arrays, 1)))
-        sizes = np.array([a.shape[1] for a in arrays], np.int64)
+        weights = [transposed_weight(n) for n in nodes]
+        if weights[0] is not None:  # the checkpoint's matrices, row after row
+            arrays = [w.const_value.numpy() for w in weights]
+            joined = ir.Value(name=f"{name}.stored", const_value=ir.tensor(np.concatenate(arrays)))
+            file, offset, _ = stored[weights[0].name]
+            stored[f"{name}.stored"] = (file, offset, sum(a.nbytes for a in arrays))
+            transpose = ir.Node(
+                "", "Transpose", [joined], [ir.AttrInt64s("perm", [1, 0])], name=f"{name}.t"
+            )
+            sizes = np.array([a.shape[0] for a in arrays], np.int64)
+            rhs, extra = transpose.outputs[0], [transpose]
+            stale = [n.inputs[1].producer() for n in nodes]
+        else:
+            arrays = [n.inputs[1].const_value.numpy() for n in nodes]
+            joined = ir.Value(
+                name=f"{name}.weight", const_value=ir.tensor(np.concatenate(arrays, 1))
+            )
+            sizes = np.array([a.shape[1] for a in arrays], np.int64)
+            rhs, extra, weights, stale = joined, [], [n.inputs[1] for n in nodes], []
         split_sizes = ir.Value(name=f"{name}.split", const_value=ir.tensor(sizes))
         graph.register_initializer(joined)
         graph.register_initializer(split_sizes)
-        matmul = ir.Node("", "MatMul", [first.inputs[0], joined], name=name, num_outputs=1)
+        matmul = ir.Node("", "MatMul", [first.inputs[0], rhs], name=name, num_outputs=1)
         split = ir.Node(
             "",
             "Split",
@@ -288,13 +335,13 @@ def fuse_siblings(ir_model: Any) -> int:
             name=f"{name}.split",
             num_outputs=len(nodes),
         )
-        graph.insert_before(first, [matmul, split])
+        graph.insert_before(first, [*extra, matmul, split])
         for node, out in zip(nodes, split.outputs, strict=True):
             out.name, node.outputs[0].name = node.outputs[0].name, None
             node.outputs[0].replace_all_uses_with(out, replace_graph_outputs=True)
-        stale = [n.inputs[1] for n in nodes]
-        graph.remove(nodes, safe=True)
-        for w in stale:
+        graph.remove([*nodes, *stale], safe=True)
+        for w in weights:
             del graph.initializers[w.name]
+            stored.pop(w.name, None)
         folded += len(nodes) - 1
     return folded

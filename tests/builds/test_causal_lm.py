@@ -261,31 +261,52 @@ def test_edited_gates_rejudge_the_recorded_metrics_and_a_quality_fail_exits_1(
     assert "stale" not in world.doit("check", "strict=1", check=True).stdout.split("ok:")[0]
 
 
-def test_the_engine_runs_each_layers_sibling_projections_as_one_matmul(built: World) -> None:
-    """q/k/v and gate/up read the same input: the export fuses each group into one
-    MatMul and a Split (builders/common/graph.py fuse_siblings), and no grouped
-    attention repeats the KV heads (builders/causal_lm/_attention.py); the manifest
-    above shows the graph still reproduces the reference exactly."""
+def test_the_engine_reads_the_checkpoints_weights_as_stored_fusing_adjacent_siblings(
+    built: World,
+) -> None:
+    """Every weight matrix the engine multiplies by is read as the checkpoint stores
+    it ([N, K], FusedMatMul transB=1: builders/common/weights.py), from a copy of the
+    checkpoint's own safetensors file, which holds every external tensor the engine
+    reads. Sibling projections (one input, the same K) are fused where their weights
+    lie back to back in that file, so the fused matrix is a byte range of it: in
+    safetensors' name order a layer's k_proj, o_proj, q_proj, v_proj and gate_proj,
+    up_proj, so q+v and gate+up each become one FusedMatMul and a Split, and k stays
+    alone. No grouped attention repeats the KV heads (builders/causal_lm/_attention.py);
+    the manifest above shows the graph still reproduces the reference exactly."""
+    import filecmp
+
     import onnx
 
     steps = {s["kind"]: s["key"] for s in built.manifest("tiny-llama")["lock"]["steps"]}
-    key = steps["engine"]
-    graph = onnx.load(
-        str(built.store / "objects" / key[:2] / key / "engine.onnx"), load_external_data=False
-    ).graph
-    weights = {t.name for t in graph.initializer}
+    key, fetched = steps["engine"], steps["fetch"]
+    folder = built.store / "objects" / key[:2] / key
+    graph = onnx.load(str(folder / "engine.onnx"), load_external_data=False).graph
+    assert json.loads((folder / "engine.json").read_text())["data"] == ["model.safetensors"]
+    checkpoint = built.store / "objects" / fetched[:2] / fetched / "checkpoint"
+    assert filecmp.cmp(folder / "model.safetensors", checkpoint / "model.safetensors", False)
+    weights = {t.name: t for t in graph.initializer}
+    assert {e.value for t in weights.values() for e in t.external_data if e.key == "location"} == {
+        "model.safetensors"
+    }
+    assert not [n.name for n in graph.node if n.op_type == "MatMul" and n.input[1] in weights]
     readers: dict[str, list[str]] = {}
     for node in graph.node:
-        if node.op_type == "MatMul" and node.input[1] in weights:
-            readers.setdefault(node.input[0], []).append(node.name)
-    assert readers and all(len(r) == 1 for r in readers.values()), readers
+        if node.op_type == "FusedMatMul" and node.input[1] in weights:
+            assert {a.name: a.i for a in node.attribute}["transB"] == 1, node.name
+            readers.setdefault(node.input[0], []).append(
+                re.findall(r"\w+_proj|lm_head", node.name)[0]
+            )
     layers = tinyhub.SPECS["kiln-tiny/llama"]["num_hidden_layers"]
+    together = sorted(sorted(r) for r in readers.values() if len(r) > 1)
+    assert together == [["k_proj", "q_proj"]] * layers, together  # k, and q+v fused
     producer = {o: n.op_type for n in graph.node for o in n.output}
-    # onnxruntime may make other Splits (GatherSliceToSplitFusion): count the MatMuls'
+    # onnxruntime may make other Splits (GatherSliceToSplitFusion): count the fused ones
     splits = [
-        n for n in graph.node if n.op_type == "Split" and producer.get(n.input[0]) == "MatMul"
+        n.name
+        for n in graph.node
+        if n.op_type == "Split" and producer.get(n.input[0]) == "FusedMatMul"
     ]
-    assert len(splits) == 2 * layers, [n.name for n in splits]  # q/k/v and gate/up per layer
+    assert len(splits) == 2 * layers, splits  # q+v and gate+up per layer
     # the causal mask is expanded once for the model; no layer expands its KV heads
     assert not [n.name for n in graph.node if n.op_type == "Expand" and "/layers." in n.name]
 

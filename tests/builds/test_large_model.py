@@ -1,7 +1,8 @@
 """A model past protobuf's 2 GiB limit builds: about 600 M seeded fp32 parameters (2.4
 GB) from a local folder pinned by its digest, through export, onnx, engine and bundle,
 validated with a few greedy tokens against transformers. Every graph keeps its weights
-as external data beside it; the bundle's weights are the engine's, hardlinked.
+as external data beside it: the checkpoint's own safetensors file, which every step's
+artifact holds hardlinked (builders/common/weights.py).
 
 Nightly (KILN_NIGHTLY=1, `make nightly`): about 6 minutes and 12 GB of disk on 2 cores.
 """
@@ -76,16 +77,18 @@ def test_a_model_past_two_gib_builds_and_decodes(tmp_path: Path, hub: Path) -> N
     evidence = world.manifest("big-llama")["evidence"][-1]
     assert evidence["verdict"] == "pass", evidence
     steps = {s["kind"]: s["key"] for s in world.manifest("big-llama")["lock"]["steps"]}
+    fetched = world.store / "objects" / steps["fetch"][:2] / steps["fetch"] / "checkpoint"
+    assert (fetched / "model.safetensors").stat().st_size > 2**31  # one file past 2 GiB
     for kind, graph in (
         ("export", "model.onnx"),
         ("onnx", "model.onnx"),
         ("engine", "engine.onnx"),
+        ("bundle", "engine.onnx"),
     ):
         where = world.store / "objects" / steps[kind][:2] / steps[kind]
         assert (where / graph).stat().st_size < 10_000_000, kind  # the graph alone
-        assert (where / f"{graph}.data").stat().st_size > 2**31, kind  # the weights beside it
-    engine = world.store / "objects" / steps["engine"][:2] / steps["engine"]
+        # its weights: the checkpoint's own file beside it, stored once
+        assert os.path.samefile(where / "model.safetensors", fetched / "model.safetensors"), kind
     bundle = world.store / "objects" / steps["bundle"][:2] / steps["bundle"]
-    assert os.path.samefile(engine / "engine.onnx.data", bundle / "engine.onnx.data")
     meta = json.loads((bundle / "bundle.json").read_text())
     assert meta["engines"]["main"]["file"] == "engine.onnx"

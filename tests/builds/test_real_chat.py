@@ -169,21 +169,25 @@ def test_a_bad_messages_file_is_a_clear_error(real: Chat, tmp_path: Path) -> Non
     assert "Traceback" not in out.stdout + out.stderr
 
 
-def test_the_store_holds_the_engines_weights_once(real: Chat) -> None:
-    """The bundle's weights are the engine's, hardlinked, and the engine's are the onnx
-    step's (ort.share_weights: onnxruntime rewrote every one of them into a new file,
-    though all are the same bytes); `doit verify` checks every artifact."""
+def test_the_store_holds_the_checkpoints_weights_once(real: Chat) -> None:
+    """The export, onnx step, engine and bundle read every weight from the checkpoint's
+    own safetensors file (builders/common/weights.py: each Linear as stored, through
+    FusedMatMul transB=1; the tied output projection from the embedding's bytes), so
+    all of them hold the import step's file, hardlinked, and nothing else of size;
+    `doit verify` checks every artifact."""
+    imported = artifact(real, FP32, "import") / "checkpoint" / "model.safetensors"
+    for kind in ("export", "onnx", "engine", "bundle"):
+        held = artifact(real, FP32, kind) / "model.safetensors"
+        assert os.path.samefile(imported, held), kind
+        others = [
+            p
+            for p in artifact(real, FP32, kind).rglob("*")
+            if p.is_file() and p.name not in ("model.safetensors", "tokenizer.json")
+        ]
+        assert sum(p.stat().st_size for p in others) < 2_000_000, (kind, others)
     engine_json = json.loads((artifact(real, FP32, "engine") / "engine.json").read_text())
-    assert engine_json["data"] == ["source.model.onnx.data"]  # nothing new to store
-    engine = artifact(real, FP32, "engine") / "source.model.onnx.data"
-    bundle = artifact(real, FP32, "bundle") / "source.model.onnx.data"
-    assert os.path.samefile(engine, bundle)
-    assert engine.stat().st_size > 500_000_000  # 135 M fp32 weights, as external data
-    assert not (artifact(real, FP32, "export") / "model.onnx").stat().st_size > 10_000_000
-    # the onnx step leaves the export's (fused) weights as they are: one file for all
-    exported = artifact(real, FP32, "export") / "model.onnx.data"
-    assert os.path.samefile(exported, artifact(real, FP32, "onnx") / "model.onnx.data")
-    assert os.path.samefile(exported, engine)
+    assert engine_json["data"] == ["model.safetensors"]  # nothing new to store
+    assert imported.stat().st_size > 500_000_000  # 135 M fp32 weights
     verify = real.doit("verify", check=True)  # exit 0: nothing corrupt, partial, missing
     assert " 0 corrupt, 0 partial, 0 missing" in verify.stdout + verify.stderr
 

@@ -16,8 +16,8 @@ graphs, and for weight-only int8/int4 the fused MatMulNBits the onnx step conver
 them to (builders/causal_lm/_nbits.py), with quantized initializers on disk. Weights
 of 1 KiB and more are saved as external data, which the bundle carries beside the
 graph: a tensor with the onnx step's bytes is read from a copy of that step's data
-file (source.model.onnx.data, stored once with it), the rest from engine.onnx.data
-(ort.share_weights).
+file (for an fp32 graph the checkpoint's own model.safetensors, stored once with it:
+builders/common/weights.py), the rest from engine.onnx.data (ort.share_weights).
 
 GPU targets use the CUDA provider, which only onnxruntime-gpu has; where it is not
 installed the step ends `unsupported-here`.
