@@ -5,4 +5,5 @@ encoder.py  the encoder families' export, graph check, engine and bundle helpers
 graph.py    ONNX graph tidy (onnxscript's optimizer) and check (checker, I/O value info)
 measure.py  a validate step's prologue: reference, bundle, batched and timed runs
 ort.py      onnxruntime engines: provider, offline optimization, smoke run, engine.json
+weights.py  weights read as the checkpoint stores them, external data shared between steps
 """

@@ -76,13 +76,17 @@ def test_the_converted_graph_holds_fp16_weights_and_cache_and_fp32_logits(half: 
     caches = {n: t for n, t in io.items() if n.startswith(("past.", "present."))}
     assert len(caches) == 8 and set(caches.values()) == {FLOAT16}
     weights = [t for t in model.graph.initializer if len(t.dims) == 2]
+    weights_by_name = {t.name for t in weights}
     assert weights and {t.data_type for t in weights} == {FLOAT16}
     g = onnx.shape_inference.infer_shapes(model).graph
     types = {v.name: v.type.tensor_type.elem_type for v in (*g.input, *g.output, *g.value_info)}
     types |= {t.name: t.data_type for t in g.initializer}
-    matmuls = [n for n in g.node if n.op_type == "MatMul"]
-    assert len(matmuls) == 13  # q/k/v and gate/up fused, o, down: 5 a layer, and the lm_head
-    assert {types[x] for n in matmuls for x in n.input} == {FLOAT16}
+    matmuls = [n for n in g.node if n.op_type in ("MatMul", "FusedMatMul")]
+    # q+v and gate/up fused, k, o, down (FusedMatMul over the checkpoint's layout) and
+    # the two attention products: 7 a layer, and the lm_head
+    assert len(matmuls) == 15
+    assert {types[x] for n in matmuls for x in n.input if x in types} == {FLOAT16}
+    assert sum(x in weights_by_name for n in matmuls for x in n.input) == 11  # fp16 weights
 
 
 def test_the_runtime_feeds_the_cache_in_the_dtype_io_json_names(
