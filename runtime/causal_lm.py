@@ -42,10 +42,18 @@ def prefix_reuse_refusal(meta: dict[str, Any]) -> str | None:
     """Why resuming a bundle's KV cache would not give a cold run's tokens, read from
     its bundle.json's precision and main engine's backend (onnxruntime where it names
     none); None where it does (fp32 and half-precision bundles, weight-only ones on a
-    backend that dequantizes)."""
+    backend that dequantizes). The inductor engine keeps its cache in static buffers
+    of its own (runtime/inductor.py), which a prefix cache of host arrays never holds:
+    refused too, rather than accepted and never used."""
     precision = meta.get("precision") or {}
     weights, kv = precision.get("weights", "fp32"), precision.get("kv_cache", "auto")
     backend = ((meta.get("engines") or {}).get("main") or {}).get("backend", "onnxruntime")
+    if backend == "inductor":
+        return (
+            "the inductor engine keeps its KV cache in its own static buffers on the "
+            "device, which the runtime does not cut and resume: a cached prefix would "
+            "never be reused"
+        )
     if weights in ACTIVATION_QUANTIZED:
         return (
             f"this bundle's {weights} precision quantizes activations with static scales: "

@@ -20,10 +20,12 @@ evidence as `features` (kiln.schema.FeatureProof: proved, check, metrics):
 Prefix reuse and chunked prefill share their requests: the earlier request's answer
 and the later prompt's one-shot (cold) tokens are generated once.
 
-Only an ordinary causal-LM runner (runtime.causal_lm.Bundle itself) runs them: a
-drafting bundle's validation is about its speculation, and the inductor runner keeps
-its own device loop. A feature that raises is recorded unproved, with the error; it
-never changes the verdict, which the gates decide.
+An ordinary causal-LM runner (runtime.causal_lm.Bundle) runs them all; the inductor
+runner (InductorBundle) the processors and guided decoding, which its generate_with
+serves the same way: its prefill program is its own fixed chunk, not the runtime's
+prefill_chunk_len, and the runtime refuses it a prefix cache. A drafting bundle's
+validation is about its speculation. A feature that raises is recorded unproved, with
+the error; it never changes the verdict, which the gates decide.
 """
 
 from __future__ import annotations
@@ -266,11 +268,13 @@ def exercise(
     ref_logits: Any,
     gen: list[list[int]],
 ) -> dict[str, dict[str, Any]] | None:
-    """Each feature's proof for an ordinary causal-LM bundle; None for other runners.
-    `ref`, `ref_logits` and `gen` are the validation's reference and greedy outputs."""
+    """Each feature's proof for an ordinary causal-LM bundle (the inductor runner's: the
+    processors and guided decoding); None for other runners. `ref`, `ref_logits` and
+    `gen` are the validation's reference and greedy outputs."""
     from runtime.causal_lm import Bundle, prefix_reuse_refusal
+    from runtime.inductor_lm import InductorBundle
 
-    if type(bundle) is not Bundle or not prompts:
+    if type(bundle) not in (Bundle, InductorBundle) or not prompts:
         return None
     shared: list[Requests] = []
 
@@ -283,6 +287,8 @@ def exercise(
         "logits_processors": lambda: _processors(bundle, prompts[0]),
         "guided_decoding": lambda: _guided(bundle, prompts[:2]),
     }
+    if type(bundle) is InductorBundle:
+        return _run(checks)
     if prefix_reuse_refusal(bundle.meta) is None:
         # (where the runtime refuses it, for activations or a KV cache quantized with
         # static scales, the feature does not apply: it is not checked, nor failed)
@@ -291,6 +297,10 @@ def exercise(
     if windows(bundle.meta) and bundle.max_seq_len > windows(bundle.meta)[0]:
         # (a bundle whose max_seq_len is within the window never reaches it)
         checks["sliding_window"] = lambda: _sliding(bundle, ref, ref_logits, gen)
+    return _run(checks)
+
+
+def _run(checks: dict[str, Callable[[], dict[str, Any]]]) -> dict[str, dict[str, Any]]:
     out = {}
     for name, check in checks.items():
         try:

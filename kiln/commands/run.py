@@ -346,8 +346,9 @@ def reuses_exactly(meta: dict[str, Any]) -> bool:
     """Whether resuming a bundle's KV cache gives a cold run's tokens: not where
     activations or the KV cache are quantized, with static scales or at run time (the
     SmolLM2 fp8 and int8-wo records' prefix_reuse checks generated other tokens than
-    their cold runs). The rule is the runtime's own (Bundle.enable_prefix_cache refuses
-    the others)."""
+    their cold runs), nor on the inductor backend, whose cache stays in its engine's
+    buffers. The rule is the runtime's own (Bundle.enable_prefix_cache refuses the
+    others)."""
     from runtime.causal_lm import prefix_reuse_refusal
 
     return prefix_reuse_refusal(meta) is None

@@ -360,7 +360,8 @@ def test_the_runtime_refuses_a_prefix_cache_where_reuse_is_not_exact(
     """Bundle.enable_prefix_cache reads the rule from bundle.json itself: a bundle whose
     precision quantizes activations or the KV cache is refused with the reason, and
     keeps generating without a cache; so is a weight-only onnxruntime bundle (MatMulNBits
-    quantizes activations at run time), while the same precision on Inductor is served."""
+    quantizes activations at run time), while the same precision on another backend is
+    served; an inductor bundle, whose cache stays in its engine's buffers, is refused."""
     from runtime.causal_lm import prefix_reuse_refusal
     from runtime.format import BundleError
 
@@ -368,9 +369,12 @@ def test_the_runtime_refuses_a_prefix_cache_where_reuse_is_not_exact(
     shutil.copytree(llama.path, folder)
     meta = json.loads((folder / "bundle.json").read_text())
     assert prefix_reuse_refusal(meta) is None  # tiny-llama itself: fp32
+    aoti = {**meta["engines"]["main"], "backend": "aoti"}
+    on_aoti = {**meta, "engines": {**meta["engines"], "main": aoti}}
+    assert prefix_reuse_refusal({**on_aoti, "precision": {"weights": "int4-awq"}}) is None
     inductor = {**meta["engines"]["main"], "backend": "inductor"}
     on_inductor = {**meta, "engines": {**meta["engines"], "main": inductor}}
-    assert prefix_reuse_refusal({**on_inductor, "precision": {"weights": "int4-awq"}}) is None
+    assert "static buffers" in (prefix_reuse_refusal(on_inductor) or "")
     meta["precision"] = precision
     (folder / "bundle.json").write_text(json.dumps(meta))
     quantized = runtime.open(folder, expect=Bundle)
