@@ -83,13 +83,9 @@ def load(path: Any) -> Any:
 
 def external_files(model: Any) -> list[str]:
     """The external-data files a loaded graph's initializers refer to, sorted."""
-    import onnx
+    from builders.common.weights import external_tensors
 
-    found = set()
-    for tensor in model.graph.initializer:
-        if tensor.data_location == onnx.TensorProto.EXTERNAL:
-            found |= {e.value for e in tensor.external_data if e.key == "location"}
-    return sorted(found)
+    return sorted({info["location"] for _, info in external_tensors(model)})
 
 
 def tidy(model: Any, fold_weights: bool = False) -> Any:

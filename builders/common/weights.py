@@ -70,7 +70,7 @@ def checkpoint_starts(folder: Path) -> dict[Path, list[int]]:
 def graph_starts(path: Path) -> dict[Path, list[int]]:
     """Each external-data file of a saved graph, with where its tensors begin."""
     found: dict[Path, list[int]] = {}
-    for _, info in _external(_load(path)):
+    for _, info in external_tensors(_load(path)):
         found.setdefault(path.parent / info["location"], []).append(int(info.get("offset", 0)))
     return found
 
@@ -209,7 +209,7 @@ def share_data(saved: Path, sources: dict[Path, list[int]]) -> tuple[int, int]:
     hits: list[tuple[Any, bytes, tuple[Path, int] | None]] = []
     ranges: dict[Path, set[tuple[int, int]]] = {}
     with own.open("rb") as fh:
-        for tensor, info in _external(model):
+        for tensor, info in external_tensors(model):
             if info["location"] != own.name:
                 raise ValueError(f"{saved}: external data {info['location']!r}, not {own.name!r}")
             fh.seek(int(info.get("offset", 0)))
@@ -279,7 +279,8 @@ def _load(path: Path) -> Any:
     return onnx.load(str(path), load_external_data=False)
 
 
-def _external(model: Any) -> list[tuple[Any, dict[str, str]]]:
+def external_tensors(model: Any) -> list[tuple[Any, dict[str, str]]]:
+    """Each initializer that lives in external data, with its location, offset and length."""
     import onnx
 
     return [
