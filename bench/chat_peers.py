@@ -459,11 +459,18 @@ def og_model(hf: Path, folder: Path | None, precision: str, notes: list[str]) ->
         return None
     if (folder / "genai_config.json").exists():
         return str(folder)
+    hf, folder = hf.resolve(), folder.resolve()
     cmd = [sys.executable, "-m", "onnxruntime_genai.models.builder", "-m", str(hf)]
     cmd += ["-i", str(hf), "-o", str(folder), "-p", precision, "-e", "cpu"]
     cmd += ["-c", str(folder.parent / f".og-cache-{precision}")]
+    # The builder imports a top-level `builders` package, as kiln does: it runs from
+    # outside the repository, with the repository left off its path.
+    path = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    path = [p for p in path if Path(p).resolve() != ROOT]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
     began = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    with tempfile.TemporaryDirectory() as outside:
+        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=outside, env=env)
     if proc.returncode != 0:
         last = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["(no output)"]
         notes.append(f"onnxruntime-genai {precision}: its model builder failed: {last[0]}")

@@ -10,6 +10,8 @@ validate.py   runs the bundle through runtime/ and measures it against the refer
 backends/     the engine step, one builder per backend: onnxruntime (fp32 and quantized;
               onnxruntime_half for fp16|bf16), aoti, inductor, tensorrt; a graph (or the
               checkpoint) -> an engine
-_adapter _attention _bundle_variants _cache _capture _drafters _features _nbits _qdq _text
-_tracefix     private helpers (_features: the runtime features validate exercises)
+_adapter _attention _bundle_variants _cache _capture _drafters _features _nbits _ort_attention
+_qdq _text _tracefix
+              private helpers (_features: the runtime features validate exercises;
+              _ort_attention: attention as onnxruntime's fused kernels)
 """

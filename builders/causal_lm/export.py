@@ -22,6 +22,7 @@ models later on.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import warnings
 from typing import TYPE_CHECKING, Any
@@ -42,6 +43,13 @@ class Options(BaseModel):
         pattern="^(none|mtp|eagle3|dflash|dspark)$",
         description="Also output the hidden states this drafter reads, as output 'hidden' "
         "(builders/causal_lm/_capture.py); 'none' keeps the ordinary graph.",
+    )
+    attention: str = Field(
+        "standard",
+        pattern="^(standard|onnxruntime)$",
+        description="'onnxruntime': standard Llama attention layers as onnxruntime's fused "
+        "RotaryEmbedding + GroupQueryAttention (builders/causal_lm/_ort_attention.py), for "
+        "an onnxruntime CPU engine; 'standard': ONNX's own ops, for any engine.",
     )
 
 
@@ -136,7 +144,7 @@ def _needs_cuda(request: Request) -> bool:
 def build(request: Request, writer: Writer) -> None:
     import torch
 
-    from builders.causal_lm import _attention, _cache, _tracefix
+    from builders.causal_lm import _attention, _cache, _ort_attention, _tracefix
     from builders.causal_lm._capture import install_hooks
     from builders.common.hf import load_for_export
 
@@ -176,14 +184,24 @@ def build(request: Request, writer: Writer) -> None:
     # padding arithmetic) being frozen into the trace. Those branches are the same
     # for every shape the runtime feeds, and validate checks the graph against the
     # reference at many shapes, so the warnings are noise here.
+    fuse = opts.attention == "onnxruntime"
     with (
         torch.no_grad(),
         warnings.catch_warnings(),
         _tracefix.traceable(model),
+        _ort_attention.fused(model, device) if fuse else contextlib.nullcontext() as fused,
         _attention.grouped(model) as swapped,
     ):
         warnings.simplefilter("ignore")
-        if swapped:
+        attention = fused.summary() if fused else {"form": "standard", "layers": 0}
+        if fused and fused.layers:
+            request.log(
+                f"attention: {len(fused.layers)} layers as onnxruntime's RotaryEmbedding + "
+                "GroupQueryAttention"
+            )
+        elif fused:
+            request.log(f"attention: standard form ({fused.why_not})")
+        if swapped and not (fused and fused.layers):
             request.log("attention: grouped queries over the shared KV heads (no repeat_kv)")
         try:
             torch.onnx.export(
@@ -212,7 +230,7 @@ def build(request: Request, writer: Writer) -> None:
         request.log(f"fused sibling MatMuls: {folded} fewer")
     if shared:
         request.log(f"weights: {shared:,d} bytes read from the checkpoint's own file")
-    meta = {**describe(model, entries), "hidden": points}
+    meta = {**describe(model, entries), "hidden": points, "attention": attention}
     if "quantized" in request.inputs:
         done = json.loads((request.inputs["quantized"] / "quantize.json").read_text())
         meta["quantization"] = {k: done[k] for k in ("weights", "kv_cache", "config", "device")}

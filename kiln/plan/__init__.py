@@ -184,6 +184,7 @@ def checkpoint_steps(role: str, checkpoint: Checkpoint | Companion, tools: Toolc
 
 
 # Tasks whose output is generated tokens (validation.max_new_tokens applies).
+CAUSAL_LM = "text-generation"  # the task whose export writes `attention` (attention_form)
 GENERATES = ("text-generation", "text2text-generation", "automatic-speech-recognition")
 
 
@@ -227,6 +228,7 @@ def _engine_chain(
             "exporter": "torchscript",
             "task": task,
             "hidden": hidden,
+            **({"attention": attention_form(build)} if task == CAUSAL_LM else {}),
         },
         {
             "checkpoint": fetch,
@@ -251,6 +253,15 @@ def _engine_chain(
     )
     engine = _engine(role, at, build, {"onnx": graph}, tools, task, quantize, precision)
     return [*sources, *([quantize] if quantize else []), export, graph, engine]
+
+
+def attention_form(build: Build) -> str:
+    """How the export writes attention: as onnxruntime's fused kernels for an
+    onnxruntime CPU engine (builders/causal_lm/_ort_attention.py; the export falls
+    back to the standard form, with the reason, where the installed onnxruntime lacks
+    them), ONNX's own ops for every other engine. An fp16|bf16 engine converts the
+    same fp32 graph (builders/causal_lm/backends/onnxruntime_half.py)."""
+    return "onnxruntime" if build.backend == "onnxruntime" and build.target == "cpu" else "standard"
 
 
 def _engine(

@@ -51,7 +51,8 @@ LIBRARIES: dict[str, tuple[str, ...]] = {
     "import": ("torch", "transformers", "gguf", "safetensors", "tokenizers", "accelerate"),
     "reference": ("torch", "transformers", "tokenizers", "safetensors", "peft"),
     "quantize": ("nvidia-modelopt", "torch", "transformers", "safetensors"),
-    "export": ("torch", "transformers", "onnx", "safetensors", "peft"),
+    # onnxruntime: the export writes its fused attention where its schema has it
+    "export": ("torch", "transformers", "onnx", "onnxruntime", "safetensors", "peft"),
     "onnx": ("onnx", "onnxscript", "onnxruntime"),
     "engine": ("onnxruntime",),
     "drafter": ("torch", "transformers", "onnx", "onnxruntime", "safetensors"),

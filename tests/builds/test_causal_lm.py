@@ -281,13 +281,26 @@ def test_the_engine_reads_the_checkpoints_weights_as_stored_fusing_adjacent_sibl
     key, fetched = steps["engine"], steps["fetch"]
     folder = built.store / "objects" / key[:2] / key
     graph = onnx.load(str(folder / "engine.onnx"), load_external_data=False).graph
-    assert json.loads((folder / "engine.json").read_text())["data"] == ["model.safetensors"]
+    data = json.loads((folder / "engine.json").read_text())["data"]
+    assert data == ["model.onnx.data", "model.safetensors"]
     checkpoint = built.store / "objects" / fetched[:2] / fetched / "checkpoint"
     assert filecmp.cmp(folder / "model.safetensors", checkpoint / "model.safetensors", False)
     weights = {t.name: t for t in graph.initializer}
-    assert {e.value for t in weights.values() for e in t.external_data if e.key == "location"} == {
-        "model.safetensors"
+    where = {
+        t.name: {e.key: e.value for e in t.external_data}["location"]
+        for t in weights.values()
+        if t.external_data
     }
+    # the one pair of tensors that is not checkpoint bytes: the fused attention's
+    # rotary tables, cos and sin [max_position_embeddings, head_dim / 2]
+    own = [weights[n] for n, file in where.items() if file != "model.safetensors"]
+    spec = tinyhub.SPECS["kiln-tiny/llama"]
+    table = [
+        spec["max_position_embeddings"],
+        spec["hidden_size"] // spec["num_attention_heads"] // 2,
+    ]
+    assert [list(t.dims) for t in own] == [table, table], [t.name for t in own]
+    assert {where[t.name] for t in own} == {"model.onnx.data"}
     assert not [n.name for n in graph.node if n.op_type == "MatMul" and n.input[1] in weights]
     readers: dict[str, list[str]] = {}
     for node in graph.node:
@@ -307,8 +320,20 @@ def test_the_engine_reads_the_checkpoints_weights_as_stored_fusing_adjacent_sibl
         if n.op_type == "Split" and producer.get(n.input[0]) == "FusedMatMul"
     ]
     assert len(splits) == 2 * layers, splits  # q+v and gate+up per layer
-    # the causal mask is expanded once for the model; no layer expands its KV heads
-    assert not [n.name for n in graph.node if n.op_type == "Expand" and "/layers." in n.name]
+    # the causal mask is expanded once for the model; no layer expands its KV heads:
+    # the attention is onnxruntime's GroupQueryAttention over the shared KV heads, and
+    # the only Expands in a layer are its [batch] lengths (seqlens_k, query_seqlens),
+    # computed once for the model
+    consumers: dict[str, list[str]] = {}
+    for node in graph.node:
+        for name in node.input:
+            consumers.setdefault(name, []).append(node.op_type)
+    expands = [n for n in graph.node if n.op_type == "Expand" and "/layers." in n.name]
+    assert len(expands) == 2, [n.name for n in expands]
+    for node in expands:
+        (cast,) = [n for n in graph.node if node.output[0] in n.input]
+        assert cast.op_type == "Cast" and set(consumers[cast.output[0]]) == {"GroupQueryAttention"}
+    assert sum(n.op_type == "GroupQueryAttention" for n in graph.node) == layers
 
 
 def test_the_layers_share_their_shape_computations_and_compute_the_same_values(
@@ -326,7 +351,9 @@ def test_the_layers_share_their_shape_computations_and_compute_the_same_values(
 
     from builders.common import graph
 
-    steps = {s["kind"]: s["key"] for s in built.manifest("tiny-llama")["lock"]["steps"]}
+    # tiny-qwen3: its attention (per-head q/k norms) keeps ONNX's own ops, whose shape
+    # computations repeat per layer; tiny-llama's fused attention has none to share
+    steps = {s["kind"]: s["key"] for s in built.manifest("tiny-qwen3")["lock"]["steps"]}
     folder = {k: built.store / "objects" / v[:2] / v for k, v in steps.items()}
     plain = graph.tidy(graph.load(folder["export"] / "model.onnx"))
     per_layer = sum(n.op_type == "Shape" for n in plain.graph.node)

@@ -82,11 +82,14 @@ def test_the_converted_graph_holds_fp16_weights_and_cache_and_fp32_logits(half: 
     types = {v.name: v.type.tensor_type.elem_type for v in (*g.input, *g.output, *g.value_info)}
     types |= {t.name: t.data_type for t in g.initializer}
     matmuls = [n for n in g.node if n.op_type in ("MatMul", "FusedMatMul")]
-    # q+v and gate/up fused, k, o, down (FusedMatMul over the checkpoint's layout) and
-    # the two attention products: 7 a layer, and the lm_head
-    assert len(matmuls) == 15
+    # q+v and gate/up fused, k, o, down (FusedMatMul over the checkpoint's layout): 5 a
+    # layer, and the lm_head; the attention products are inside GroupQueryAttention
+    assert len(matmuls) == 11
     assert {types[x] for n in matmuls for x in n.input if x in types} == {FLOAT16}
     assert sum(x in weights_by_name for n in matmuls for x in n.input) == 11  # fp16 weights
+    attention = [n for n in g.node if n.op_type in ("GroupQueryAttention", "RotaryEmbedding")]
+    assert len(attention) == 2 * 3  # per layer: one GroupQueryAttention, q's and k's rotary
+    assert {types[n.input[0]] for n in attention} == {FLOAT16}
 
 
 def test_the_runtime_feeds_the_cache_in_the_dtype_io_json_names(

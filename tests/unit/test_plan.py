@@ -112,6 +112,7 @@ def test_an_fp32_recipe_plans_no_quantize_step_and_writes_every_option(tmp_path:
         "exporter": "torchscript",
         "task": task,
         "hidden": "none",
+        "attention": "onnxruntime",
     }
     assert options["onnx"] == {"optimize": True, "qdq": "none", "task": task}
     assert options["engine"] == {

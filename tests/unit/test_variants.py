@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import yaml
 from conftest import ROOT
+from samples import shipped_plan
 
 from kiln.catalog.yaml import load_yaml_model
 from kiln.errors import KilnError
@@ -70,6 +71,7 @@ def test_ordinary_graphs_output_no_hidden_states_and_share_their_keys(tmp_path: 
         "exporter": "torchscript",
         "task": "text-generation",
         "hidden": "none",
+        "attention": "onnxruntime",
     }
     for kind in ("fetch", "reference", "export", "onnx", "engine"):
         assert ordinary.step(kind).key == ngram.step(kind).key  # n-gram drafts need no model
@@ -149,3 +151,20 @@ def test_drafting_rules_apply_to_the_catalog(tmp_path: Path) -> None:
     path.write_text(yaml.safe_dump(data))
     found = {v.rule.id for v in table.check(load_yaml_model(Recipe, path))}
     assert "mtp-engines-need-mtp-architecture" in found
+
+
+@pytest.mark.parametrize(
+    ("recipe", "form"),
+    [
+        ("tiny-llama", "onnxruntime"),  # an onnxruntime CPU engine computing fp32
+        ("tiny-llama-int4-awq", "onnxruntime"),  # weight-only: activations stay fp32
+        ("tiny-llama-fp16", "onnxruntime"),  # the same graph, converted to fp16
+        ("tiny-llama-aoti", None),  # it compiles the checkpoint: no export step
+        ("tiny-llama-fp8-tensorrt", "standard"),  # TensorRT has no com.microsoft ops
+    ],
+)
+def test_the_export_writes_onnxruntimes_fused_attention_only_for_an_onnxruntime_cpu_engine(
+    recipe: str, form: str | None
+) -> None:
+    exports = [s for s in shipped_plan(recipe).steps if s.kind == "export"]
+    assert [s.options["attention"] for s in exports] == ([form] if form else [])

@@ -44,7 +44,10 @@ DTYPES = {"fp16": "float16", "bf16": "bfloat16"}
 FLOAT, FLOAT16, BFLOAT16 = 1, 10, 16  # onnx.TensorProto's element types
 ELEMENT = {"fp16": FLOAT16, "bf16": BFLOAT16}
 # Ops whose dtype is the engine's compute: they must run in it for the engine to be built.
-MATMULS = ("MatMul", "Gemm")
+# The weight products are FusedMatMul once the onnx step reads weights as stored, and
+# the attention's are inside GroupQueryAttention in a fused-attention graph: counting
+# MatMul alone once let an engine computing every weight product in fp32 pass.
+MATMULS = ("MatMul", "Gemm", "FusedMatMul", "GroupQueryAttention")
 
 
 class Options(BaseOptions):
@@ -89,7 +92,7 @@ def build(request: Request, writer: Writer) -> None:
         raise request.unsupported(
             f"onnxruntime {onnxruntime.__version__}'s {provider} has no {dtype} kernel for "
             f"{', '.join(cast)}: it computes them in float32 between the Casts it inserts "
-            f"({slow} of {total} MatMuls), so the engine would store {dtype} and compute "
+            f"({slow} of {total} matrix products), so the engine would store {dtype} and compute "
             "float32, slower than the fp32 engine"
         )
     session = ort.load(saved, provider)

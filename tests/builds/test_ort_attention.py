@@ -1,0 +1,86 @@
+"""The fused attention an onnxruntime engine runs (builders/causal_lm/_ort_attention.py):
+onnxruntime's RotaryEmbedding + GroupQueryAttention against transformers' own eager
+attention, on the inputs the runtime feeds: a left-padded batch, a multi-token chunk
+after a past at batch 2, and decode steps."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from conftest import World, heavy
+
+pytestmark = heavy
+
+
+def folders(world: World, recipe: str) -> dict[str, Path]:
+    steps = {s["kind"]: s["key"] for s in world.manifest(recipe)["lock"]["steps"]}
+    return {k: world.store / "objects" / v[:2] / v for k, v in steps.items()}
+
+
+def test_llama_exports_fused_attention_and_qwen3_says_why_it_keeps_its_own(built: World) -> None:
+    llama = json.loads((folders(built, "tiny-llama")["export"] / "export.json").read_text())
+    assert llama["attention"] == {"form": "onnxruntime", "layers": 2, "why_not": ""}
+    qwen3 = json.loads((folders(built, "tiny-qwen3")["export"] / "export.json").read_text())
+    assert qwen3["attention"]["form"] == "standard" and qwen3["attention"]["layers"] == 0
+    assert "Qwen3Attention.forward is not Llama's" in qwen3["attention"]["why_not"]
+
+
+def test_the_fused_engine_equals_transformers_on_padding_chunks_and_decode(built: World) -> None:
+    import onnxruntime as ort
+    import torch
+    from transformers import AutoModelForCausalLM, DynamicCache
+
+    found = folders(built, "tiny-llama")
+    model = AutoModelForCausalLM.from_pretrained(
+        found["fetch"] / "checkpoint", dtype=torch.float32, attn_implementation="eager"
+    ).eval()
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    session = ort.InferenceSession(
+        str(found["engine"] / "engine.onnx"), so, providers=["CPUExecutionProvider"]
+    )
+    io = json.loads((found["engine"] / "io.json").read_text())
+    entries = io["kv_cache"]["entries"]
+    past = [
+        np.zeros([{"batch": 2, "seq": 0}.get(d, d) for d in e["shape"]], np.float32)
+        for e in entries
+    ]
+    cache = DynamicCache(config=model.config)
+    rng = np.random.default_rng(0)
+    # row 0 is 2 tokens shorter (left padding); then a 3-token chunk; then 2 decode steps
+    ids = rng.integers(3, 500, (2, 6))
+    mask = np.ones((2, 6), np.int64)
+    mask[0, :2] = 0
+    compared = 0
+    for step, width in enumerate((6, 3, 1, 1)):
+        if step:
+            ids = rng.integers(3, 500, (2, width))
+            mask = np.concatenate([mask, np.ones((2, width), np.int64)], axis=1)
+        positions = np.maximum(mask.cumsum(axis=1) - 1, 0)[:, -width:]
+        feeds: dict[str, Any] = {
+            "input_ids": ids,
+            "attention_mask": mask,
+            "position_ids": positions,
+        }
+        feeds.update({e["past"]: p for e, p in zip(entries, past, strict=True)})
+        logits, *past = session.run(["logits", *(e["present"] for e in entries)], feeds)
+        with torch.no_grad():
+            theirs = model(
+                input_ids=torch.from_numpy(ids),
+                attention_mask=torch.from_numpy(mask),
+                position_ids=torch.from_numpy(positions),
+                past_key_values=cache,
+                use_cache=True,
+            )
+        real = mask[:, -width:].astype(bool)  # padded rows' outputs are unspecified
+        assert np.abs(logits - theirs.logits.numpy())[real].max() < 1e-4, step
+        kv = [t for layer in cache.layers for t in (layer.keys, layer.values)]
+        keep = mask.astype(bool)
+        for mine, hf in zip(past, kv, strict=True):
+            assert mine.shape == hf.shape
+            assert np.abs(mine - hf.numpy()).transpose(0, 2, 1, 3)[keep].max() < 1e-5, step
+        compared += int(real.sum())
+    assert compared == 2 * (6 + 3 + 1 + 1) - 2
