@@ -40,10 +40,104 @@ def engine_bytes(folder: Path) -> int:
     return sum(f.stat().st_size for f in folder.iterdir() if f.suffix in weights)
 
 
+class SharedCache:
+    """The KV cache in place: one buffer per cached tensor, [batch, heads, capacity,
+    dim], bound as both the past input and the present output of a graph whose every
+    present is GroupQueryAttention's (bundle.json engines.main.shared_cache; the export
+    makes nothing else read the past's length: builders/causal_lm/_ort_attention.py).
+    onnxruntime then appends each step's keys and values inside the buffer (its
+    past-present buffer sharing, which onnxruntime-genai uses) instead of writing a
+    whole new cache for every forward and handing it back as a fresh array.
+
+    A forward still takes and returns caches as arrays: what it returns are views of
+    the buffers, [batch, heads, total, dim]; a past that is such a view (the previous
+    forward's present, or a cut of it along seq, as a speculative rollback makes) is
+    already in place, and any other past is copied in first. So a caller that keeps a
+    returned cache past the next forward must copy it (runtime/causal_lm.py PrefixCache
+    does): the next forward may write over what it covers."""
+
+    def __init__(self, session: Any, capacity: int) -> None:
+        names = {o.name: o for o in session.get_outputs()}
+        pasts = [i.name for i in session.get_inputs() if i.name.startswith("past.")]
+        self.pairs = [(p, "present." + p.removeprefix("past.")) for p in pasts]
+        if not pasts or any(q not in names for _, q in self.pairs):
+            raise ValueError("shared_cache needs a present.* output for every past.* input")
+        self.capacity = capacity
+        vocab = names["logits"].shape[-1] if "logits" in names else None
+        if not isinstance(vocab, int):
+            raise ValueError("shared_cache needs a logits output of a fixed vocabulary size")
+        self.vocab = vocab
+        self.buffers: list[np.ndarray] = []
+        self.bindings: dict[int, Any] = {}  # per session: the cache bound once
+        self.logits: dict[tuple[int, int], Any] = {}  # a decode step's logits, bound once
+
+    def _place(self, pasts: list[np.ndarray]) -> None:
+        shapes = [(*p.shape[:2], self.capacity, *p.shape[3:]) for p in pasts]
+        if [(b.shape, b.dtype) for b in self.buffers] != [
+            (s, p.dtype) for s, p in zip(shapes, pasts, strict=True)
+        ]:
+            self.buffers = [np.zeros(s, p.dtype) for s, p in zip(shapes, pasts, strict=True)]
+            self.bindings, self.logits = {}, {}
+        for buffer, past in zip(self.buffers, pasts, strict=True):
+            view = buffer[:, :, : past.shape[2]]
+            if past.__array_interface__["data"][0] != buffer.ctypes.data or (
+                past.strides != view.strides
+            ):
+                view[...] = past
+
+    def _binding(self, session: Any) -> Any:
+        """The session's IOBinding with every buffer bound as past and present."""
+        import onnxruntime as ort
+
+        binding = self.bindings.get(id(session))
+        if binding is None:
+            binding = session.io_binding()
+            for (past, present), buffer in zip(self.pairs, self.buffers, strict=True):
+                value = ort.OrtValue.ortvalue_from_numpy(buffer)
+                binding.bind_ortvalue_input(past, value)
+                binding.bind_ortvalue_output(present, value)
+            self.bindings[id(session)] = binding
+        return binding
+
+    def run(
+        self, session: Any, output_names: list[str], feeds: dict[str, np.ndarray]
+    ) -> list[np.ndarray] | None:
+        """The forward in place; None when it does not fit the buffers (the caller runs
+        it as usual)."""
+        import onnxruntime as ort
+
+        pasts = [feeds[p] for p, _ in self.pairs]
+        batch, seq = feeds["input_ids"].shape
+        total = pasts[0].shape[2] + seq
+        others = [n for n in output_names if not n.startswith("present.")]
+        if total > self.capacity or any(p.ndim != 4 for p in pasts) or others != ["logits"]:
+            return None  # a drafter's hidden states, say: the ordinary run
+        self._place(pasts)
+        binding = self._binding(session)
+        for name, value in feeds.items():
+            if not name.startswith("past."):
+                binding.bind_cpu_input(name, value)
+        if seq == 1:  # a decode step: the logits buffer too is bound once
+            logits, value = self.logits.get((id(session), batch), (None, None))
+            if logits is None:
+                logits = np.empty((batch, 1, self.vocab), np.float32)
+                value = ort.OrtValue.ortvalue_from_numpy(logits)
+                self.logits[(id(session), batch)] = (logits, value)
+            binding.bind_ortvalue_output("logits", value)
+        else:
+            logits = np.empty((batch, seq, self.vocab), np.float32)
+            binding.bind_ortvalue_output("logits", ort.OrtValue.ortvalue_from_numpy(logits))
+        session.run_with_iobinding(binding)
+        presents = {q: b[:, :, :total] for (_, q), b in zip(self.pairs, self.buffers, strict=True)}
+        out = {"logits": logits.copy() if seq == 1 else logits, **presents}
+        return [out[n] for n in output_names]
+
+
 class OnnxRuntimeEngine:
     """An onnxruntime session at the caller's thread count; over a small model, forwards
     of few tokens (decode steps, a reused prefix's suffix) run on a second session of
-    one thread (SHORT_WORK), opened at the first such forward."""
+    one thread (SHORT_WORK), opened at the first such forward. An engine whose bundle
+    says so keeps its KV cache in place (SharedCache)."""
 
     def __init__(self, file: Path, meta: dict[str, Any], threads: int | None) -> None:
         self.file, self.provider = file, meta["provider"]
@@ -51,6 +145,8 @@ class OnnxRuntimeEngine:
         self.session = self._open(self.threads)
         self.narrow: Any = None
         self.short = SHORT_WORK // max(1, engine_bytes(file.parent)) if self.threads > 1 else 0
+        shared = meta.get("shared_cache")
+        self.cache = SharedCache(self.session, int(shared["capacity"])) if shared else None
 
     def _open(self, threads: int) -> Any:
         import onnxruntime as ort
@@ -66,6 +162,10 @@ class OnnxRuntimeEngine:
             if self.narrow is None:
                 self.narrow = self._open(1)
             session = self.narrow
+        if self.cache is not None:
+            done = self.cache.run(session, output_names, feeds)
+            if done is not None:
+                return done
         return list(session.run(output_names, feeds))
 
 

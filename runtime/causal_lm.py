@@ -112,10 +112,12 @@ class PrefixCache:
         ]
 
     def store(self, tokens: list[int], past: list[np.ndarray]) -> None:
-        """Keep `past`, the cache after feeding `tokens`, as the most recent entry."""
+        """Keep a copy of `past`, the cache after feeding `tokens`, as the most recent
+        entry: an engine that keeps its cache in place writes the next generation into
+        the arrays it returned (runtime/backends.py SharedCache)."""
         key = np.asarray(tokens, np.int64)
         older = [e for e in self.kept if len(e[0]) != len(key) or not np.array_equal(e[0], key)]
-        self.kept = [(key, past), *older][: self.entries]
+        self.kept = [(key, [np.array(p) for p in past]), *older][: self.entries]
 
     def clear(self) -> None:
         self.kept = []

@@ -238,6 +238,10 @@ def _function() -> Any:
             key = torch.cat([past_k, k.view(b, s, kv_heads, dim).transpose(1, 2)], dim=2)
             value = torch.cat([past_v, v.view(b, s, kv_heads, -1).transpose(1, 2)], dim=2)
             query = q.view(b, s, heads, dim).transpose(1, 2)
+            total = key.shape[2]  # query row i sits at position total - s + i
+            rows = torch.arange(s, device=q.device)[:, None] + (total - s)
+            late = torch.arange(total, device=q.device)[None, :] > rows
+            bias = bias.masked_fill(late, torch.finfo(torch.float32).min)
             out, _ = grouped_attention(None, query, key, value, bias, scale)
             return out.reshape(b, s, -1), key, value
 
@@ -287,9 +291,25 @@ def _function() -> Any:
     return Rotary, Attention
 
 
-def _forward(rotary: Any, attention: Any, cos: Any, sin: Any) -> Any:
+def _padding_bias(mask: Any, seq: int) -> Any:
+    """[batch, 1, seq, total] additive bias from the graph's [batch, total] attention
+    mask: 0 where a key is a real token, the dtype's minimum where it is padding (as
+    transformers' own masks write it). Causality is GroupQueryAttention's own."""
+    import torch
+
+    low = torch.finfo(torch.float32).min
+    bias = (1.0 - mask.to(torch.float32))[:, None, None, :] * low
+    return bias.expand(-1, -1, seq, -1)
+
+
+def _forward(rotary: Any, attention: Any, cos: Any, sin: Any, seen: dict[str, Any]) -> Any:
     """A Llama attention forward over the fused ops; the layer's cache entry becomes
-    GroupQueryAttention's present key and value."""
+    GroupQueryAttention's present key and value. The bias is the padding of the graph's
+    own 2-D attention mask (`seen`, from the model's pre-hook), not transformers' 4-D
+    mask, which reads the past's length from the cache tensors' shape: so nothing in
+    the graph depends on the past's length but GroupQueryAttention, and a runtime may
+    bind past and present to one buffer longer than the cache (onnxruntime's
+    past-present buffer sharing, runtime/backends.py)."""
 
     def forward(
         self: Any,
@@ -310,7 +330,7 @@ def _forward(rotary: Any, attention: Any, cos: Any, sin: Any) -> Any:
             self.v_proj(hidden_states),
             layer.keys,
             layer.values,
-            attention_mask,
+            _padding_bias(seen["mask"], hidden_states.shape[1]),
             heads,
             self.config.num_key_value_heads,
             float(self.scaling),
@@ -332,18 +352,25 @@ def fused(model: Any, device: Any) -> Iterator[Fused]:
         yield done
         return
     rotary, attention = _function()
-    forward = _forward(rotary, attention, *tables)
+    seen: dict[str, Any] = {}
+    forward = _forward(rotary, attention, *tables, seen)
     layers = [m for m in model.modules() if hasattr(m, "layer_idx") and hasattr(m, "q_proj")]
     reasons = {_why_not_layer(m) for m in layers}
     if not layers or reasons != {""}:
         done.why_not = "; ".join(sorted(r for r in reasons if r)) or "no attention layers"
         yield done
         return
+
+    def keep_mask(module: Any, args: Any, kwargs: dict[str, Any]) -> None:
+        seen["mask"] = kwargs["attention_mask"]
+
+    hook = model.register_forward_pre_hook(keep_mask, with_kwargs=True)
     for m in layers:
         m.forward = forward.__get__(m)
         done.layers.append(m.layer_idx)
     try:
         yield done
     finally:
+        hook.remove()
         for m in layers:
             del m.forward

@@ -46,6 +46,19 @@ class Options(BaseModel):
     )
 
 
+def _shared_cache(engine: dict[str, Any], io: dict[str, Any]) -> dict[str, Any]:
+    """engines.main.shared_cache, for an onnxruntime engine whose every present is
+    GroupQueryAttention's (the export's fused attention, io.json `attention`): the
+    runtime may then keep the cache in place, one buffer of max_seq_len positions per
+    cached tensor (runtime/backends.py SharedCache)."""
+    attention = io.get("attention", {})
+    layers = {e["layer"] for e in io["kv_cache"]["entries"]}
+    fused = attention.get("form") == "onnxruntime" and attention.get("layers") == len(layers)
+    if engine["backend"] != "onnxruntime" or not fused:
+        return {}
+    return {"shared_cache": {"capacity": engine["max_seq_len"]}}
+
+
 def chat_template(ckpt: Any, tok_config: dict[str, Any]) -> str | None:
     """The checkpoint's chat template: chat_template.jinja, else tokenizer_config's
     chat_template (a string, or named templates of which 'default' is the one)."""
@@ -129,6 +142,7 @@ def build(request: Request, writer: Writer) -> None:
                 "backend": engine["backend"],
                 "backend_version": engine["version"],
                 "provider": engine["provider"],
+                **_shared_cache(engine, io),
             }
         },
         "io": {"inputs": io["inputs"], "outputs": io["outputs"], "kv_cache": io["kv_cache"]},

@@ -341,3 +341,61 @@ def fuse_siblings(ir_model: Any, stored: dict[str, tuple[str, int, int]] | None 
             stored.pop(w.name, None)
         folded += len(nodes) - 1
     return folded
+
+
+def fuse_skip_norms(model: Any) -> int:
+    """Residual Add + RMSNorm as onnxruntime's SkipSimplifiedLayerNormalization, in
+    place on an onnx ModelProto that onnxruntime's optimizer has written (its
+    SimplifiedLayerNormFusion makes the norms; its SkipLayerNormFusion fuses only
+    LayerNormalization, and only an Add with one reader, while a decoder's residual sum
+    also feeds the next residual Add). The fused node's fourth output is the sum, which
+    the Add's other readers read instead. It computes what the two nodes compute, the
+    sum in the same dtype, then the norm over the last axis: a Llama decode step runs
+    60 nodes fewer per 30 layers. Only an Add of two computed tensors (no constant that
+    could broadcast) into a norm over the last axis whose inverse-std output is unused
+    is fused. Returns how many."""
+    from onnx import helper
+
+    graph = model.graph
+    producer = {o: n for n in graph.node for o in n.output}
+    readers: dict[str, int] = {}
+    for node in graph.node:
+        for name in node.input:
+            readers[name] = readers.get(name, 0) + 1
+    outputs = {o.name for o in graph.output}
+    constant = {t.name for t in graph.initializer} | {
+        o for n in graph.node if n.op_type == "Constant" for o in n.output
+    }
+    fused: dict[int, Any] = {}  # the Add's position -> the fused node
+    gone: set[int] = set()
+    for norm in graph.node:
+        attrs = {a.name: helper.get_attribute_value(a) for a in norm.attribute}
+        if norm.op_type != "SimplifiedLayerNormalization" or norm.domain not in ("", "ai.onnx"):
+            continue
+        if attrs.get("axis", -1) != -1 or (len(norm.output) > 1 and norm.output[1]):
+            continue
+        add = producer.get(norm.input[0])
+        if add is None or add.op_type != "Add" or add.domain not in ("", "ai.onnx"):
+            continue
+        if id(add) in gone or any(x in constant or x not in producer for x in add.input):
+            continue
+        total = add.output[0]
+        shared = readers[total] > 1 or total in outputs
+        node = helper.make_node(
+            "SkipSimplifiedLayerNormalization",
+            [add.input[0], add.input[1], norm.input[1]],
+            [norm.output[0], *(["", "", total] if shared else [])],
+            name=f"{norm.name}/skip",
+            domain="com.microsoft",
+            epsilon=attrs.get("epsilon", 1e-5),
+        )
+        fused[id(add)] = node
+        gone |= {id(add), id(norm)}
+    if not fused:
+        return 0
+    nodes = [fused.get(id(n), n) for n in graph.node if id(n) not in gone or id(n) in fused]
+    del graph.node[:]
+    graph.node.extend(nodes)
+    if not any(o.domain == "com.microsoft" for o in model.opset_import):
+        model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    return len(fused)

@@ -320,19 +320,19 @@ def test_the_engine_reads_the_checkpoints_weights_as_stored_fusing_adjacent_sibl
         if n.op_type == "Split" and producer.get(n.input[0]) == "FusedMatMul"
     ]
     assert len(splits) == 2 * layers, splits  # q+v and gate+up per layer
-    # the causal mask is expanded once for the model; no layer expands its KV heads:
-    # the attention is onnxruntime's GroupQueryAttention over the shared KV heads, and
-    # the only Expands in a layer are its [batch] lengths (seqlens_k, query_seqlens),
-    # computed once for the model
-    consumers: dict[str, list[str]] = {}
-    for node in graph.node:
-        for name in node.input:
-            consumers.setdefault(name, []).append(node.op_type)
+    # no layer expands its KV heads: the attention is onnxruntime's GroupQueryAttention
+    # over the shared KV heads, and the only Expands are what it reads, computed once
+    # for the model: the [batch] lengths (seqlens_k, query_seqlens, cast to int32) and
+    # the padding bias [batch, 1, seq, total]
     expands = [n for n in graph.node if n.op_type == "Expand" and "/layers." in n.name]
-    assert len(expands) == 2, [n.name for n in expands]
+    assert len(expands) == 3, [n.name for n in expands]
     for node in expands:
-        (cast,) = [n for n in graph.node if node.output[0] in n.input]
-        assert cast.op_type == "Cast" and set(consumers[cast.output[0]]) == {"GroupQueryAttention"}
+        readers = [n for n in graph.node if node.output[0] in n.input]
+        readers += [
+            r for c in readers if c.op_type == "Cast" for r in graph.node if c.output[0] in r.input
+        ]
+        kinds = {r.op_type for r in readers} - {"Cast", "Shape"}  # the lengths read its shape
+        assert kinds == {"GroupQueryAttention"}, (node.name, kinds)
     assert sum(n.op_type == "GroupQueryAttention" for n in graph.node) == layers
 
 

@@ -84,3 +84,39 @@ def test_the_fused_engine_equals_transformers_on_padding_chunks_and_decode(built
             assert np.abs(mine - hf.numpy()).transpose(0, 2, 1, 3)[keep].max() < 1e-5, step
         compared += int(real.sum())
     assert compared == 2 * (6 + 3 + 1 + 1) - 2
+
+
+def test_the_runtime_keeps_the_cache_in_place_and_generates_what_a_growing_cache_does(
+    built: World,
+) -> None:
+    """bundle.json marks tiny-llama's engine as keeping its cache in place
+    (runtime/backends.py SharedCache: past and present bound to one buffer of
+    max_seq_len positions). The same bundle with the buffers switched off makes the
+    same tokens and logits: a left-padded batch of two, and single prompts through a
+    prefix cache whose entries the next generations write over in the buffer."""
+    import runtime
+
+    bundle = runtime.open(folders(built, "tiny-llama")["bundle"], threads=1)
+    assert bundle.meta["engines"]["main"]["shared_cache"] == {
+        "capacity": bundle.meta["limits"]["max_seq_len"]
+    }
+    engine = bundle.session
+    shared = engine.cache
+    assert shared is not None
+    prompts = [[5, 17, 230, 41, 9, 88], [301, 2, 77]]
+    runs = {}
+    for mode in ("grown", "in place"):
+        engine.cache = shared if mode == "in place" else None
+        batch = bundle.generate(prompts, max_new_tokens=24).tokens
+        bundle.enable_prefix_cache()
+        first = bundle.generate([prompts[0] + [12, 13]], max_new_tokens=24).tokens
+        second = bundle.generate([prompts[0] + [12, 99, 4]], max_new_tokens=24).tokens
+        reused = bundle.last_reused
+        logits = bundle.logits(prompts[0] + [12, 99, 4])
+        runs[mode] = (batch, first, second, reused, logits)
+        bundle.prefix_cache = None
+    (batch, first, second, reused, logits), other = runs["in place"], runs["grown"]
+    assert reused == len(prompts[0]) + 1  # the second prompt reused the first's prefix
+    assert (batch, first, second, reused) == other[:4]
+    assert np.abs(logits - other[4]).max() < 1e-5
+    assert shared.buffers and shared.buffers[0].shape[2] == shared.capacity

@@ -59,6 +59,8 @@ def build(request: Any, writer: Any) -> None:
     disabled = QDQ_TRANSFORMERS if opts.quantized else ()
     saved = writer.path("engine.onnx")
     ort.optimize(source / "model.onnx", saved, provider, disabled, external=True)
+    skips = _fuse_skip_norms(saved)
+    request.log(f"{skips} residual Add + RMSNorm pairs -> SkipSimplifiedLayerNormalization")
     shared, new = ort.share_weights(saved, source / "model.onnx")
     request.log(f"weights: {shared:,d} bytes are the onnx step's, {new:,d} new")
     session = ort.load(saved, provider)  # the smoke run loads what the bundle carries
@@ -72,6 +74,20 @@ def build(request: Any, writer: Any) -> None:
     )
     if opts.quantized:
         request.log(f"kept quantized weights: {_stored(writer.path('engine.onnx'))}")
+
+
+def _fuse_skip_norms(saved: Any) -> int:
+    """graph.fuse_skip_norms on the saved engine's graph; its weights stay where
+    onnxruntime wrote them."""
+    import onnx
+
+    from builders.common import graph
+
+    model = onnx.load(str(saved), load_external_data=False)
+    fused = graph.fuse_skip_norms(model)
+    if fused:
+        onnx.save_model(model, str(saved))
+    return fused
 
 
 def _feeds(io: dict[str, Any], batch: int) -> dict[str, Any]:
