@@ -41,7 +41,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-# the GroupQueryAttention inputs the fused form writes, by position in the schema
+# optional GroupQueryAttention inputs the fused form writes (onnxruntime 1.30 lacks query_seqlens)
 NEEDED = ("attention_bias", "query_seqlens")
 STATIC_ROPE = ("default", "linear", "llama3")
 
