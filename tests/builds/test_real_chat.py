@@ -173,20 +173,32 @@ def test_the_store_holds_the_checkpoints_weights_once(real: Chat) -> None:
     """The export, onnx step, engine and bundle read every weight from the checkpoint's
     own safetensors file (builders/common/weights.py: each Linear as stored, through
     FusedMatMul transB=1; the tied output projection from the embedding's bytes), so
-    all of them hold the import step's file, hardlinked, and nothing else of size;
+    all of them hold the import step's file, hardlinked. The one other tensor data is
+    the fused attention's rotary tables (builders/causal_lm/_ort_attention.py: cos and
+    sin, fp32, [max_position_embeddings, head_dim / 2]): inside the export's graph, then
+    one file the onnx step, engine and bundle hold hardlinked; nothing else of size.
     `doit verify` checks every artifact."""
     imported = artifact(real, FP32, "import") / "checkpoint" / "model.safetensors"
+    config = json.loads((imported.parent / "config.json").read_text())
+    head = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
+    table_bytes = 2 * config["max_position_embeddings"] * (head // 2) * 4
+    tables = artifact(real, FP32, "onnx") / "model.onnx.data"
+    assert tables.stat().st_size == table_bytes
     for kind in ("export", "onnx", "engine", "bundle"):
         held = artifact(real, FP32, kind) / "model.safetensors"
         assert os.path.samefile(imported, held), kind
+        if kind != "export":
+            assert os.path.samefile(tables, artifact(real, FP32, kind) / "model.onnx.data"), kind
         others = [
             p
             for p in artifact(real, FP32, kind).rglob("*")
-            if p.is_file() and p.name not in ("model.safetensors", "tokenizer.json")
+            if p.is_file()
+            and p.name not in ("model.safetensors", "model.onnx.data", "tokenizer.json")
         ]
-        assert sum(p.stat().st_size for p in others) < 2_000_000, (kind, others)
+        inline = table_bytes if kind == "export" else 0  # the export's graph holds them
+        assert sum(p.stat().st_size for p in others) < 2_000_000 + inline, (kind, others)
     engine_json = json.loads((artifact(real, FP32, "engine") / "engine.json").read_text())
-    assert engine_json["data"] == ["model.safetensors"]  # nothing new to store
+    assert engine_json["data"] == ["model.onnx.data", "model.safetensors"]  # nothing new
     assert imported.stat().st_size > 500_000_000  # 135 M fp32 weights
     verify = real.doit("verify", check=True)  # exit 0: nothing corrupt, partial, missing
     assert " 0 corrupt, 0 partial, 0 missing" in verify.stdout + verify.stderr
