@@ -68,21 +68,25 @@ class SharedCache:
             raise ValueError("shared_cache needs a logits output of a fixed vocabulary size")
         self.vocab = vocab
         self.buffers: list[np.ndarray] = []
+        self.starts: list[int] = []  # each buffer's address
+        self.returned: list[np.ndarray] = []  # the presents the last forward returned
         self.bindings: dict[int, Any] = {}  # per session: the cache bound once
         self.logits: dict[tuple[int, int], Any] = {}  # a decode step's logits, bound once
 
     def _place(self, pasts: list[np.ndarray]) -> None:
+        same = len(pasts) == len(self.returned)
+        if same and all(p is r for p, r in zip(pasts, self.returned, strict=True)):
+            return  # the last forward's presents: in place (most decode steps)
         shapes = [(*p.shape[:2], self.capacity, *p.shape[3:]) for p in pasts]
         if [(b.shape, b.dtype) for b in self.buffers] != [
             (s, p.dtype) for s, p in zip(shapes, pasts, strict=True)
         ]:
             self.buffers = [np.zeros(s, p.dtype) for s, p in zip(shapes, pasts, strict=True)]
+            self.starts = [b.__array_interface__["data"][0] for b in self.buffers]
             self.bindings, self.logits = {}, {}
-        for buffer, past in zip(self.buffers, pasts, strict=True):
+        for buffer, start, past in zip(self.buffers, self.starts, pasts, strict=True):
             view = buffer[:, :, : past.shape[2]]
-            if past.__array_interface__["data"][0] != buffer.ctypes.data or (
-                past.strides != view.strides
-            ):
+            if past.__array_interface__["data"][0] != start or past.strides != view.strides:
                 view[...] = past
 
     def _binding(self, session: Any) -> Any:
@@ -117,7 +121,9 @@ class SharedCache:
         for name, value in feeds.items():
             if not name.startswith("past."):
                 binding.bind_cpu_input(name, value)
-        if seq == 1:  # a decode step: the logits buffer too is bound once
+        keep = int(feeds.get("logits_to_keep", 0))  # the last `keep` positions' logits
+        rows = min(keep, seq) if keep > 0 else seq
+        if rows == 1:  # a decode step, or a prefill's last position: bound once
             logits, value = self.logits.get((id(session), batch), (None, None))
             if logits is None:
                 logits = np.empty((batch, 1, self.vocab), np.float32)
@@ -125,11 +131,12 @@ class SharedCache:
                 self.logits[(id(session), batch)] = (logits, value)
             binding.bind_ortvalue_output("logits", value)
         else:
-            logits = np.empty((batch, seq, self.vocab), np.float32)
+            logits = np.empty((batch, rows, self.vocab), np.float32)
             binding.bind_ortvalue_output("logits", ort.OrtValue.ortvalue_from_numpy(logits))
         session.run_with_iobinding(binding)
-        presents = {q: b[:, :, :total] for (_, q), b in zip(self.pairs, self.buffers, strict=True)}
-        out = {"logits": logits.copy() if seq == 1 else logits, **presents}
+        self.returned = [b[:, :, :total] for b in self.buffers]
+        presents = dict(zip((q for _, q in self.pairs), self.returned, strict=True))
+        out = {"logits": logits.copy() if rows == 1 else logits, **presents}
         return [out[n] for n in output_names]
 
 

@@ -24,6 +24,7 @@ from runtime.processors import Decoding, Steering
 from runtime.sampling import Sampler
 
 TASK = TEXT_GENERATION
+KEEP = "logits_to_keep"  # the graph's optional input (builders/causal_lm/export.py)
 # Weight precisions whose graphs quantize activations with calibrated static scales
 # (of the recipe precisions kiln builds): a forward over other token boundaries, such as
 # a resumed prefix, can round a near-tie the other way, so its tokens are not
@@ -160,6 +161,9 @@ class Bundle:
             for v in self.meta["io"]["outputs"]
             if v["name"] == "logits" or v["name"].startswith("present.")
         ]
+        # logits_to_keep: the graph computes logits for the last n positions only
+        # (builders/causal_lm/export.py), which a generation's prefill asks for
+        self.keeps_logits = any(v["name"] == KEEP for v in self.meta["io"].get("inputs", []))
         self.max_batch_size = self.meta["limits"]["max_batch_size"]
         self.max_seq_len = self.meta["limits"]["max_seq_len"]
         self.policy = Policy(self.meta.get("prompt_policy"))
@@ -211,10 +215,20 @@ class Bundle:
         ]
 
     def forward(
-        self, ids: np.ndarray, mask: np.ndarray, positions: np.ndarray, past: list[np.ndarray]
+        self,
+        ids: np.ndarray,
+        mask: np.ndarray,
+        positions: np.ndarray,
+        past: list[np.ndarray],
+        keep: int = 0,
     ) -> tuple[np.ndarray, list[np.ndarray]]:
+        """One forward: logits [batch, seq, vocab] (with `keep` > 0, of the last `keep`
+        positions at least: all of them where the graph cannot leave any out) and the
+        cache after it."""
         feeds = {"input_ids": ids, "attention_mask": mask, "position_ids": positions}
         feeds.update(zip(self.past_names, past, strict=True))
+        if self.keeps_logits:
+            feeds[KEEP] = np.array(keep, np.int64)
         logits, *present = self.session.run(self.output_names, feeds)
         return logits, present
 
@@ -326,15 +340,16 @@ class Bundle:
     ) -> tuple[np.ndarray, list[np.ndarray]]:
         """The forward over a prompt's tokens after `past` (`mask` covers both): one pass,
         or with prefill_chunk_len set, one pass per chunk of that many tokens, each on
-        the cache the ones before it left. Only the last chunk's logits come back."""
+        the cache the ones before it left. Only the last position's logits are asked
+        for, and only the last chunk's come back."""
         chunk, width = self.prefill_chunk_len, ids.shape[1]
         if not chunk or width <= chunk:
-            return self.forward(ids, mask, positions, past)
+            return self.forward(ids, mask, positions, past, keep=1)
         before = mask.shape[1] - width
         for start in range(0, width, chunk):
             end = min(start + chunk, width)
             logits, past = self.forward(
-                ids[:, start:end], mask[:, : before + end], positions[:, start:end], past
+                ids[:, start:end], mask[:, : before + end], positions[:, start:end], past, keep=1
             )
         return logits, past
 

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from runtime.causal_lm import KEEP
 from runtime.format import default_threads
 from runtime.ngram import NgramDrafter
 from runtime.sampling import Sampler, draw
@@ -49,6 +50,9 @@ class Engine:
         self.outputs = [o.name for o in self.session.get_outputs()]
         inputs = {i.name: i.shape for i in self.session.get_inputs()}
         self.past_names = [n for n in inputs if n.startswith("past.")]
+        # a causal-LM graph's logits_to_keep (builders/causal_lm/export.py): 0, every
+        # position, unless a run asks for fewer
+        self.keeps = KEEP in inputs
         self.past = [
             np.zeros(
                 [1 if j == 0 else d if isinstance(d, int) else 0 for j, d in enumerate(s)],
@@ -61,8 +65,10 @@ class Engine:
     def length(self) -> int:
         return int(self.past[0].shape[2]) if self.past else 0
 
-    def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def run(self, feeds: dict[str, np.ndarray], keep: int = 0) -> dict[str, np.ndarray]:
         feeds = {**feeds, **dict(zip(self.past_names, self.past, strict=True))}
+        if self.keeps:
+            feeds[KEEP] = np.array(keep, np.int64)
         out = dict(zip(self.outputs, self.session.run(self.outputs, feeds), strict=True))
         self.past = [out[n.replace("past.", "present.", 1)] for n in self.past_names]
         return out
@@ -95,7 +101,8 @@ class ModelDrafter:
                 "input_ids": np.asarray([ids], np.int64),
                 "attention_mask": np.ones((1, n + len(ids)), np.int64),
                 "position_ids": np.arange(n, n + len(ids), dtype=np.int64)[None],
-            }
+            },
+            keep=1,
         )
         self.fed.extend(ids)
         return out["logits"][0, -1]

@@ -91,10 +91,16 @@ class InductorBundle(Bundle):
         return out
 
     def forward(
-        self, ids: np.ndarray, mask: np.ndarray, positions: np.ndarray, past: list[np.ndarray]
+        self,
+        ids: np.ndarray,
+        mask: np.ndarray,
+        positions: np.ndarray,
+        past: list[np.ndarray],
+        keep: int = 0,
     ) -> tuple[np.ndarray, list[np.ndarray]]:
         """The Bundle contract over the engine's static cache: `mask` covers every slot
-        so far (its last ids.shape[1] columns are the new tokens)."""
+        so far (its last ids.shape[1] columns are the new tokens). Every position's
+        logits come back (`keep` allows that)."""
         rows = ids.shape[0]
         if not past:
             self.engine.reset()

@@ -26,7 +26,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from runtime.causal_lm import Bundle, Generation
+from runtime.causal_lm import KEEP, Bundle, Generation
 from runtime.drafters import make_drafter
 from runtime.format import BundleError
 from runtime.sampling import Sampler, draw
@@ -124,6 +124,8 @@ class Target:
             "position_ids": np.arange(self.length, self.length + n, dtype=np.int64)[None],
         }
         feeds.update(zip(self.bundle.past_names, self.past, strict=True))
+        if self.bundle.keeps_logits:  # every position's logits: each draft is checked
+            feeds[KEEP] = np.array(0, np.int64)
         out = self.bundle.session.run(self.names, feeds)
         self.past = out[1 : 1 + len(self.past)]
         self.length += n

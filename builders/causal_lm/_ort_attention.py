@@ -11,17 +11,24 @@ of a step, onnxruntime-genai's 35.0; everything else 17.6 ms against 5.0).
 `fused(model)` replaces the forward of each layer whose attention is transformers'
 standard Llama attention (the class's forward, and the rotary helpers of its module,
 equal to Llama's by source, eager attention, a static rotary table) with one that
-writes, per layer, two `com.microsoft.RotaryEmbedding` (q and k, driven by the graph's
-position_ids over cos/sin tables of every position) and one
-`com.microsoft.GroupQueryAttention` over the past cache, whose present outputs are the
-cache the graph returns. The kernels onnxruntime-genai's model builder writes, in the
-graph contract kiln's runtime already speaks (builders/causal_lm/export.py):
+writes, per layer, one `com.microsoft.GroupQueryAttention` over the past cache, which
+also rotates q and k (`do_rotary`, from cos/sin tables of every position, at the
+graph's own position_ids), and whose present outputs are the cache the graph returns.
+The kernel onnxruntime-genai's model builder writes, in the graph contract kiln's
+runtime already speaks (builders/causal_lm/export.py):
 
 - the model's own additive mask [batch, 1, seq, total] goes in as `attention_bias`,
   so left padding, sliding windows written into the mask and every chunk shape keep
   the model's semantics; GroupQueryAttention's causal mask agrees with it;
 - seqlens_k is total - 1 and query_seqlens is seq for every row (no right padding):
-  query_seqlens is what lets onnxruntime take batch > 1 for a chunk after a past.
+  query_seqlens is what lets onnxruntime take batch > 1 for a chunk after a past;
+- where q, k and v are slices of one fused projection (the AWQ precisions calibrate
+  them as one: builders/common/siblings.py), its output goes in whole, as the
+  packed query, and nothing splits it.
+
+Rotating inside the attention kernel gives the same bits as a RotaryEmbedding node
+before it (checked on left-padded batches, chunks after a past and decode steps),
+and a 30-layer decode step runs 60 nodes fewer.
 
 An onnxruntime whose GroupQueryAttention has no `query_seqlens` or `attention_bias`
 input (an older one, such as the GPU host's) gets the standard form: `supported()`
@@ -41,9 +48,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from builders.common.siblings import packed
+
 # optional GroupQueryAttention inputs the fused form writes (onnxruntime 1.30 lacks query_seqlens)
-NEEDED = ("attention_bias", "query_seqlens")
+NEEDED = ("cos_cache", "sin_cache", "position_ids", "attention_bias", "query_seqlens")
 STATIC_ROPE = ("default", "linear", "llama3")
+QKV = ("q_proj", "k_proj", "v_proj")
 
 
 @dataclass
@@ -52,10 +62,16 @@ class Fused:
 
     layers: list[int] = field(default_factory=list)
     why_not: str = ""
+    packed: bool = False  # q, k and v come from one fused projection
 
     def summary(self) -> dict[str, Any]:
         form = "onnxruntime" if self.layers else "standard"
-        return {"form": form, "layers": len(self.layers), "why_not": self.why_not}
+        return {
+            "form": form,
+            "layers": len(self.layers),
+            "why_not": self.why_not,
+            "packed": self.packed,
+        }
 
 
 def supported() -> str:
@@ -196,6 +212,12 @@ def _dim(g: Any, value: Any, axis: int) -> Any:
     return g.op("Gather", g.op("Shape", value), index, axis_i=0)
 
 
+def _width(value: Any, width: int) -> Any:
+    """value's type with its last dimension `width` (the packed query's output)."""
+    sizes = value.type().varyingSizes()
+    return value.type().with_sizes([*sizes[:-1], width])
+
+
 def _long(values: list[int]) -> Any:
     import torch
 
@@ -203,19 +225,11 @@ def _long(values: list[int]) -> Any:
 
 
 def _function() -> Any:
-    """The autograd.Functions, made on first use (torch is imported lazily)."""
+    """The autograd.Function, made on first use (torch is imported lazily). Its forward
+    is what the trace computes (transformers' rotary, then grouped attention); its
+    symbolic is the one GroupQueryAttention node the graph gets. `k` and `v` are None
+    when `q` is the packed [q | k | v] projection."""
     import torch
-
-    class Rotary(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx: Any, x: Any, positions: Any, cos: Any, sin: Any) -> Any:
-            return _rotate(x, positions, cos, sin)
-
-        @staticmethod
-        def symbolic(g: Any, x: Any, positions: Any, cos: Any, sin: Any) -> Any:
-            out = g.op("com.microsoft::RotaryEmbedding", x, positions, cos, sin, interleaved_i=0)
-            out.setType(x.type())
-            return out
 
     class Attention(torch.autograd.Function):
         @staticmethod
@@ -227,14 +241,20 @@ def _function() -> Any:
             past_k: Any,
             past_v: Any,
             bias: Any,
+            positions: Any,
+            cos: Any,
+            sin: Any,
             heads: int,
             kv_heads: int,
+            dim: int,
             scale: float,
         ) -> tuple[Any, Any, Any]:
             from builders.causal_lm._attention import grouped_attention
 
             b, s, _ = q.shape
-            dim = past_k.shape[-1]
+            if k is None:  # packed: [q | k | v] along the last axis
+                q, k, v = q.split([heads * dim, kv_heads * dim, kv_heads * dim], dim=-1)
+            q, k = _rotate(q, positions, cos, sin), _rotate(k, positions, cos, sin)
             key = torch.cat([past_k, k.view(b, s, kv_heads, dim).transpose(1, 2)], dim=2)
             value = torch.cat([past_v, v.view(b, s, kv_heads, -1).transpose(1, 2)], dim=2)
             query = q.view(b, s, heads, dim).transpose(1, 2)
@@ -254,8 +274,12 @@ def _function() -> Any:
             past_k: Any,
             past_v: Any,
             bias: Any,
+            positions: Any,
+            cos: Any,
+            sin: Any,
             heads: int,
             kv_heads: int,
+            dim: int,
             scale: float,
         ) -> tuple[Any, Any, Any]:
             batch, seq, total = _dim(g, bias, 0), _dim(g, bias, 2), _dim(g, bias, 3)
@@ -263,32 +287,35 @@ def _function() -> Any:
             seqlens_k = _int32(g, g.op("Expand", g.op("Sub", total, one), batch))
             query_seqlens = _int32(g, g.op("Expand", seq, batch))
             total_length = _int32(g, g.op("Squeeze", total))
-            unused = [none(g) for _ in range(3)]  # cos_cache, sin_cache, position_ids
             later = [none(g) for _ in range(5)]  # head_sink, k/v_scale, q/k_norm_weight
             out, key, value = g.op(
                 "com.microsoft::GroupQueryAttention",
                 q,
-                k,
-                v,
+                none(g) if k is None else k,
+                none(g) if v is None else v,
                 past_k,
                 past_v,
                 seqlens_k,
                 total_length,
-                *unused,
+                cos,
+                sin,
+                positions,
                 bias,
                 *later,
                 query_seqlens,
                 num_heads_i=heads,
                 kv_num_heads_i=kv_heads,
                 scale_f=scale,
+                do_rotary_i=1,
+                rotary_interleaved_i=0,
                 outputs=3,
             )
-            out.setType(q.type())
+            out.setType(q.type() if k is not None else _width(q, heads * dim))
             key.setType(past_k.type())
             value.setType(past_v.type())
             return out, key, value
 
-    return Rotary, Attention
+    return Attention
 
 
 def _padding_bias(mask: Any, seq: int) -> Any:
@@ -302,8 +329,8 @@ def _padding_bias(mask: Any, seq: int) -> Any:
     return bias.expand(-1, -1, seq, -1)
 
 
-def _forward(rotary: Any, attention: Any, cos: Any, sin: Any, seen: dict[str, Any]) -> Any:
-    """A Llama attention forward over the fused ops; the layer's cache entry becomes
+def _forward(attention: Any, cos: Any, sin: Any, seen: dict[str, Any]) -> Any:
+    """A Llama attention forward over the fused op; the layer's cache entry becomes
     GroupQueryAttention's present key and value. The bias is the padding of the graph's
     own 2-D attention mask (`seen`, from the model's pre-hook), not transformers' 4-D
     mask, which reads the past's length from the cache tensors' shape: so nothing in
@@ -319,20 +346,26 @@ def _forward(rotary: Any, attention: Any, cos: Any, sin: Any, seen: dict[str, An
         cache: Any = None,
         **kwargs: Any,
     ) -> tuple[Any, None]:
-        positions = kwargs["position_ids"]
         layer = cache.layers[self.layer_idx]
-        q = rotary.apply(self.q_proj(hidden_states), positions, cos, sin)
-        k = rotary.apply(self.k_proj(hidden_states), positions, cos, sin)
-        heads = self.config.num_attention_heads
+        whole = packed(self, QKV)
+        if whole is not None:
+            q, k, v = whole(hidden_states), None, None
+        else:
+            q = self.q_proj(hidden_states)
+            k, v = self.k_proj(hidden_states), self.v_proj(hidden_states)
         out, layer.keys, layer.values = attention.apply(
             q,
             k,
-            self.v_proj(hidden_states),
+            v,
             layer.keys,
             layer.values,
             _padding_bias(seen["mask"], hidden_states.shape[1]),
-            heads,
+            kwargs["position_ids"],
+            cos,
+            sin,
+            self.config.num_attention_heads,
             self.config.num_key_value_heads,
+            int(self.head_dim),
             float(self.scaling),
         )
         return self.o_proj(out), None
@@ -351,9 +384,8 @@ def fused(model: Any, device: Any) -> Iterator[Fused]:
         done.why_not = tables
         yield done
         return
-    rotary, attention = _function()
     seen: dict[str, Any] = {}
-    forward = _forward(rotary, attention, *tables, seen)
+    forward = _forward(_function(), *tables, seen)
     layers = [m for m in model.modules() if hasattr(m, "layer_idx") and hasattr(m, "q_proj")]
     reasons = {_why_not_layer(m) for m in layers}
     if not layers or reasons != {""}:
@@ -368,6 +400,7 @@ def fused(model: Any, device: Any) -> Iterator[Fused]:
     for m in layers:
         m.forward = forward.__get__(m)
         done.layers.append(m.layer_idx)
+    done.packed = all(packed(m, QKV) is not None for m in layers)
     try:
         yield done
     finally:

@@ -6,8 +6,18 @@ The graph's contract, which the runtime relies on:
              attention_mask [batch, past + seq] int64     (1 = real token, 0 = padding)
              position_ids [batch, seq] int64
              past.<layer>.key / past.<layer>.value [batch, heads, past, dim]
-    outputs  logits [batch, seq, vocab]
+             logits_to_keep [] int64                    (0: every position)
+    outputs  logits [batch, seq, vocab]              (the last logits_to_keep positions
+                                                      when it is > 0)
              present.<layer>.key / present.<layer>.value [batch, heads, past + seq, dim]
+
+logits_to_keep is transformers' own argument of that name (0 keeps every position): a
+generation's prefill needs the last position's logits only, and over SmolLM2's
+49,152-word vocabulary the output projection of a 400-token prompt is about a fifth of
+the prefill's work. It is a required input, not one with a default: onnxruntime's
+IOBinding, which the runtime's in-place cache runs through, cannot bind an input that
+has a default. A graph whose model takes no such argument has no such input
+(export.json `logits_to_keep`).
 
 heads and dim are observed per layer and per tensor from one forward pass
 (builders/causal_lm/_cache.py) and recorded in export.json's kv_cache.entries; MLA models
@@ -48,7 +58,7 @@ class Options(BaseModel):
         "standard",
         pattern="^(standard|onnxruntime)$",
         description="'onnxruntime': standard Llama attention layers as onnxruntime's fused "
-        "RotaryEmbedding + GroupQueryAttention (builders/causal_lm/_ort_attention.py), for "
+        "GroupQueryAttention, rotary included (builders/causal_lm/_ort_attention.py), for "
         "an onnxruntime CPU engine; 'standard': ONNX's own ops, for any engine.",
     )
 
@@ -70,8 +80,12 @@ def _capture(request: Request, opts: Options, model: Any) -> list[str]:
         raise request.error(str(exc), "fix the drafter checkpoint's layer ids") from None
 
 
-def io_names(entries: list[dict[str, Any]]) -> tuple[list[str], list[str]]:
+KEEP = "logits_to_keep"
+
+
+def io_names(entries: list[dict[str, Any]], keep: bool = False) -> tuple[list[str], list[str]]:
     inputs = ["input_ids", "attention_mask", "position_ids"] + [e["past"] for e in entries]
+    inputs += [KEEP] if keep else []
     outputs = ["logits"] + [e["present"] for e in entries]
     return inputs, outputs
 
@@ -81,10 +95,12 @@ def explicit_cache_module(
     entries: list[dict[str, Any]],
     seen: dict[str, Any] | None = None,
     points: list[str] | None = None,
+    keep: bool = False,
 ) -> Any:
     """The model as (input_ids, attention_mask, position_ids, *past) -> (logits, *present):
     the contract above. The aoti backend traces the same module. With `points`, the
-    hidden states a drafter needs (captured by hooks into `seen`) are one more output."""
+    hidden states a drafter needs (captured by hooks into `seen`) are one more output;
+    with `keep`, logits_to_keep is one more input, after the past."""
     import torch
 
     from builders.causal_lm import _cache
@@ -100,12 +116,17 @@ def explicit_cache_module(
         def forward(
             self, input_ids: Any, attention_mask: Any, position_ids: Any, *past: Any
         ) -> Any:
+            kept = {}
+            if keep:
+                *past, last = past  # type: ignore[assignment]
+                kept = {KEEP: kept_positions(input_ids, last)}
             out = self.model(
                 input_ids=input_ids,
                 attention_mask=attention_mask,
                 position_ids=position_ids,
                 use_cache=True,
                 **{cache_kw: _cache.full_cache(past, entries)},
+                **kept,
             )
             present = [
                 t for layer in out.past_key_values.layers for t in (layer.keys, layer.values)
@@ -114,6 +135,23 @@ def explicit_cache_module(
             return (out.logits, *present, *hidden)
 
     return WithExplicitCache().eval()
+
+
+def kept_positions(input_ids: Any, keep: Any) -> Any:
+    """The positions [seq - keep, seq) as a 1-D tensor (every position when keep is 0,
+    or more than seq), which transformers' logits_to_keep takes as indices."""
+    import torch
+
+    seq = torch._shape_as_tensor(input_ids)[1]
+    start = torch.where(keep > 0, torch.clamp(seq - keep, min=0), torch.zeros_like(keep))
+    return torch.arange(start, seq, device=input_ids.device)
+
+
+def keeps_logits(model: Any) -> bool:
+    """Whether the model's forward takes transformers' logits_to_keep."""
+    import inspect
+
+    return KEEP in inspect.signature(model.forward).parameters
 
 
 def example_inputs(entries: list[dict[str, Any]], device: str = "cpu") -> tuple[Any, ...]:
@@ -164,15 +202,17 @@ def build(request: Request, writer: Writer) -> None:
         model = restore_quantized(model, request.inputs["quantized"])
     device = "cuda" if _needs_cuda(request) else "cpu"
     model.to(device)
+    keep = keeps_logits(model)
     example = example_inputs(entries, device)
-    inputs, outputs = io_names(entries)
+    example += (torch.tensor(0, device=device),) if keep else ()
+    inputs, outputs = io_names(entries, keep)
     outputs += ["hidden"] if points else []
     dynamic = {
         "input_ids": {0: "batch", 1: "seq"},
         "attention_mask": {0: "batch", 1: "total"},
         "position_ids": {0: "batch", 1: "seq"},
         "logits": {0: "batch", 1: "seq"},
-        **{name: {0: "batch", _cache.SEQ_AXIS: "past"} for name in inputs[3:]},
+        **{e["past"]: {0: "batch", _cache.SEQ_AXIS: "past"} for e in entries},
         **{
             name: {0: "batch", _cache.SEQ_AXIS: "total"} for name in outputs[1:] if name != "hidden"
         },
@@ -196,8 +236,8 @@ def build(request: Request, writer: Writer) -> None:
         attention = fused.summary() if fused else {"form": "standard", "layers": 0}
         if fused and fused.layers:
             request.log(
-                f"attention: {len(fused.layers)} layers as onnxruntime's RotaryEmbedding + "
-                "GroupQueryAttention"
+                f"attention: {len(fused.layers)} layers as onnxruntime's GroupQueryAttention "
+                "(rotary included" + (", q/k/v packed)" if fused.packed else ")")
             )
         elif fused:
             request.log(f"attention: standard form ({fused.why_not})")
@@ -205,7 +245,7 @@ def build(request: Request, writer: Writer) -> None:
             request.log("attention: grouped queries over the shared KV heads (no repeat_kv)")
         try:
             torch.onnx.export(
-                explicit_cache_module(model, entries, seen, points),
+                explicit_cache_module(model, entries, seen, points, keep),
                 example,
                 str(writer.path("model.onnx")),
                 input_names=inputs,
@@ -231,6 +271,7 @@ def build(request: Request, writer: Writer) -> None:
     if shared:
         request.log(f"weights: {shared:,d} bytes read from the checkpoint's own file")
     meta = {**describe(model, entries), "hidden": points, "attention": attention}
+    meta[KEEP] = keep
     if "quantized" in request.inputs:
         done = json.loads((request.inputs["quantized"] / "quantize.json").read_text())
         meta["quantization"] = {k: done[k] for k in ("weights", "kv_cache", "config", "device")}

@@ -60,6 +60,7 @@ class Options(BaseModel):
 
 
 def build(request: Request, writer: Writer) -> None:
+    from builders.causal_lm.export import io_names
     from builders.common import graph, weights
 
     opts = Options.model_validate(request.options)
@@ -90,7 +91,7 @@ def build(request: Request, writer: Writer) -> None:
     # TensorRT's own ops have no ONNX schema; the checker cannot infer through them
     inputs, outputs = graph.check(model, full=opts.qdq != "tensorrt", saved=saved)
     entries = exported["kv_cache"]["entries"]
-    expected_in = ["input_ids", "attention_mask", "position_ids"] + [e["past"] for e in entries]
+    expected_in, _ = io_names(entries, exported.get("logits_to_keep", False))
     names = [v["name"] for v in inputs]
     if names != expected_in:
         raise request.error(

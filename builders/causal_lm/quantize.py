@@ -7,6 +7,13 @@ own scales), and leaves a fake-quantized model: fp32 tensors that take exactly t
 quantized values. `mto.save` writes modelopt's state and the calibrated weights;
 the export step restores them onto the checkpoint and exports the Q/DQ graph.
 
+For int4-awq, a layer's q/k/v projections and an MLP's gate and up are calibrated as
+one fused linear layer each (builders/common/siblings.py):
+AWQ then searches one input scale per group, which folds into the RMSNorm before it,
+so the quantized graph multiplies no activations by it and runs one MatMulNBits per
+group. quantize.json records the groups fused and the scales folded; the export step
+fuses the same groups before it restores the quantizers.
+
 Calibration reads the first `samples` lines of the shipped builders/data/texts/
 calibration.txt (hashed into this step's code version), each cut to `max_tokens`.
 
@@ -100,6 +107,7 @@ def build(request: Request, writer: Writer) -> None:
     import torch
     from transformers import AutoTokenizer
 
+    from builders.common import siblings
     from builders.common.hf import load_causal_lm, quiet_stdout
 
     opts = Options.model_validate(request.options)
@@ -108,6 +116,7 @@ def build(request: Request, writer: Writer) -> None:
     device = "cuda" if cuda else "cpu"
     torch.manual_seed(0)
     model = load_causal_lm(checkpoint).to(device)
+    fused = siblings.fuse(model) if opts.weights in siblings.FUSED_PRECISIONS else 0
     calibration = calibration_ids(
         AutoTokenizer.from_pretrained(checkpoint), opts.samples, opts.max_tokens
     )
@@ -133,6 +142,9 @@ def build(request: Request, writer: Writer) -> None:
             ) from None
         raise
     seconds = time.monotonic() - started
+    folded = siblings.fold_input_scales(model)
+    if fused:
+        request.log(f"{fused} sibling groups calibrated fused; {folded} input scales folded")
     model.to("cpu")
     mto.save(model, str(writer.path("quantized.pt")))
     enabled = sorted(
@@ -147,6 +159,8 @@ def build(request: Request, writer: Writer) -> None:
             **({"block_size": opts.block_size} if opts.block_size else {}),
             **({"awq_alpha_step": opts.awq_alpha_step} if opts.awq_alpha_step else {}),
             "device": torch.cuda.get_device_name() if cuda else "cpu",
+            "fused_groups": fused,
+            "folded_scales": folded,
             "calibration_texts": len(calibration),
             "calibration_tokens": sum(len(t) for t in calibration),
             "quantizers": enabled,

@@ -5,5 +5,6 @@ encoder.py  the encoder families' export, graph check, engine and bundle helpers
 graph.py    ONNX graph tidy (onnxscript's optimizer) and check (checker, I/O value info)
 measure.py  a validate step's prologue: reference, bundle, batched and timed runs
 ort.py      onnxruntime engines: provider, offline optimization, smoke run, engine.json
+siblings.py q/k/v and gate/up as one linear layer each; AWQ's scales folded into the norms
 weights.py  weights read as the checkpoint stores them, external data shared between steps
 """

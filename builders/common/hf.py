@@ -43,8 +43,18 @@ def cache_keyword(model: Any) -> str:
 
 
 def restore_quantized(model: Any, artifact: Any) -> Any:
-    """Put modelopt's calibrated quantizers (the quantize step's mto.save) on the model."""
+    """Put modelopt's calibrated quantizers (the quantize step's mto.save) on the model,
+    first fusing its sibling layers where the quantize step calibrated them fused
+    (quantize.json `fused_groups`, builders/common/siblings.py)."""
+    import json
+
     import modelopt.torch.opt as mto
+
+    from builders.common import siblings
+
+    done = json.loads((Path(artifact) / "quantize.json").read_text())
+    if done.get("fused_groups"):
+        siblings.fuse(model)
 
     with quiet_stdout():  # modelopt prints "Inserted N quantizers"; the step logs its own
         return mto.restore(model, str(artifact / "quantized.pt")).eval()

@@ -87,8 +87,8 @@ def test_the_converted_graph_holds_fp16_weights_and_cache_and_fp32_logits(half: 
     assert len(matmuls) == 11
     assert {types[x] for n in matmuls for x in n.input if x in types} == {FLOAT16}
     assert sum(x in weights_by_name for n in matmuls for x in n.input) == 11  # fp16 weights
-    attention = [n for n in g.node if n.op_type in ("GroupQueryAttention", "RotaryEmbedding")]
-    assert len(attention) == 2 * 3  # per layer: one GroupQueryAttention, q's and k's rotary
+    attention = [n for n in g.node if n.op_type == "GroupQueryAttention"]
+    assert len(attention) == 2  # per layer one, which also rotates q and k
     assert {types[n.input[0]] for n in attention} == {FLOAT16}
 
 

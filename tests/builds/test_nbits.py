@@ -37,7 +37,9 @@ from conftest import World, heavy, make_world
 pytestmark = heavy
 
 RECIPES = {"tiny-llama-int8-wo": 8, "tiny-llama-int4-awq": 4}  # recipe -> bits
-LINEARS = 14  # q, k, v, o, gate, up, down in each of the tiny llama's 2 layers
+# MatMulNBits per recipe: q, k, v, o, gate, up, down in each of the tiny llama's 2
+# layers; int4-awq calibrates q/k/v and gate/up fused (builders/common/siblings.py)
+LINEARS = {"tiny-llama-int8-wo": 14, "tiny-llama-int4-awq": 8}
 U = 2.0**-24
 
 
@@ -68,6 +70,7 @@ def feeds(w: World, name: str, ids: list[int]) -> dict[str, Any]:
     }
     for e in io["kv_cache"]["entries"]:
         out[e["past"]] = np.zeros([{"batch": 1, "seq": 0}.get(d, d) for d in e["shape"]], "f4")
+    out["logits_to_keep"] = np.array(0)  # every position (builders/causal_lm/export.py)
     return out
 
 
@@ -95,8 +98,16 @@ def fake_weights(model: Any) -> dict[str, Any]:
 
 def module_of(matmul: str) -> str:
     """'/model/model/layers.0/mlp/up_proj/MatMul' -> 'model.layers.0.mlp.up_proj' (the
-    exported wrapper's `model` attribute, then the torch module path)."""
-    return matmul.removeprefix("/model/").removesuffix("/MatMul").replace("/", ".")
+    exported wrapper's `model` attribute, then the torch module path). A fused layer
+    traced inside the Slice that called it ('.../mlp/gate_proj/gate_up_proj/MatMul') is
+    the fused layer ('model.layers.0.mlp.gate_up_proj')."""
+    from builders.common.siblings import FUSIONS
+
+    parts = matmul.removeprefix("/model/").removesuffix("/MatMul").split("/")
+    fused = {name: set(group) for group, name in FUSIONS}
+    if len(parts) > 1 and parts[-2] in fused.get(parts[-1], set()):
+        del parts[-2]
+    return ".".join(parts)
 
 
 def nbits_nodes(model: Any) -> list[Any]:
@@ -151,11 +162,11 @@ def test_weight_only_graphs_run_matmulnbits_and_no_dequantize_before_a_matmul(
 
     bits = RECIPES[name]
     io = json.loads((wo.artifact(name, "onnx") / "io.json").read_text())
-    assert io["nbits"]["matmul_nbits"] == LINEARS and io["nbits"]["kept_dq"] == {}
+    assert io["nbits"]["matmul_nbits"] == LINEARS[name] and io["nbits"]["kept_dq"] == {}
     for kind, file in (("onnx", "model.onnx"), ("engine", "engine.onnx")):
         model = onnx.load(str(wo.artifact(name, kind) / file))
         nodes = nbits_nodes(model)
-        assert len(nodes) == LINEARS, (kind, len(nodes))
+        assert len(nodes) == LINEARS[name], (kind, len(nodes))
         assert dq_fed_matmuls(model) == [], kind
         assert not [n for n in model.graph.node if n.op_type == "DequantizeLinear"], kind
         block = quantizer_block(bits)
@@ -166,6 +177,40 @@ def test_weight_only_graphs_run_matmulnbits_and_no_dequantize_before_a_matmul(
                 assert a["block_size"] == block, (node.name, a)
     evidence = wo.manifest(name)["evidence"][-1]
     assert evidence["verdict"] == "pass", evidence["reason"]  # the quantized gates, unchanged
+
+
+def test_awq_calibrates_siblings_as_one_layer_and_folds_their_scales_into_the_norms(
+    wo: World,
+) -> None:
+    """int4-awq calibrated q/k/v and gate/up fused (2 groups in each of 2 layers), and
+    the AWQ scale of each group multiplies the RMSNorm's weight before it: the fused
+    MatMulNBits reads the norm's output directly, and GroupQueryAttention takes the
+    packed [q | k | v]. o keeps AWQ's activation Mul (its input, the attention's
+    output, comes from no norm). int8-wo is calibrated per layer, as before."""
+    import onnx
+
+    name = "tiny-llama-int4-awq"
+    done = json.loads((wo.artifact(name, "quantize") / "quantize.json").read_text())
+    assert done["fused_groups"] == 4 and done["folded_scales"] == 4
+    plain = json.loads(
+        (wo.artifact("tiny-llama-int8-wo", "quantize") / "quantize.json").read_text()
+    )
+    assert plain["fused_groups"] == plain["folded_scales"] == 0
+    model = onnx.load(str(wo.artifact(name, "engine") / "engine.onnx"))
+    producer = {o: n for n in model.graph.node for o in n.output}
+    fed_by = {
+        module_of(n.name.removesuffix("_nbits")).rsplit(".", 1)[-1]: producer[n.input[0]].op_type
+        for n in nbits_nodes(model)
+        if "layers.1" in n.name
+    }
+    assert fed_by == {
+        "qkv_proj": "SkipSimplifiedLayerNormalization",
+        "o_proj": "Mul",
+        "gate_up_proj": "SkipSimplifiedLayerNormalization",
+        "down_proj": "Mul",  # AWQ's, after the MLP's own act(gate) * up
+    }
+    attention = [n for n in model.graph.node if n.op_type == "GroupQueryAttention"]
+    assert len(attention) == 2 and all(n.input[1] == n.input[2] == "" for n in attention)
 
 
 def per_layer(model: Any, fd: dict[str, Any]) -> dict[str, tuple[Any, Any, Any]]:

@@ -1,7 +1,7 @@
 """The fused attention an onnxruntime engine runs (builders/causal_lm/_ort_attention.py):
-onnxruntime's RotaryEmbedding + GroupQueryAttention against transformers' own eager
-attention, on the inputs the runtime feeds: a left-padded batch, a multi-token chunk
-after a past at batch 2, and decode steps."""
+onnxruntime's GroupQueryAttention, rotating q and k itself, against transformers' own
+eager attention, on the inputs the runtime feeds: a left-padded batch, a multi-token
+chunk after a past at batch 2, and decode steps; and the graph's logits_to_keep."""
 
 from __future__ import annotations
 
@@ -22,7 +22,20 @@ def folders(world: World, recipe: str) -> dict[str, Path]:
 
 def test_llama_exports_fused_attention_and_qwen3_says_why_it_keeps_its_own(built: World) -> None:
     llama = json.loads((folders(built, "tiny-llama")["export"] / "export.json").read_text())
-    assert llama["attention"] == {"form": "onnxruntime", "layers": 2, "why_not": ""}
+    assert llama["attention"] == {
+        "form": "onnxruntime",
+        "layers": 2,
+        "why_not": "",
+        "packed": False,  # fp32: q+v and k read from the checkpoint's own layout
+    }
+    assert llama["logits_to_keep"] is True
+    import onnx
+
+    engine = onnx.load(
+        str(folders(built, "tiny-llama")["engine"] / "engine.onnx"), load_external_data=False
+    )
+    ops = [n.op_type for n in engine.graph.node]
+    assert ops.count("GroupQueryAttention") == 2 and "RotaryEmbedding" not in ops
     qwen3 = json.loads((folders(built, "tiny-qwen3")["export"] / "export.json").read_text())
     assert qwen3["attention"]["form"] == "standard" and qwen3["attention"]["layers"] == 0
     assert "Qwen3Attention.forward is not Llama's" in qwen3["attention"]["why_not"]
@@ -66,7 +79,13 @@ def test_the_fused_engine_equals_transformers_on_padding_chunks_and_decode(built
             "position_ids": positions,
         }
         feeds.update({e["past"]: p for e, p in zip(entries, past, strict=True)})
+        feeds["logits_to_keep"] = np.array(0)
+        if width > 1:  # the last position alone: the same numbers as its row of them all
+            last = session.run(["logits"], {**feeds, "logits_to_keep": np.array(1)})[0]
         logits, *past = session.run(["logits", *(e["present"] for e in entries)], feeds)
+        if width > 1:
+            assert last.shape == (2, 1, logits.shape[-1])
+            assert np.array_equal(last[:, 0], logits[:, -1])
         with torch.no_grad():
             theirs = model(
                 input_ids=torch.from_numpy(ids),

@@ -116,6 +116,7 @@ def engine_files(
 
     from builders.causal_lm import _cache
     from builders.causal_lm.export import describe
+    from builders.common import siblings
     from builders.common.hf import load_for_export
     from builders.common.ort import check_limits
 
@@ -133,7 +134,7 @@ def engine_files(
     meta = describe(model, entries)
     check_limits(request, opts.max_seq_len, meta)
     meta["kv_cache"]["dtype"] = DTYPES[opts.compute]
-    fused = _fuse(model)
+    fused = siblings.fuse(model, special=_fp8_class())
     if fused:
         request.log(f"{fused} groups of projections fused into one matmul each")
     model.to(device=device, dtype=dtype)
@@ -246,79 +247,6 @@ def _weights(model: Any) -> tuple[list[str], list[Any]]:
     """The parameters, tied ones once (named_parameters drops duplicates)."""
     named = list(model.named_parameters())
     return [n for n, _ in named], [p.detach() for _, p in named]
-
-
-# Sibling linear layers a module applies to one input, and the name of their fusion.
-FUSIONS = ((("q_proj", "k_proj", "v_proj"), "qkv_proj"), (("gate_proj", "up_proj"), "gate_up_proj"))
-
-
-def _fuse(model: Any) -> int:
-    """Each group of FUSIONS found on a module becomes one linear layer over the
-    concatenated weights, registered under the fusion's name; the group's own names
-    become slices of its output. The groups fused."""
-    import torch
-
-    Fused, Slice = _fused_classes()
-    Fp8Linear = _fp8_class()
-    count = 0
-    for module in list(model.modules()):
-        for parts, name in FUSIONS:
-            layers: list[Any] = [getattr(module, p, None) for p in parts]
-            kinds = {type(x) for x in layers}
-            if len(kinds) != 1 or not kinds <= {torch.nn.Linear, Fp8Linear}:
-                continue
-            if len({(x.in_features, x.bias is None) for x in layers}) != 1:
-                continue
-            fused = Fp8Linear.fuse(layers) if kinds == {Fp8Linear} else Fused(layers)
-            setattr(module, name, fused)
-            start = 0
-            for part, layer in zip(parts, layers, strict=True):
-                setattr(module, part, Slice(fused, start, start + layer.out_features))
-                start += layer.out_features
-            count += 1
-    return count
-
-
-@functools.cache
-def _fused_classes() -> tuple[Any, Any]:
-    import torch
-
-    class Fused(torch.nn.Module):
-        """One linear layer over its parts' concatenated weights (each part a Slice of
-        its output)."""
-
-        def __init__(self, layers: list[Any]) -> None:
-            super().__init__()
-            cat = torch.cat([x.weight.detach() for x in layers])
-            self.weight = torch.nn.Parameter(cat, requires_grad=False)
-            bias = None
-            if layers[0].bias is not None:
-                bias = torch.nn.Parameter(
-                    torch.cat([x.bias.detach() for x in layers]), requires_grad=False
-                )
-            self.bias = bias
-
-        def forward(self, x: Any) -> Any:
-            return torch.nn.functional.linear(x, self.weight, self.bias)
-
-    class Slice(torch.nn.Module):
-        """A part of a fused layer (Fused, or a fused Fp8Linear): its columns of the fused
-        output. The layer's last output is kept on it for the input it was computed
-        from, so the parts' slices of one input cost one matmul in all."""
-
-        def __init__(self, fused: Any, start: int, stop: int) -> None:
-            super().__init__()
-            object.__setattr__(self, "fused", fused)  # not a submodule: named once
-            self.start, self.stop = start, stop
-
-        def forward(self, x: Any) -> Any:
-            fused = self.fused
-            last = getattr(fused, "last", None)
-            if last is None or last[0] is not x:  # `is`: the very tensor object
-                last = fused.last = (x, fused(x))
-            return last[1][..., self.start : self.stop]
-
-    return Fused, Slice
 
 
 # grouped_sdpa's names in transformers' registry: the rows folded, and (CUDA decode in

@@ -56,6 +56,8 @@ def profile_shapes(
         "attention_mask": ((1, 1), (opt_batch, max_seq // 2), (max_batch, max_seq)),
     }
     for value in io["inputs"][3:]:
+        if not value["name"].startswith("past."):  # logits_to_keep: a scalar, no profile
+            continue
         shapes[value["name"]] = (
             (1, heads, 0, dim),
             (opt_batch, heads, max_seq // 2 - 1, dim),
