@@ -52,7 +52,8 @@ def restore_quantized(model: Any, artifact: Any) -> Any:
 
     from builders.common import siblings
 
-    done = json.loads((Path(artifact) / "quantize.json").read_text())
+    artifact = Path(artifact)
+    done = json.loads((artifact / "quantize.json").read_text())
     if done.get("fused_groups"):
         siblings.fuse(model)
 
