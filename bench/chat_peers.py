@@ -49,6 +49,17 @@ count's tokens): positions equal before each prompt's first divergence over all
 positions, prompts equal throughout, and the earliest divergence as prompt@position,
 with HF's top-1 minus top-2 logit gap there (a small gap explains a flip).
 
+Quality (--score-positions, default 512): every side's teacher-forced logits over the
+first 512 next-token positions of builders/data/texts/eval.txt, in the validate step's
+own windows and scoring (builders/causal_lm/_text.py), against HF fp32's: the
+log-perplexity ratio and next-token agreement that kiln's quantized gates judge, with
+the bounds of thresholds/quantized-int8.yaml and quantized-int4.yaml beside them. So a
+side that is faster because it quantizes more (onnxruntime-genai's int4 output
+projection, llama.cpp's Q4_1) shows what that costs on the same scale kiln's recipes
+must pass. onnxruntime-genai's decoder graph is run directly by onnxruntime for this
+(its Generator hands out the last position's logits only); llama.cpp scores in a
+second context that keeps every position's logits.
+
 The host's load average is read before and after each thread count and printed; above
 1.5 the output says so. The table goes to stdout and to
 bench/results/chat_peers_<date>.txt. No asserts: timings belong in bench/, not tests.
@@ -101,6 +112,10 @@ class Side:
     def extra(self) -> dict[str, Any]:
         return {}
 
+    def logits(self, ids: list[int]) -> Any:
+        """Teacher-forced logits [len(ids), vocab] of one window, as float32."""
+        raise NotImplementedError
+
 
 class HfSide(Side):
     def __init__(self, path: str, threads: int, eos: list[int]) -> None:
@@ -133,6 +148,10 @@ class HfSide(Side):
         )
         return out[0, len(ids) :].tolist(), stamps[1:]
 
+    def logits(self, ids: list[int]) -> Any:
+        with self.torch.inference_mode():
+            return self.model(self.torch.tensor([ids])).logits[0].float().numpy()
+
     def gap(self, ids: list[int]) -> float:
         """HF's top-1 minus top-2 logit at the next position, EOS masked."""
         with self.torch.inference_mode():
@@ -158,6 +177,9 @@ class KilnSide(Side):
         # stamps[i] is when token i's logits arrived; the argmax after it is ~50 us
         return gen.tokens[0], sampler.stamps
 
+    def logits(self, ids: list[int]) -> Any:
+        return self.bundle.logits(ids)
+
     def chat_ids(self, prompts: list[str]) -> list[list[int]]:
         return [self.bundle.encode_chat([{"role": "user", "content": p}]) for p in prompts]
 
@@ -176,6 +198,27 @@ class OgSide(Side):
         config.overlay(json.dumps({"model": {"decoder": {"session_options": options}}}))
         self.model = og.Model(config)
         self.version = og.__version__
+        self.path, self.threads = Path(path), threads
+
+    def logits(self, ids: list[int]) -> Any:
+        """Its decoder graph run directly by onnxruntime on one window (the Generator
+        API hands out the last position's logits only), the cache empty."""
+        import numpy as np
+        import onnxruntime as ort
+
+        decoder = json.loads((self.path / "genai_config.json").read_text())["model"]["decoder"]
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = self.threads
+        session = ort.InferenceSession(str(self.path / decoder["filename"]), so)
+        feeds: dict[str, Any] = {
+            "input_ids": np.asarray([ids], np.int64),
+            "attention_mask": np.ones((1, len(ids)), np.int64),
+        }
+        for value in session.get_inputs():
+            if value.name.startswith("past_key_values."):
+                shape = [1, decoder["num_key_value_heads"], 0, decoder["head_size"]]
+                feeds[value.name] = np.zeros(shape, np.float32)
+        return session.run(["logits"], feeds)[0][0]
 
     def generate(self, ids: list[int], n: int) -> tuple[list[int], list[float]]:
         og = self.og
@@ -216,6 +259,21 @@ class LlamaSide(Side):
         )
         self.eos = eos
         self.processors = llama_cpp.LogitsProcessorList([self._mask])
+        self.path, self.threads, self.module = path, threads, llama_cpp
+
+    def logits(self, ids: list[int]) -> Any:
+        """Every position's logits from a second context that keeps them all (the timed
+        one keeps the last only, as serving does)."""
+        scorer = self.module.Llama(
+            model_path=self.path,
+            n_ctx=1024,
+            n_batch=512,
+            n_threads=self.threads,
+            logits_all=True,
+            verbose=False,
+        )
+        scorer.eval(ids)
+        return self.np.asarray(scorer.scores[: len(ids)], self.np.float32)
 
     def _mask(self, input_ids: Any, scores: Any) -> Any:
         scores[self.eos] = -self.np.inf
@@ -280,6 +338,15 @@ def worker(kind: str, path: str, threads: int, eos: list[int]) -> None:
                     "cpu": time.process_time() - cpu,
                 }
             )
+        elif op == "score":  # the validate step's own metrics' ingredients, per window
+            from builders.causal_lm._text import next_token_scores
+
+            nll, top1 = [], []
+            for window in req["windows"]:
+                a, b = next_token_scores(side.logits(window), window)
+                nll += a.tolist()
+                top1 += b.tolist()
+            reply({"nll": nll, "top1": top1})
         elif op == "chat_ids" and isinstance(side, KilnSide):
             reply({"ids": side.chat_ids(req["prompts"])})
         elif op == "gap" and isinstance(side, HfSide):
@@ -439,6 +506,12 @@ def main() -> None:
     parser.add_argument("--prompts", type=int, default=8, help="the first N prompts (smoke runs)")
     parser.add_argument("--ttft-tokens", type=int, default=400)
     parser.add_argument("--ttft-repeats", type=int, default=3)
+    parser.add_argument(
+        "--score-positions",
+        type=int,
+        default=512,
+        help="eval-text positions each side's quality is scored on (0: skip)",
+    )
     parser.add_argument("--out", type=Path, help="default bench/results/chat_peers_<date>.txt")
     args = parser.parse_args()
 
@@ -521,6 +594,7 @@ def run(args: argparse.Namespace) -> None:
     chat_check = ""
     ref: dict[int, list[int]] = {}
     ref_gaps: dict[str, list[tuple[int, int, float]]] = {}
+    quality: dict[str, tuple[float, float]] = {}
     for threads in args.threads:
         entries = [
             Entry(name, kind, path, threads, None if path else "no input given")
@@ -560,6 +634,8 @@ def run(args: argparse.Namespace) -> None:
             for e in live[k:] + live[:k]:
                 e.ttft.append(e.ask({"op": "gen", "ids": long_ids, "n": 1})["first"])
         hf = next((e for e in live if e.kind == "hf"), None)
+        if not quality and hf is not None and args.score_positions:
+            quality = score(tokenizer, live, hf, args.score_positions)
         if not ref and hf is not None:
             ref = hf.tokens
             for e in live:  # HF's logit gap where a side first leaves HF's tokens
@@ -574,12 +650,68 @@ def run(args: argparse.Namespace) -> None:
         rows += entries
 
     text = report(args, rows, ref, ref_gaps, loads, notes, chat_check, prompts, long_ids)
+    text += quality_report(quality, args.score_positions)
     text += f"\nwhole run: {time.perf_counter() - began:.0f} s wall; worker logs in {logs}\n"
     print(text)
     out = args.out or ROOT / "bench" / "results" / f"chat_peers_{time.strftime('%Y-%m-%d')}.txt"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text)
     print(f"written to {out}")
+
+
+def score(
+    tokenizer: Any, live: list[Entry], hf: Entry, positions: int
+) -> dict[str, tuple[float, float]]:
+    """Each side's (log-perplexity ratio, next-token agreement) against HF fp32 over the
+    first `positions` next-token positions of the shipped evaluation text, in the
+    validate step's own windows and scoring (builders/causal_lm/_text.py): the metrics
+    kiln's quantized gates judge, here for every side."""
+    import numpy as np
+
+    from builders.causal_lm._text import TEXT, windows
+
+    ids = tokenizer(TEXT.read_text(), add_special_tokens=True)["input_ids"]
+    chunks = windows(ids, positions)
+    got = {e.name: e.ask({"op": "score", "windows": chunks}) for e in live}
+    ref = got[hf.name]
+    nll_ref, top_ref = np.asarray(ref["nll"]), np.asarray(ref["top1"])
+    return {
+        name: (
+            float(np.mean(r["nll"]) - nll_ref.mean()),
+            float(np.mean(np.asarray(r["top1"]) == top_ref)),
+        )
+        for name, r in got.items()
+    }
+
+
+def quality_report(quality: dict[str, tuple[float, float]], positions: int) -> str:
+    """The quality section: each side's metrics and the bounds of kiln's gates for them
+    (thresholds/quantized-int4.yaml and quantized-int8.yaml, as validate applies them)."""
+    if not quality:
+        return ""
+    from kiln.catalog.yaml import load_yaml_model
+    from kiln.evidence.gates import bound
+    from kiln.schema import Thresholds
+
+    bounds = {}
+    for name in ("quantized-int8", "quantized-int4"):
+        gates = load_yaml_model(Thresholds, ROOT / "thresholds" / f"{name}.yaml")
+        found = {g.metric: bound(g, gates).threshold for g in gates.gates if g.statistical}
+        bounds[name] = (found["log_perplexity_ratio"], found["next_token_agreement"])
+    lines = [
+        "",
+        f"quality against HF fp32 over the first {positions} next-token positions of "
+        "builders/data/texts/eval.txt (teacher-forced, the validate step's windows and scoring)",
+        "; ".join(
+            f"{n} gates: log-ppl ratio <= {a:.4f}, agreement >= {b:.4f}"
+            for n, (a, b) in bounds.items()
+        ),
+        f"{'side':<24} {'log-ppl ratio':>13} {'next-token agreement':>21}  within the gates of",
+    ]
+    for name, (ratio, agree) in quality.items():
+        within = [n for n, (a, b) in bounds.items() if ratio <= a and agree >= b]
+        lines.append(f"{name:<24} {ratio:>13.4f} {agree:>21.4f}  {', '.join(within) or 'neither'}")
+    return "\n".join(lines) + "\n"
 
 
 def report(
