@@ -20,6 +20,16 @@ A checkpoint file is a safetensors file: an 8-byte little-endian header length, 
 JSON header (each tensor's dtype, shape and data_offsets), then the tensors' bytes
 (https://huggingface.co/docs/safetensors, "Format"). Matching is by bytes, verified
 in full, so what a graph reads is unchanged.
+
+Alignment. onnxruntime reads an external tensor where it lies in the file, so a
+weight that starts off a cache line is read with loads that straddle lines at every
+step. safetensors pads its header to 8 bytes only: the SmolLM2 import's tensors began
+at 40 mod 64, and its fp32 decode step took 34.4 ms against 28.7 ms with the same
+bytes 4096-aligned (the same graph, one thread, interleaved). So a tensor is shared
+only where it starts on an ALIGN boundary of its source file, the tensors a graph
+keeps in its own data file start on one, and `align_header` pads a safetensors
+header with the spaces the format allows, so that a checkpoint kiln writes (the
+GGUF import) starts its data on a page.
 """
 
 from __future__ import annotations
@@ -36,6 +46,8 @@ from typing import Any
 # of it (otherwise the graph would carry the rest unread)
 SHARE_MIN = 0.9
 KEY = 64  # bytes of a tensor's start that index it (external tensors are >= 1 KiB)
+ALIGN = 64  # a shared or kept external tensor starts on a cache line
+PAGE = 4096  # where align_header starts a safetensors file's data
 
 
 def safetensors_tensors(path: Path) -> Iterator[tuple[str, str, list[int], int, int]]:
@@ -57,6 +69,25 @@ def safetensors_tensors(path: Path) -> Iterator[tuple[str, str, list[int], int, 
         if name != "__metadata__"
     ]
     yield from sorted(rows, key=lambda r: r[3])
+
+
+def align_header(path: Path, boundary: int = PAGE) -> int:
+    """Rewrite the safetensors file `path` with its JSON header padded by trailing spaces
+    (which the format allows) so that its data starts at a multiple of `boundary`;
+    the tensors and their offsets are unchanged. Returns the padding added."""
+    with path.open("rb") as fh:
+        size = int.from_bytes(fh.read(8), "little")
+        header = fh.read(size)
+        pad = -(8 + size) % boundary
+        if not pad:
+            return 0
+        staged = path.with_name(path.name + ".aligning")
+        with staged.open("wb") as out:
+            out.write((size + pad).to_bytes(8, "little"))
+            out.write(header + b" " * pad)
+            shutil.copyfileobj(fh, out, 16 << 20)
+    staged.replace(path)
+    return pad
 
 
 def checkpoint_starts(folder: Path) -> dict[Path, list[int]]:
@@ -205,6 +236,8 @@ def share_data(saved: Path, sources: dict[Path, list[int]]) -> tuple[int, int]:
     index: dict[bytes, list[tuple[Path, int]]] = {}
     for path, starts in sources.items():
         for start in starts:
+            if start % ALIGN:  # read off a cache line at every step (the docstring)
+                continue
             index.setdefault(bytes(maps[path][start : start + KEY]), []).append((path, start))
     hits: list[tuple[Any, bytes, tuple[Path, int] | None]] = []
     ranges: dict[Path, set[tuple[int, int]]] = {}
@@ -228,7 +261,7 @@ def share_data(saved: Path, sources: dict[Path, list[int]]) -> tuple[int, int]:
     used = {p for p, spans in ranges.items() if _covered(spans) >= SHARE_MIN * p.stat().st_size}
     for m in maps.values():
         m.close()
-    if not used:
+    if not used and all(int(_info(t).get("offset", 0)) % ALIGN == 0 for t, _, _ in hits):
         return 0, sum(len(data) for _, data, _ in hits)
     taken = {saved.name, own.name}
     names = {}
@@ -249,6 +282,7 @@ def share_data(saved: Path, sources: dict[Path, list[int]]) -> tuple[int, int]:
     if fresh:
         with own.open("wb") as fh:
             for tensor, data in fresh:
+                fh.write(b"\0" * (-fh.tell() % ALIGN))
                 _point(tensor, own.name, fh.tell(), len(data))
                 fh.write(data)
     onnx.save(model, str(saved))
@@ -277,6 +311,10 @@ def _load(path: Path) -> Any:
     import onnx
 
     return onnx.load(str(path), load_external_data=False)
+
+
+def _info(tensor: Any) -> dict[str, str]:
+    return {e.key: e.value for e in tensor.external_data}
 
 
 def external_tensors(model: Any) -> list[tuple[Any, dict[str, str]]]:
