@@ -711,6 +711,11 @@ def quality_report(quality: dict[str, tuple[float, float]], positions: int) -> s
     for name, (ratio, agree) in quality.items():
         within = [n for n, (a, b) in bounds.items() if ratio <= a and agree >= b]
         lines.append(f"{name:<24} {ratio:>13.4f} {agree:>21.4f}  {', '.join(within) or 'neither'}")
+    if any(name.startswith("llama.cpp") for name in quality):
+        lines.append(
+            "(llama.cpp runs the Q4_1 GGUF that the fp32 reference was dequantized from: its "
+            "weights are the reference's, so its figures measure its int8 activations only)"
+        )
     return "\n".join(lines) + "\n"
 
 
