@@ -1,0 +1,71 @@
+"""Decode tokens/s of kiln bundles, each in a fresh process, interleaved: a before/after
+check of one recipe's bundle across code changes, as a user runs one bundle per process.
+
+    .venv/bin/python bench/decode_ab.py NAME=BUNDLE_DIR NAME=BUNDLE_DIR ... [--rounds 4]
+
+Each round starts one process per bundle in turn (the order kept), which opens it at one
+thread through `runtime.open`, warms up, and decodes 96 greedy tokens (EOS masked,
+bench/_eos.py) three times after one chat prompt; the process prints its median. The
+table gives each bundle's median over rounds and the spread. In one process, several
+bundles of one model share the cache and memory bandwidth, and SmolLM2's fp32 bundles
+came out up to 17% apart there while fresh processes put them within 3%: compare
+bundles here. No asserts: timings belong in bench/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PROMPT = "Write a short story about a robot learning to paint."
+CHILD = """
+import statistics, sys
+import runtime
+from _eos import NoEos
+b = runtime.open(sys.argv[1], threads=1, expect=runtime.Bundle)
+ids = b.encode_chat([{"role": "user", "content": sys.argv[2]}])
+b.generate([ids], 8, NoEos(eos=frozenset(b.eos)))
+rates = []
+for _ in range(3):
+    g = b.generate([ids], 96, NoEos(eos=frozenset(b.eos)))
+    rates.append(95 / (g.seconds - g.first_token_seconds))
+print(statistics.median(rates))
+"""
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("bundles", nargs="+", metavar="NAME=DIR")
+    parser.add_argument("--rounds", type=int, default=4)
+    args = parser.parse_args()
+    pairs = [b.partition("=")[::2] for b in args.bundles]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "bench")])
+    rates: dict[str, list[float]] = {name: [] for name, _ in pairs}
+    print(f"load {os.getloadavg()[0]:.2f}; {args.rounds} rounds, one process per bundle each")
+    for r in range(args.rounds):
+        for name, folder in pairs:
+            out = subprocess.run(
+                [sys.executable, "-c", CHILD, folder, PROMPT],
+                capture_output=True,
+                text=True,
+                env=env,
+                check=True,
+            )
+            rates[name].append(float(out.stdout.strip().splitlines()[-1]))
+        print(f"round {r + 1}: " + ", ".join(f"{n} {v[-1]:.1f}" for n, v in rates.items()))
+    print(f"load {os.getloadavg()[0]:.2f}")
+    for name, got in rates.items():
+        print(
+            f"{name:<24} {statistics.median(got):7.1f} tokens/s (min {min(got):.1f}, "
+            f"max {max(got):.1f})"
+        )
+
+
+if __name__ == "__main__":
+    main()
