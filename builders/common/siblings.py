@@ -15,11 +15,12 @@ Three places fuse them:
   (bench/step_profile.py), and kept q, k and v as three MatMulNBits. The joint scale
   costs some quality on SmolLM2 (log-perplexity ratio 0.058 per linear, 0.092 joint;
   next-token agreement 0.799 and 0.768; the gates ask <= 0.130 and >= 0.739).
-  SmolLM2's int4-awq decodes 9% faster fused (107 against 98 tokens/s, one thread,
-  interleaved). w4a8-awq keeps per-linear scales: its onnxruntime engine runs Q/DQ,
-  with no fused kernel to gain, and joint scales took it past its perplexity gate
-  (0.1305). int8-wo stays unfused too: its 8-bit MatMulNBits decoded SmolLM2 10%
-  slower with q/k/v and gate/up fused (71 against 79 tokens/s, same run);
+  SmolLM2's int4-awq decodes 5% faster fused (97.9 against 93.4 tokens/s, one
+  bundle per process, one thread, 6 interleaved rounds: bench/decode_ab.py).
+  w4a8-awq keeps per-linear scales: its onnxruntime engine runs Q/DQ, with no fused
+  kernel to gain, and joint scales took it past its perplexity gate (0.1305).
+  int8-wo stays unfused too: fused, its 8-bit MatMulNBits decoded SmolLM2 slower
+  (71 against 79 tokens/s, the two bundles in one process);
 - the export step, which rebuilds the quantize step's structure before it restores
   the calibrated quantizers onto it (builders/common/hf.py restore_quantized).
 

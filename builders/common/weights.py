@@ -25,7 +25,8 @@ Alignment. onnxruntime reads an external tensor where it lies in the file, so a
 weight that starts off a cache line is read with loads that straddle lines at every
 step. safetensors pads its header to 8 bytes only: the SmolLM2 import's tensors began
 at 40 mod 64, and its fp32 decode step took 34.4 ms against 28.7 ms with the same
-bytes 4096-aligned (the same graph, one thread, interleaved). So a tensor is shared
+bytes 4096-aligned (the same graph, one thread, sessions interleaved in one process;
+one bundle per process the gain was smaller, README "Aligned weights"). So a tensor is shared
 only where it starts on an ALIGN boundary of its source file, the tensors a graph
 keeps in its own data file start on one, and `align_header` pads a safetensors
 header with the spaces the format allows, so that a checkpoint kiln writes (the
