@@ -24,7 +24,7 @@ from runtime.processors import Decoding, Steering
 from runtime.sampling import Sampler
 
 TASK = TEXT_GENERATION
-KEEP = "logits_to_keep"  # the graph's optional input (builders/causal_lm/export.py)
+KEEP = "logits_to_keep"  # an input a graph may have (builders/causal_lm/export.py)
 # Weight precisions whose graphs quantize activations with calibrated static scales
 # (of the recipe precisions kiln builds): a forward over other token boundaries, such as
 # a resumed prefix, can round a near-tie the other way, so its tokens are not
