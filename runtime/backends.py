@@ -72,6 +72,9 @@ class SharedCache:
         self.returned: list[np.ndarray] = []  # the presents the last forward returned
         self.bindings: dict[int, Any] = {}  # per session: the cache bound once
         self.logits: dict[tuple[int, int], Any] = {}  # a decode step's logits, bound once
+        # the inputs bound per forward (the pasts are bound once, as the buffers)
+        self.inputs = [i.name for i in session.get_inputs() if not i.name.startswith("past.")]
+        self.orders: dict[tuple[str, ...], list[int] | None] = {}
 
     def _place(self, pasts: list[np.ndarray]) -> None:
         same = len(pasts) == len(self.returned)
@@ -103,6 +106,17 @@ class SharedCache:
             self.bindings[id(session)] = binding
         return binding
 
+    def _order(self, output_names: list[str]) -> list[int] | None:
+        """Where each asked-for output is in [logits, *presents]; None when something
+        else is asked for (a drafter's hidden states, say). Worked out once per list."""
+        key = tuple(output_names)
+        if key not in self.orders:
+            where = {"logits": 0, **{q: i + 1 for i, (_, q) in enumerate(self.pairs)}}
+            self.orders[key] = (
+                [where[n] for n in key] if set(key) <= set(where) and "logits" in key else None
+            )
+        return self.orders[key]
+
     def run(
         self, session: Any, output_names: list[str], feeds: dict[str, np.ndarray]
     ) -> list[np.ndarray] | None:
@@ -113,14 +127,14 @@ class SharedCache:
         pasts = [feeds[p] for p, _ in self.pairs]
         batch, seq = feeds["input_ids"].shape
         total = pasts[0].shape[2] + seq
-        others = [n for n in output_names if not n.startswith("present.")]
-        if total > self.capacity or any(p.ndim != 4 for p in pasts) or others != ["logits"]:
-            return None  # a drafter's hidden states, say: the ordinary run
+        order = self._order(output_names)
+        if total > self.capacity or order is None or any(p.ndim != 4 for p in pasts):
+            return None
         self._place(pasts)
         binding = self._binding(session)
-        for name, value in feeds.items():
-            if not name.startswith("past."):
-                binding.bind_cpu_input(name, value)
+        for name in self.inputs:
+            if name in feeds:
+                binding.bind_cpu_input(name, feeds[name])
         keep = int(feeds.get("logits_to_keep", 0))  # the last `keep` positions' logits
         rows = min(keep, seq) if keep > 0 else seq
         if rows == 1:  # a decode step, or a prefill's last position: bound once
@@ -135,9 +149,8 @@ class SharedCache:
             binding.bind_ortvalue_output("logits", ort.OrtValue.ortvalue_from_numpy(logits))
         session.run_with_iobinding(binding)
         self.returned = [b[:, :, :total] for b in self.buffers]
-        presents = dict(zip((q for _, q in self.pairs), self.returned, strict=True))
-        out = {"logits": logits.copy() if rows == 1 else logits, **presents}
-        return [out[n] for n in output_names]
+        out = [logits.copy() if rows == 1 else logits, *self.returned]
+        return [out[i] for i in order]
 
 
 class OnnxRuntimeEngine:

@@ -43,12 +43,11 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import inspect
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from builders.common.siblings import packed
+from builders.common.siblings import packed, same_source
 
 # optional GroupQueryAttention inputs the fused form writes (onnxruntime 1.30 lacks query_seqlens)
 NEEDED = ("cos_cache", "sin_cache", "position_ids", "attention_bias", "query_seqlens")
@@ -121,16 +120,6 @@ INPUTS = (
 )
 
 
-def _same_source(mine: Any, llama: Any) -> bool:
-    def body(f: Any) -> str:
-        return inspect.getsource(f).replace(f.__name__, "_", 1)
-
-    try:
-        return body(mine) == body(llama)
-    except (OSError, TypeError):
-        return False
-
-
 def _why_not_layer(module: Any) -> str:
     """'' when `module` is a standard Llama attention layer; else why not."""
     from transformers.models.llama import modeling_llama as llama
@@ -145,12 +134,12 @@ def _why_not_layer(module: Any) -> str:
         return f"{kind.__name__} quantizes its attention matmuls (modelopt)"
     if any(q is not None for q in bmm):
         kind = next((c for c in kind.__mro__ if c.__module__.startswith("transformers.")), kind)
-    if not _same_source(kind.forward, llama.LlamaAttention.forward):
+    if not same_source(kind.forward, llama.LlamaAttention.forward):
         return f"{kind.__name__}.forward is not Llama's"
     home = importlib.import_module(kind.__module__)
     for helper in ("apply_rotary_pos_emb", "rotate_half"):
         theirs = getattr(home, helper, None)
-        if theirs is None or not _same_source(theirs, getattr(llama, helper)):
+        if theirs is None or not same_source(theirs, getattr(llama, helper)):
             return f"{kind.__module__}.{helper} is not Llama's"
     if module.config._attn_implementation != "eager":
         return f"attention implementation {module.config._attn_implementation!r}"

@@ -89,10 +89,22 @@ def packed(module: Any, parts: tuple[str, ...]) -> Any:
 
 
 def fold_input_scales(model: Any) -> int:
-    """In each decoder layer that is Llama's (its forward, and RMSNorms whose forward is
-    Llama's: `weight * normalized`), a fused layer reading a norm's output whose input
-    quantizer multiplies by a pre_quant_scale (AWQ) gets the scale folded into the
-    norm's weight instead: norm(x) * w * s == norm(x) * (w * s) up to fp32 rounding.
+    """AWQ's input scales (an input quantizer's pre_quant_scale, which the graph would
+    multiply at run time) folded into the op before the layer, in each decoder layer
+    that is Llama's (its forward, and RMSNorms whose forward is Llama's:
+    `weight * normalized`, and an MLP whose forward is Llama's:
+    `down(act(gate(x)) * up(x))`):
+
+    - a fused layer reading a norm's output: into the norm's weight, as
+      norm(x) * w * s == norm(x) * (w * s) up to fp32 rounding;
+    - down_proj: into the rows of up_proj where up is a Slice of the fused gate_up
+      layer, as act(g) * (u * s) == act(g) * u * s, with the fused layer's weight
+      quantizer recalibrated on the scaled weight (modelopt's own max calibration, as
+      AWQ itself recalibrates after scaling). Scaling a row by a positive s scales the
+      amax of each block of that row by s, so its integers stay the same: exact where
+      the weight quantizer's blocks lie along rows (block_sizes on the last axis, or
+      per output channel), and not folded otherwise.
+
     The quantizer's scale is removed (modelopt's own delete path). Returns the layers
     folded."""
     import torch
@@ -100,21 +112,66 @@ def fold_input_scales(model: Any) -> int:
 
     folded = 0
     for layer in model.modules():
-        if not _same(type(layer).forward, llama.LlamaDecoderLayer.forward):
+        if not same_source(type(layer).forward, llama.LlamaDecoderLayer.forward):
             continue
         for norm_name, owner, name in NORMED:
             norm: Any = getattr(layer, norm_name, None)
             linear = getattr(getattr(layer, owner, None), name, None)
-            quantizer: Any = getattr(linear, "input_quantizer", None)
-            scale = getattr(quantizer, "pre_quant_scale", None)
-            if scale is None or norm is None or not _same(type(norm).forward, _rms_forward()):
+            scale = _input_scale(linear)
+            if scale is None or norm is None or not same_source(type(norm).forward, _rms_forward()):
                 continue
             with torch.no_grad():
                 norm.weight.mul_(scale.reshape(-1).to(norm.weight.dtype))
-            delattr(quantizer, "_pre_quant_scale")
-            quantizer._enable_pre_quant_scale = False
+            _drop_input_scale(linear)
             folded += 1
+        folded += _fold_down_scale(getattr(layer, "mlp", None))
     return folded
+
+
+def _fold_down_scale(mlp: Any) -> int:
+    """down_proj's input scale into up's rows of the fused gate_up layer (see
+    fold_input_scales); 1 when folded, else 0."""
+    import torch
+    from modelopt.torch.quantization.model_calib import max_calibrate
+    from transformers.models.llama import modeling_llama as llama
+
+    if mlp is None or not same_source(type(mlp).forward, llama.LlamaMLP.forward):
+        return 0
+    scale = _input_scale(getattr(mlp, "down_proj", None))
+    fused = packed(mlp, ("gate_proj", "up_proj"))
+    quantizer: Any = getattr(fused, "weight_quantizer", None)
+    if scale is None or fused is None or quantizer is None or not _rowwise(quantizer):
+        return 0
+    if fused.bias is not None or mlp.up_proj.stop - mlp.up_proj.start != scale.numel():
+        return 0
+    rows = slice(mlp.up_proj.start, mlp.up_proj.stop)
+    with torch.no_grad():
+        fused.weight[rows].mul_(scale.reshape(-1, 1).to(fused.weight.dtype))
+    quantizer.reset_amax()
+    max_calibrate(fused, lambda m: m.weight_quantizer(m.weight))
+    _drop_input_scale(mlp.down_proj)
+    return 1
+
+
+def _input_scale(linear: Any) -> Any:
+    quantizer: Any = getattr(linear, "input_quantizer", None)
+    return getattr(quantizer, "pre_quant_scale", None)
+
+
+def _drop_input_scale(linear: Any) -> None:
+    quantizer = linear.input_quantizer
+    delattr(quantizer, "_pre_quant_scale")
+    quantizer._enable_pre_quant_scale = False
+
+
+def _rowwise(quantizer: Any) -> bool:
+    """Whether each of the weight quantizer's amax covers part of one output row only:
+    blocks along the input axis, or one amax per output channel."""
+    blocks = getattr(quantizer, "block_sizes", None) or {}
+    if blocks:
+        along = {k for k in blocks if isinstance(k, int)}
+        return along in ({-1}, {1}) and blocks.get("type", "static") == "static"
+    return getattr(quantizer, "axis", None) in (0, (0,))
 
 
 @functools.cache
@@ -124,8 +181,10 @@ def _rms_forward() -> Any:
     return llama.LlamaRMSNorm.forward
 
 
-def _same(mine: Any, llama: Any) -> bool:
-    """Equal source, the function's own name aside."""
+def same_source(mine: Any, llama: Any) -> bool:
+    """Whether `mine` is `llama` or has its source, the function's own name aside (a
+    subclass's copy of a transformers function, say): what the rewrites that assume
+    Llama's arithmetic check first."""
 
     def body(f: Any) -> str:
         return inspect.getsource(f).replace(f.__name__, "_", 1)

@@ -179,19 +179,22 @@ def test_weight_only_graphs_run_matmulnbits_and_no_dequantize_before_a_matmul(
     assert evidence["verdict"] == "pass", evidence["reason"]  # the quantized gates, unchanged
 
 
-def test_awq_calibrates_siblings_as_one_layer_and_folds_their_scales_into_the_norms(
+def test_awq_calibrates_siblings_as_one_layer_and_folds_their_scales_away(
     wo: World,
 ) -> None:
     """int4-awq calibrated q/k/v and gate/up fused (2 groups in each of 2 layers), and
     the AWQ scale of each group multiplies the RMSNorm's weight before it: the fused
     MatMulNBits reads the norm's output directly, and GroupQueryAttention takes the
-    packed [q | k | v]. o keeps AWQ's activation Mul (its input, the attention's
-    output, comes from no norm). int8-wo is calibrated per layer, as before."""
+    packed [q | k | v]. down's scale multiplies up's rows of the fused gate_up weight,
+    so down reads act(gate) * up directly (2 more folds). o keeps AWQ's activation Mul
+    (its input, the attention's output, comes from no norm, and GroupQueryAttention
+    shares each value head among several query heads). int8-wo is calibrated per
+    layer, as before, and folds nothing."""
     import onnx
 
     name = "tiny-llama-int4-awq"
     done = json.loads((wo.artifact(name, "quantize") / "quantize.json").read_text())
-    assert done["fused_groups"] == 4 and done["folded_scales"] == 4
+    assert done["fused_groups"] == 4 and done["folded_scales"] == 6
     plain = json.loads(
         (wo.artifact("tiny-llama-int8-wo", "quantize") / "quantize.json").read_text()
     )
@@ -207,8 +210,11 @@ def test_awq_calibrates_siblings_as_one_layer_and_folds_their_scales_into_the_no
         "qkv_proj": "SkipSimplifiedLayerNormalization",
         "o_proj": "Mul",
         "gate_up_proj": "SkipSimplifiedLayerNormalization",
-        "down_proj": "Mul",  # AWQ's, after the MLP's own act(gate) * up
+        "down_proj": "Mul",  # the MLP's own act(gate) * up: AWQ's Mul is gone
     }
+    muls = [n for n in model.graph.node if n.op_type == "Mul" and "input_quantizer" in n.name]
+    owners = sorted(n.name.split("/input_quantizer")[0].rsplit("/", 1)[-1] for n in muls)
+    assert owners == ["o_proj", "o_proj"], owners
     attention = [n for n in model.graph.node if n.op_type == "GroupQueryAttention"]
     assert len(attention) == 2 and all(n.input[1] == n.input[2] == "" for n in attention)
 
