@@ -10,11 +10,14 @@ Three places fuse them:
   input scale for the group, the way AWQ itself does (Lin et al. 2023, section 3.2:
   the scale of the linears that share an input is searched jointly, then folded into
   the op before them). That scale then folds into the RMSNorm that feeds the group
-  (`fold_input_scales`), so the graph multiplies nothing at run time; per-linear
+  (`fold_input_scales`), so the graph multiplies nothing at run time, and down_proj's
+  into up's rows of the fused gate_up weight; only o_proj keeps its Mul. Per-linear
   scales left 241 activation Muls in SmolLM2's int4 decode step, 1.4 ms of 16.7
-  (bench/step_profile.py), and kept q, k and v as three MatMulNBits. The joint scale
-  costs some quality on SmolLM2 (log-perplexity ratio 0.058 per linear, 0.092 joint;
-  next-token agreement 0.799 and 0.768; the gates ask <= 0.130 and >= 0.739).
+  (bench/step_profile.py), and kept q, k and v as three MatMulNBits; 61 Muls are
+  left, 30 of them AWQ's (o_proj).
+  The joint scale costs some quality on SmolLM2 (log-perplexity ratio 0.058 per
+  linear, 0.092 joint; next-token agreement 0.799 and 0.773; the gates ask <= 0.130
+  and >= 0.739).
   SmolLM2's int4-awq decodes 5% faster fused (97.9 against 93.4 tokens/s, one
   bundle per process, one thread, 6 interleaved rounds: bench/decode_ab.py).
   w4a8-awq keeps per-linear scales: its onnxruntime engine runs Q/DQ, with no fused
