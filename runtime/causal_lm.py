@@ -225,12 +225,24 @@ class Bundle:
         """One forward: logits [batch, seq, vocab] (with `keep` > 0, of the last `keep`
         positions at least: all of them where the graph cannot leave any out) and the
         cache after it."""
+        feeds = self.feeds(ids, mask, positions, past, keep)
+        logits, *present = self.session.run(self.output_names, feeds)
+        return logits, present
+
+    def feeds(
+        self,
+        ids: np.ndarray,
+        mask: np.ndarray,
+        positions: np.ndarray,
+        past: list[np.ndarray],
+        keep: int = 0,
+    ) -> dict[str, np.ndarray]:
+        """A forward's graph inputs (builders/causal_lm/export.py's contract)."""
         feeds = {"input_ids": ids, "attention_mask": mask, "position_ids": positions}
         feeds.update(zip(self.past_names, past, strict=True))
         if self.keeps_logits:
             feeds[KEEP] = np.array(keep, np.int64)
-        logits, *present = self.session.run(self.output_names, feeds)
-        return logits, present
+        return feeds
 
     def logits(self, ids: list[int]) -> np.ndarray:
         """Teacher-forced logits [len(ids), vocab] of one sequence, in one prefill."""

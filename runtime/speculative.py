@@ -26,7 +26,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from runtime.causal_lm import KEEP, Bundle, Generation
+from runtime.causal_lm import Bundle, Generation
 from runtime.drafters import make_drafter
 from runtime.format import BundleError
 from runtime.sampling import Sampler, draw
@@ -118,14 +118,12 @@ class Target:
     def extend(self, ids: list[int]) -> tuple[np.ndarray, np.ndarray | None]:
         """Feed `ids` after the cache; logits [n, V] and hidden rows [n, H] (or None)."""
         n = len(ids)
-        feeds = {
-            "input_ids": np.asarray([ids], np.int64),
-            "attention_mask": np.ones((1, self.length + n), np.int64),
-            "position_ids": np.arange(self.length, self.length + n, dtype=np.int64)[None],
-        }
-        feeds.update(zip(self.bundle.past_names, self.past, strict=True))
-        if self.bundle.keeps_logits:  # every position's logits: each draft is checked
-            feeds[KEEP] = np.array(0, np.int64)
+        feeds = self.bundle.feeds(  # keep 0, every position's logits: each draft is checked
+            np.asarray([ids], np.int64),
+            np.ones((1, self.length + n), np.int64),
+            np.arange(self.length, self.length + n, dtype=np.int64)[None],
+            self.past,
+        )
         out = self.bundle.session.run(self.names, feeds)
         self.past = out[1 : 1 + len(self.past)]
         self.length += n

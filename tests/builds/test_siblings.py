@@ -8,10 +8,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-import pytest
-
-torch = pytest.importorskip("torch")
-mtq = pytest.importorskip("modelopt.torch.quantization")
+import modelopt.torch.quantization as mtq
+import torch
 
 
 def calibrated() -> Any:
