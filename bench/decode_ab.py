@@ -2,6 +2,12 @@
 check of one recipe's bundle across code changes, as a user runs one bundle per process.
 
     .venv/bin/python bench/decode_ab.py NAME=BUNDLE_DIR NAME=BUNDLE_DIR ... [--rounds 4]
+        [--env NAME:KEY=VALUE ...] [--tree NAME=CHECKOUT]
+
+--env sets a variable in one side's processes (KILN_HUGE_PAGES=0: the same bundle with
+its weights left on 4 KiB pages, runtime/pages.py); --tree runs one side with another
+checkout's runtime (`git worktree add /tmp/before HEAD~1`: a before/after of a runtime
+change on the same bundle).
 
 Each round starts one process per bundle in turn (the order kept), which opens it at one
 thread through `runtime.open`, warms up, and decodes 96 greedy tokens (EOS masked,
@@ -42,10 +48,27 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("bundles", nargs="+", metavar="NAME=DIR")
     parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--env", action="append", default=[], metavar="NAME:KEY=VALUE")
+    parser.add_argument("--tree", action="append", default=[], metavar="NAME=CHECKOUT")
     args = parser.parse_args()
     pairs = [b.partition("=")[::2] for b in args.bundles]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "bench")])
+    base = {**os.environ, "OMP_NUM_THREADS": "1"}
+    envs = {name: dict(base) for name, _ in pairs}
+    trees = dict(t.partition("=")[::2] for t in args.tree)
+    for name, env in envs.items():
+        tree = Path(trees.get(name, ROOT)).resolve()
+        env["PYTHONPATH"] = os.pathsep.join([str(tree), str(ROOT / "bench")])
+    for spec in args.env:
+        name, _, setting = spec.partition(":")
+        key, _, value = setting.partition("=")
+        if name not in envs or not key:
+            parser.error(f"--env {spec}: expected NAME:KEY=VALUE with NAME one of {list(envs)}")
+        envs[name][key] = value
+    for name, env in envs.items():
+        extra = {k: v for k, v in env.items() if base.get(k) != v and k != "PYTHONPATH"}
+        tree = trees.get(name)
+        if extra or tree:
+            print(f"{name}: {extra or ''}{' runtime from ' + tree if tree else ''}")
     rates: dict[str, list[float]] = {name: [] for name, _ in pairs}
     print(f"load {os.getloadavg()[0]:.2f}; {args.rounds} rounds, one process per bundle each")
     for r in range(args.rounds):
@@ -54,7 +77,7 @@ def main() -> None:
                 [sys.executable, "-c", CHILD, folder, PROMPT],
                 capture_output=True,
                 text=True,
-                env=env,
+                env=envs[name],
                 check=True,
             )
             rates[name].append(float(out.stdout.strip().splitlines()[-1]))

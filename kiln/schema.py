@@ -376,6 +376,17 @@ class Precision(Strict):
         "model builder does. On a small model with a large vocabulary the lm_head is the "
         "largest weight read per token (SmolLM2-135M: 28M of 135M parameters).",
     )
+    lm_head_outliers: int | None = Field(
+        None,
+        ge=1,
+        le=256,
+        description="With precision.lm_head: this many of the output projection's input "
+        "channels, those of largest mean |x| over the calibration texts, stay fp32 in a small "
+        "product beside the quantized one, whose weight has them zeroed (LLM.int8()'s "
+        "decomposition of outlier features). A few channels of a model's final hidden state "
+        "carry most of its magnitude; rounded to int4 they cost most of the lm_head's quality "
+        "(bench/lm_head_variants.py).",
+    )
 
 
 class Calibration(Strict):

@@ -14,6 +14,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from runtime.format import default_threads
+from runtime.pages import opened_on_huge_pages
 
 
 class Engine(Protocol):
@@ -38,6 +39,15 @@ def engine_bytes(folder: Path) -> int:
     builders/common/weights.py)."""
     weights = (".onnx", ".data", ".safetensors")
     return sum(f.stat().st_size for f in folder.iterdir() if f.suffix in weights)
+
+
+_KEEP_ALL = np.array(0, np.int64)  # logits_to_keep 0: every fed position (one, stepping)
+
+
+def _ortvalue(array: np.ndarray) -> Any:
+    import onnxruntime as ort
+
+    return ort.OrtValue.ortvalue_from_numpy(array)
 
 
 class SharedCache:
@@ -75,6 +85,7 @@ class SharedCache:
         # the inputs bound per forward (the pasts are bound once, as the buffers)
         self.inputs = [i.name for i in session.get_inputs() if not i.name.startswith("past.")]
         self.orders: dict[tuple[str, ...], list[int] | None] = {}
+        self.total = 0  # positions the buffers hold after the last forward or step
 
     def _place(self, pasts: list[np.ndarray]) -> None:
         same = len(pasts) == len(self.returned)
@@ -117,6 +128,40 @@ class SharedCache:
             )
         return self.orders[key]
 
+    def step(
+        self, session: Any, ids: np.ndarray, mask: np.ndarray, positions: np.ndarray
+    ) -> np.ndarray | None:
+        """A decode step on the cache the last forward left in place (`ids` [batch, 1],
+        `mask` [batch, total]): its logits, [batch, 1, vocab], in a buffer the next
+        step writes over; None where it does not fit (the caller runs a forward with
+        `presents()` as the past). What run() does for such a step, less the work a
+        generation loop pays per token for nothing: no feeds dict, no check of 60
+        pasts, no views of the cache and no copy of the logits (bench/decode_ab.py)."""
+        batch, total = mask.shape
+        if total > self.capacity or not self.buffers or self.buffers[0].shape[0] != batch:
+            return None
+        binding = self._binding(session)
+        binding.bind_cpu_input("input_ids", ids)
+        binding.bind_cpu_input("attention_mask", mask)
+        binding.bind_cpu_input("position_ids", positions)
+        if "logits_to_keep" in self.inputs:
+            binding.bind_cpu_input("logits_to_keep", _KEEP_ALL)
+        logits, value = self.logits.get((id(session), batch), (None, None))
+        if logits is None:
+            logits = np.empty((batch, 1, self.vocab), np.float32)
+            value = _ortvalue(logits)
+            self.logits[(id(session), batch)] = (logits, value)
+        binding.bind_ortvalue_output("logits", value)
+        session.run_with_iobinding(binding)
+        self.total = total
+        return logits
+
+    def presents(self) -> list[np.ndarray]:
+        """The cache after the last step, as a forward returns it (views of the
+        buffers), which a forward then takes as a past in place."""
+        self.returned = [b[:, :, : self.total] for b in self.buffers]
+        return list(self.returned)
+
     def run(
         self, session: Any, output_names: list[str], feeds: dict[str, np.ndarray]
     ) -> list[np.ndarray] | None:
@@ -141,13 +186,14 @@ class SharedCache:
             logits, value = self.logits.get((id(session), batch), (None, None))
             if logits is None:
                 logits = np.empty((batch, 1, self.vocab), np.float32)
-                value = ort.OrtValue.ortvalue_from_numpy(logits)
+                value = _ortvalue(logits)
                 self.logits[(id(session), batch)] = (logits, value)
             binding.bind_ortvalue_output("logits", value)
         else:
             logits = np.empty((batch, rows, self.vocab), np.float32)
             binding.bind_ortvalue_output("logits", ort.OrtValue.ortvalue_from_numpy(logits))
         session.run_with_iobinding(binding)
+        self.total = total
         self.returned = [b[:, :, :total] for b in self.buffers]
         out = [logits.copy() if rows == 1 else logits, *self.returned]
         return [out[i] for i in order]
@@ -162,6 +208,7 @@ class OnnxRuntimeEngine:
     def __init__(self, file: Path, meta: dict[str, Any], threads: int | None) -> None:
         self.file, self.provider = file, meta["provider"]
         self.threads = threads or default_threads()
+        self.huge_bytes = 0  # of its sessions' memory, on huge pages (runtime/pages.py)
         self.session = self._open(self.threads)
         self.narrow: Any = None
         self.short = SHORT_WORK // max(1, engine_bytes(file.parent)) if self.threads > 1 else 0
@@ -174,14 +221,33 @@ class OnnxRuntimeEngine:
         so = ort.SessionOptions()
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # done at build
         so.intra_op_num_threads = threads
-        return ort.InferenceSession(str(self.file), so, providers=[self.provider])
+        session, collapsed = opened_on_huge_pages(
+            lambda: ort.InferenceSession(str(self.file), so, providers=[self.provider])
+        )
+        self.huge_bytes += collapsed
+        return session
 
-    def run(self, output_names: list[str], feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-        session = self.session
-        if feeds["input_ids"].size < self.short:
+    def step(self, ids: np.ndarray, mask: np.ndarray, positions: np.ndarray) -> np.ndarray | None:
+        """A decode step in place (SharedCache.step), on the session run() would pick;
+        None without a shared cache, or where it does not fit."""
+        if self.cache is None or not self.cache.buffers:
+            return None
+        return self.cache.step(self._pick(ids.size), ids, mask, positions)
+
+    def presents(self) -> list[np.ndarray]:
+        """The cache after the last step (SharedCache.presents)."""
+        assert self.cache is not None
+        return self.cache.presents()
+
+    def _pick(self, tokens: int) -> Any:
+        if tokens < self.short:
             if self.narrow is None:
                 self.narrow = self._open(1)
-            session = self.narrow
+            return self.narrow
+        return self.session
+
+    def run(self, output_names: list[str], feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        session = self._pick(feeds["input_ids"].size)
         if self.cache is not None:
             done = self.cache.run(session, output_names, feeds)
             if done is not None:

@@ -324,6 +324,11 @@ class Bundle:
         last_pos = positions[:, -1:]
         steps = 0
         first_token = 0.0
+        # the engine's lean decode step where it has one (runtime/backends.py
+        # SharedCache.step): its cache stays in place, read back once at the end
+        engine: Any = self.session
+        stepping = hasattr(engine, "step") and hasattr(engine, "presents")
+        stepped = False
         for step in range(max_new_tokens):
             last = logits[:, -1, :]
             nxt = sampler(last if steering is None else steering(last, done))
@@ -339,8 +344,16 @@ class Bundle:
             nxt = np.where(done, self.pad, nxt)
             mask = np.concatenate([mask, np.ones((batch, 1), np.int64)], axis=1)
             last_pos = last_pos + 1
-            logits, past = self.forward(nxt[:, None], mask, last_pos, past)
+            fast = engine.step(nxt[:, None], mask, last_pos) if stepping else None
+            if fast is not None:
+                logits, stepped = fast, True
+            else:
+                if stepped:  # the cache the steps left, as a forward takes it
+                    past, stepped = engine.presents(), False
+                logits, past = self.forward(nxt[:, None], mask, last_pos, past)
             steps += 1
+        if stepped:
+            past = engine.presents()
         if steering is not None:
             steering.finish(done, max_new_tokens)
         if self.prefix_cache is not None and batch == 1:  # the cache covers every fed token

@@ -30,7 +30,8 @@ or a K offset that breaks blocks). Each such layer is returned with its reason.
 
 With precision.lm_head int8 or int4 the output projection, which modelopt leaves in
 fp32, becomes MatMulNBits as well (quantize_lm_head): rounded to nearest by
-onnxruntime's own MatMulNBits quantizer, as onnxruntime-genai's model builder does.
+onnxruntime's own MatMulNBits quantizer, as onnxruntime-genai's model builder does;
+with precision.lm_head_outliers, its input channels of largest mean |x| stay fp32.
 
 `accuracy_level` is MatMulNBits' "minimum precision of A": 1 computes in fp32 (the
 fake-quant arithmetic up to summation order); 4 quantizes A to int8 per block of K
@@ -103,16 +104,29 @@ def to_matmul_nbits(model: Any, accuracy_level: int = ACCURACY_LEVEL) -> tuple[i
 
 
 def quantize_lm_head(
-    model: Any, bits: int, block_size: int | None = None, accuracy_level: int = ACCURACY_LEVEL
+    model: Any,
+    bits: int,
+    block_size: int | None = None,
+    outliers: list[int] | None = None,
+    accuracy_level: int = ACCURACY_LEVEL,
 ) -> tuple[Any, dict[str, Any]]:
     """precision.lm_head int8|int4: the MatMul that writes `logits` from an fp32 weight
     becomes MatMulNBits, rounded to nearest by onnxruntime's own quantizer (symmetric,
     `bits` wide, in blocks of `block_size` or per_channel_block(K)). modelopt left this
-    layer unquantized, so there are no calibrated integers to keep. Returns the model
-    and io.json's record of it; ValueError says why a graph has no such MatMul."""
+    layer unquantized, so there are no calibrated integers to keep.
+
+    `outliers` (precision.lm_head_outliers: input channels, the quantize step's ranking
+    by mean |x|) stay fp32, as LLM.int8() keeps outlier features: their rows of the
+    weight are zeroed before rounding (so they widen no block's scale either) and
+
+        logits = MatMulNBits(x) + MatMul(Gather(x, outliers, axis=-1), W[outliers])
+
+    Returns the model and io.json's record of it; ValueError says why a graph has no
+    such MatMul."""
     import logging
 
-    from onnx import TensorProto
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
 
     root = logging.getLogger()
     handlers, level = list(root.handlers), root.level
@@ -123,15 +137,27 @@ def quantize_lm_head(
 
     root.handlers[:], root.level = handlers, level  # its import calls logging.basicConfig
 
-    node = next((n for n in model.graph.node if "logits" in n.output), None)
+    graph = model.graph
+    node = next((n for n in graph.node if "logits" in n.output), None)
     if node is None or node.op_type != "MatMul" or node.domain not in ("", "ai.onnx"):
         raise ValueError(f"logits come from {node.op_type if node else 'no node'}, not a MatMul")
-    weight = next((t for t in model.graph.initializer if t.name == node.input[1]), None)
+    weight = next((t for t in graph.initializer if t.name == node.input[1]), None)
     if weight is None or len(weight.dims) != 2 or weight.data_type != TensorProto.FLOAT:
         raise ValueError("the lm_head MatMul's weight is not a 2-D fp32 initializer")
     k, n = (int(d) for d in weight.dims)
     block = block_size or per_channel_block(k)
     node.name = node.name or "lm_head/MatMul"
+    record: dict[str, Any] = {"K": k, "N": n, "bits": bits, "block_size": block}
+    if outliers:
+        if len(set(outliers)) != len(outliers) or not all(0 <= c < k for c in outliers):
+            raise ValueError(f"outlier channels {outliers} are not distinct channels of {k}")
+        if sum(x == weight.name for m in graph.node for x in m.input) > 1:
+            raise ValueError("the lm_head MatMul's weight is read by another node too")
+        full = numpy_helper.to_array(weight).copy()
+        channels = np.asarray(outliers, np.int64)
+        kept = full[channels].copy()
+        full[channels] = 0.0
+        weight.CopyFrom(numpy_helper.from_array(full, weight.name))
     settings = {"block_size": block, "is_symmetric": True, "accuracy_level": accuracy_level}
     quantizer = MatMulNBitsQuantizer(
         model,
@@ -141,8 +167,35 @@ def quantize_lm_head(
         **settings,
     )
     quantizer.process()
-    record = {"K": k, "N": n, "bits": bits, "block_size": block, "method": "round-to-nearest"}
-    return quantizer.model.model, {"node": node.name, **record}
+    model = quantizer.model.model
+    if outliers:
+        graph = model.graph
+        head = next(m for m in graph.node if "logits" in m.output)
+        x, base = head.input[0], "lm_head/outliers"
+        head.output[list(head.output).index("logits")] = f"{base}/quantized"
+        graph.initializer.extend(
+            [
+                numpy_helper.from_array(channels, f"{base}/channels"),
+                numpy_helper.from_array(kept, f"{base}/weight"),
+            ]
+        )
+        index = list(graph.node).index(head) + 1
+        added = [
+            helper.make_node(
+                "Gather", [x, f"{base}/channels"], [f"{base}/x"], f"{base}/gather", axis=-1
+            ),
+            helper.make_node(
+                "MatMul", [f"{base}/x", f"{base}/weight"], [f"{base}/product"], f"{base}/matmul"
+            ),
+            helper.make_node(
+                "Add", [f"{base}/quantized", f"{base}/product"], ["logits"], f"{base}/add"
+            ),
+        ]
+        for offset, extra in enumerate(added):
+            graph.node.insert(index + offset, extra)
+        record["outliers"] = [int(c) for c in outliers]
+    record["method"] = "round-to-nearest" + (f", {len(outliers)} fp32 channels" if outliers else "")
+    return model, {"node": node.name, **record}
 
 
 class _Keep(Exception):

@@ -274,7 +274,8 @@ def build(request: Request, writer: Writer) -> None:
     meta[KEEP] = keep
     if "quantized" in request.inputs:
         done = json.loads((request.inputs["quantized"] / "quantize.json").read_text())
-        meta["quantization"] = {k: done[k] for k in ("weights", "kv_cache", "config", "device")}
+        keys = ("weights", "kv_cache", "config", "device", "lm_head_outliers")
+        meta["quantization"] = {k: done[k] for k in keys if k in done}
     writer.write_json("export.json", meta)
 
 

@@ -16,7 +16,8 @@ MatMul as onnxruntime's fused MatMulNBits over the same integers and scales
 (builders/causal_lm/_nbits.py); io.json's `nbits` records how many and which layers
 keep DequantizeLinear -> MatMul, and why. precision.lm_head int8|int4 makes the output
 projection MatMulNBits too (onnxruntime's round-to-nearest quantizer; io.json's
-`nbits.lm_head`).
+`nbits.lm_head`), with precision.lm_head_outliers its input channels of largest mean
+|x| (ranked by the quantize step) in an fp32 product beside it.
 
 Then the per-layer shape computations that symbolic shape inference proves equal
 are computed once (graph.share_shapes): a 30-layer Llama's decode step runs about
@@ -45,6 +46,7 @@ class LmHead(BaseModel):
     model_config = ConfigDict(extra="forbid")
     bits: int = Field(ge=4, le=8)
     block_size: int | None = None
+    outliers: int = Field(0, ge=0, description="Input channels kept in fp32 beside it.")
 
 
 class Options(BaseModel):
@@ -73,7 +75,10 @@ def build(request: Request, writer: Writer) -> None:
         model = graph.tidy(model, fold_weights=opts.qdq != "none")
     if opts.qdq == "standard":
         quantized = exported.get("quantization", {}).get("weights")
-        model, nbits = _standard(request, model, quantized in WEIGHT_ONLY, opts.lm_head)
+        ranked = exported.get("quantization", {}).get("lm_head_outliers", {})
+        model, nbits = _standard(
+            request, model, quantized in WEIGHT_ONLY, opts.lm_head, ranked.get("channels", [])
+        )
         if nbits is not None:
             exported["nbits"] = nbits
     if opts.optimize and opts.qdq != "tensorrt":  # TensorRT's own ops: nothing to infer
@@ -108,7 +113,11 @@ def build(request: Request, writer: Writer) -> None:
 
 
 def _standard(
-    request: Request, model: Any, weight_only: bool, lm_head: LmHead | None
+    request: Request,
+    model: Any,
+    weight_only: bool,
+    lm_head: LmHead | None,
+    ranked: list[int],
 ) -> tuple[Any, dict[str, Any] | None]:
     from builders.causal_lm._nbits import ACCURACY_LEVEL, quantize_lm_head, to_matmul_nbits
     from builders.causal_lm._qdq import NoStandardForm, fold_weight_quantization, to_standard
@@ -135,8 +144,16 @@ def _standard(
         "kept_dq": kept,
     }
     if lm_head is not None:
+        if len(ranked) < lm_head.outliers:
+            raise request.error(
+                f"precision.lm_head_outliers asks for {lm_head.outliers} channels; the "
+                f"quantize step ranked {len(ranked)}",
+                "this is a kiln bug in kiln/plan (the quantize step's options); please report it",
+            )
         try:
-            model, nbits["lm_head"] = quantize_lm_head(model, lm_head.bits, lm_head.block_size)
+            model, nbits["lm_head"] = quantize_lm_head(
+                model, lm_head.bits, lm_head.block_size, ranked[: lm_head.outliers]
+            )
         except ValueError as exc:
             raise request.error(f"precision.lm_head: {exc}", "remove precision.lm_head") from None
         request.log(f"lm_head -> MatMulNBits {nbits['lm_head']}")

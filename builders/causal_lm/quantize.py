@@ -62,6 +62,9 @@ class Options(BaseModel):
     awq_alpha_step: float | None = Field(
         None, description="AWQ-lite's grid step over alpha (else modelopt's)."
     )
+    lm_head_outliers: int | None = Field(
+        None, ge=1, description="Rank this many lm_head input channels by mean |x|."
+    )
 
 
 def config(
@@ -133,7 +136,8 @@ def build(request: Request, writer: Writer) -> None:
         with quiet_stdout():
             mtq.quantize(model, cfg, forward_loop)
         # the fake-quant model must run here (NVFP4's does not on CPU): one text shows it
-        forward_loop(model, calibration[:1])
+        if not opts.lm_head_outliers:
+            forward_loop(model, calibration[:1])
     except (AssertionError, RuntimeError, NotImplementedError) as exc:
         if opts.weights in NEEDS_CUDA and not cuda:
             raise request.unsupported(
@@ -143,6 +147,10 @@ def build(request: Request, writer: Writer) -> None:
         raise
     seconds = time.monotonic() - started
     folded = siblings.fold_input_scales(model)
+    outliers = {}
+    if opts.lm_head_outliers:
+        outliers = lm_head_outliers(model, calibration, opts.lm_head_outliers, forward_loop)
+        request.log(f"lm_head input channels of largest mean |x|: {outliers['channels']}")
     if fused:
         request.log(f"{fused} sibling groups calibrated fused; {folded} input scales folded")
     model.to("cpu")
@@ -163,11 +171,44 @@ def build(request: Request, writer: Writer) -> None:
             "folded_scales": folded,
             "calibration_texts": len(calibration),
             "calibration_tokens": sum(len(t) for t in calibration),
+            **({"lm_head_outliers": outliers} if outliers else {}),
             "quantizers": enabled,
             "seconds": round(seconds, 3),
         },
     )
     request.log(f"{len(enabled)} quantizers enabled, calibrated in {seconds:.1f} s")
+
+
+def lm_head_outliers(
+    model: Any, calibration: list[list[int]], n: int, forward_loop: Any
+) -> dict[str, Any]:
+    """The `n` input channels of the output projection with the largest mean |x| over
+    the calibration texts, run through the calibrated model (precision.lm_head_outliers:
+    the onnx step keeps them out of the quantized lm_head, builders/causal_lm/_nbits.py),
+    largest first, with those means."""
+    import torch
+
+    head = model.get_output_embeddings()
+    total: list[Any] = []
+
+    def record(_module: Any, args: tuple[Any, ...]) -> None:
+        x = args[0].detach().float().abs().reshape(-1, args[0].shape[-1])
+        total.append(x.sum(0))
+        total.append(torch.tensor(float(x.shape[0])))
+
+    hook = head.register_forward_pre_hook(record)
+    try:
+        forward_loop(model, calibration)
+    finally:
+        hook.remove()
+    sums, rows = sum(total[0::2]), sum(total[1::2])
+    mean = (sums / rows).cpu()
+    top = torch.argsort(mean, descending=True)[:n]
+    return {
+        "channels": [int(i) for i in top],
+        "mean_abs": [round(float(mean[i]), 6) for i in top],
+        "median_mean_abs": round(float(mean.median()), 6),
+    }
 
 
 def _on(module: Any) -> bool:

@@ -112,6 +112,7 @@ def quantize_step(
         "task": task,
         **({"block_size": precision.block_size} if precision.block_size else {}),
         **({"awq_alpha_step": cal.awq_alpha_step} if cal.awq_alpha_step else {}),
+        **({"lm_head_outliers": n} if (n := precision.lm_head_outliers) else {}),
     }
     return _step(
         "quantize",
@@ -138,12 +139,14 @@ def qdq_form(quantize: Step | None, build: Build) -> str:
 
 def lm_head_quantization(precision: Precision | None) -> dict[str, int] | None:
     """The onnx step's rewrite for precision.lm_head int8|int4: the width, and for int4
-    its block (the weights' block_size, else 32); int8's block is chosen from K there."""
+    its block (the weights' block_size, else 32); int8's block is chosen from K there;
+    and precision.lm_head_outliers, the channels kept fp32 (ranked by the quantize step)."""
     if precision is None or precision.lm_head is None:
         return None
+    outliers = {"outliers": precision.lm_head_outliers} if precision.lm_head_outliers else {}
     if precision.lm_head == "int4":
-        return {"bits": 4, "block_size": precision.block_size or 32}
-    return {"bits": 8}
+        return {"bits": 4, "block_size": precision.block_size or 32, **outliers}
+    return {"bits": 8, **outliers}
 
 
 def scoring(recipe: Recipe) -> dict[str, int]:

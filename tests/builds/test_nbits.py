@@ -465,3 +465,88 @@ def test_quantize_lm_head_rounds_the_fp32_lm_head_to_nearest_within_the_rule(
     exact = a2 @ rounded
     err = np.abs(y.reshape(exact.shape) - exact)
     assert (err <= bound(a2, rounded, node, scales)).all(), err.max()
+
+
+def test_lm_head_outlier_channels_stay_fp32_beside_the_rounded_weight(wo: World) -> None:
+    """precision.lm_head_outliers: the named input channels' rows of the lm_head are
+    zeroed before rounding (their codes are 0 and they widen no block's scale) and come
+    back through an fp32 product, so the logits are the rounded weight's product plus
+    the exact product of those rows, within the level-4 rule plus fp32 summation."""
+    import onnx
+    import onnxruntime as ort
+
+    from builders.causal_lm._nbits import quantize_lm_head
+    from builders.common import graph
+
+    name = "tiny-llama-int4-awq"
+    model = graph.load(wo.artifact(name, "onnx") / "model.onnx")
+    head = next(n for n in model.graph.node if "logits" in n.output)
+    consts = {t.name: onnx.numpy_helper.to_array(t) for t in model.graph.initializer}
+    w = consts[head.input[1]].astype(np.float64)  # [K, N]
+    channels = [5, 0, w.shape[0] - 1]
+    for bad in ([1, 1], [w.shape[0]], [-1]):
+        with pytest.raises(ValueError, match="not distinct channels"):
+            quantize_lm_head(graph.load(wo.artifact(name, "onnx") / "model.onnx"), 4, 32, bad)
+    model, record = quantize_lm_head(model, 4, 32, channels)
+    assert record["outliers"] == channels
+    assert record["method"] == "round-to-nearest, 3 fp32 channels"
+    writes = {o: n for n in model.graph.node for o in n.output}
+    add = writes["logits"]
+    assert add.op_type == "Add" and writes[add.input[1]].op_type == "MatMul"
+    node = writes[add.input[0]]
+    assert node.op_type == "MatMulNBits" and node.input[0] == head.input[0]
+    consts = {t.name: onnx.numpy_helper.to_array(t) for t in model.graph.initializer}
+    codes, scale, scales = unpack(node, consts)
+    assert (codes[channels] == 0).all() and np.abs(codes).sum() > 0
+    rest = np.setdiff1d(np.arange(w.shape[0]), channels)
+    err = np.abs(codes * scale - w)[rest]
+    clipped = (codes == 7)[rest]
+    step = np.abs(scale[rest]) * (1 + 1e-6)
+    assert ((err <= 0.5 * step) | (clipped & (err <= step))).all()
+
+    probe = onnx.ModelProto()
+    probe.CopyFrom(model)
+    probe.graph.output.extend([onnx.ValueInfoProto(name=node.input[0])])
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    sess = ort.InferenceSession(probe.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    y, a = sess.run(["logits", node.input[0]], feeds(wo, name, ids_of(wo, name)))
+    a2 = a.reshape(-1, a.shape[-1]).astype(np.float64)
+    side = a2[:, channels] @ w[channels]
+    exact = a2 @ (codes * scale) + side
+    fp32 = gamma(len(channels) + 1) * (np.abs(a2[:, channels]) @ np.abs(w[channels]))
+    fp32 += U * np.abs(exact)  # the Add's rounding
+    err = np.abs(y.reshape(exact.shape) - exact)
+    assert (err <= bound(a2, codes * scale, node, scales) + fp32).all(), err.max()
+
+
+def test_the_quantize_step_ranks_lm_head_inputs_by_mean_magnitude(wo: World) -> None:
+    """The channels precision.lm_head_outliers keeps are those of largest mean |x| of
+    the lm_head's input over the calibration texts, as transformers' own final hidden
+    states (after the final norm) give them."""
+    import torch
+    from transformers import AutoTokenizer
+
+    from builders.causal_lm.quantize import calibration_ids, lm_head_outliers
+
+    name = "tiny-llama-int4-awq"
+    model = fake_quant_model(wo, name)
+    tokenizer = AutoTokenizer.from_pretrained(wo.artifact(name, "fetch") / "checkpoint")
+    texts = calibration_ids(tokenizer, 4, 32)
+
+    def loop(m: Any, batch: list[list[int]]) -> None:
+        with torch.no_grad():
+            for ids in batch:
+                m(torch.tensor([ids]))
+
+    ranked = lm_head_outliers(model, texts, 6, loop)
+    with torch.no_grad():
+        states = [
+            model(torch.tensor([ids]), output_hidden_states=True).hidden_states[-1][0]
+            for ids in texts
+        ]
+    mean = torch.cat(states).abs().mean(0).double().numpy()
+    assert ranked["channels"] == [int(i) for i in np.argsort(-mean, kind="stable")[:6]]
+    assert np.allclose(ranked["mean_abs"], mean[ranked["channels"]], rtol=1e-5, atol=1e-6)
+    assert ranked["mean_abs"] == sorted(ranked["mean_abs"], reverse=True)

@@ -123,6 +123,15 @@ def test_the_runtime_keeps_the_cache_in_place_and_generates_what_a_growing_cache
     shared = engine.cache
     assert shared is not None
     prompts = [[5, 17, 230, 41, 9, 88], [301, 2, 77]]
+    stepped = []  # the decode steps that took the lean path (SharedCache.step)
+    lean = shared.step
+
+    def step(*args: Any) -> Any:
+        logits = lean(*args)
+        stepped.append(logits is not None)
+        return logits
+
+    shared.step = step  # type: ignore[method-assign]
     runs = {}
     for mode in ("grown", "in place"):
         engine.cache = shared if mode == "in place" else None
@@ -138,4 +147,7 @@ def test_the_runtime_keeps_the_cache_in_place_and_generates_what_a_growing_cache
     assert reused == len(prompts[0]) + 1  # the second prompt reused the first's prefix
     assert (batch, first, second, reused) == other[:4]
     assert np.abs(logits - other[4]).max() < 1e-5
+    # every token after each generation's first came from a lean step, in place
+    assert stepped and all(stepped)
+    assert len(stepped) == sum(max(map(len, run)) - 1 for run in (batch, first, second))
     assert shared.buffers and shared.buffers[0].shape[2] == shared.capacity

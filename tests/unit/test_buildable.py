@@ -141,11 +141,20 @@ def test_a_quantized_lm_head_reaches_the_onnx_step_for_weight_only_onnxruntime_r
     for name, expected in (
         ("smollm2-135m-instruct-int4-awq", {"bits": 8}),
         ("smollm2-135m-instruct-int8-wo", {"bits": 8}),
+        ("smollm2-135m-instruct-int4-awq-head4", {"bits": 4, "block_size": 32}),
+        (
+            "smollm2-135m-instruct-int4-awq-head4-outliers",
+            {"bits": 4, "block_size": 32, "outliers": 8},
+        ),
         ("tiny-llama-int4-awq", None),
     ):
         steps = plan(name, cat.recipes[name], cat.prompts["default"], current()).steps
         onnx_step = next(s for s in steps if s.kind == "onnx")
         assert onnx_step.options.get("lm_head") == expected, (name, onnx_step.options)
+        # the channels kept fp32 are ranked by the quantize step, which is asked for them
+        quantize = next(s for s in steps if s.kind == "quantize")
+        wanted = (expected or {}).get("outliers")
+        assert quantize.options.get("lm_head_outliers") == wanted, quantize.options
     found = problems_of(
         tmp_path / "a",
         "tiny-llama-fp8",
@@ -164,6 +173,14 @@ def test_a_quantized_lm_head_reaches_the_onnx_step_for_weight_only_onnxruntime_r
         ("tiny-llama",),
     )
     assert any("lm_head is an onnxruntime MatMulNBits rewrite" in p for p in found), found
+    found = problems_of(
+        tmp_path / "c",
+        "tiny-llama-int8-wo",
+        {"weights: int8-wo": "weights: int8-wo\n  lm_head_outliers: 4"},
+        ("tiny-llama",),
+    )
+    line = next(p for p in found if "lm_head_outliers keeps channels" in p)
+    assert "set precision.lm_head to int4 or int8" in line, found
 
 
 def test_prefill_chunk_len_is_planned_for_onnxruntime_and_refused_where_unread() -> None:
