@@ -410,6 +410,22 @@ def unpack(node: Any, consts: dict[str, Any]) -> tuple[Any, Any, Any]:
     return codes.T, np.repeat(scales, block, axis=1)[:, :k].T.astype(np.float64), scales
 
 
+def logits_and_head_input(wo: World, name: str, model: Any, node: Any) -> tuple[Any, Any]:
+    """The graph's logits on real text, and `node`'s input A as [rows, K] in float64."""
+    import onnx
+    import onnxruntime as ort
+
+    probe = onnx.ModelProto()
+    probe.CopyFrom(model)
+    probe.graph.output.extend([onnx.ValueInfoProto(name=node.input[0])])
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    sess = ort.InferenceSession(probe.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    y, a = sess.run(["logits", node.input[0]], feeds(wo, name, ids_of(wo, name)))
+    return y, a.reshape(-1, a.shape[-1]).astype(np.float64)
+
+
 @pytest.mark.parametrize("name", list(RECIPES))
 def test_quantize_lm_head_rounds_the_fp32_lm_head_to_nearest_within_the_rule(
     wo: World, name: str
@@ -419,7 +435,6 @@ def test_quantize_lm_head_rounds_the_fp32_lm_head_to_nearest_within_the_rule(
     its block's step of the fp32 one (round to nearest), and the kernel computes the
     rounded weights within the level-4 rule of the per-layer test above."""
     import onnx
-    import onnxruntime as ort
 
     from builders.causal_lm._nbits import per_channel_block, quantize_lm_head
     from builders.common import graph
@@ -453,15 +468,7 @@ def test_quantize_lm_head_rounds_the_fp32_lm_head_to_nearest_within_the_rule(
     assert ((err <= 0.5 * step) | (clipped & (err <= step))).all()
     assert err.max() > 0  # it did quantize
 
-    probe = onnx.ModelProto()
-    probe.CopyFrom(model)
-    probe.graph.output.extend([onnx.ValueInfoProto(name=node.input[0])])
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = 1
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    sess = ort.InferenceSession(probe.SerializeToString(), so, providers=["CPUExecutionProvider"])
-    y, a = sess.run(["logits", node.input[0]], feeds(wo, name, ids_of(wo, name)))
-    a2 = a.reshape(-1, a.shape[-1]).astype(np.float64)
+    y, a2 = logits_and_head_input(wo, name, model, node)
     exact = a2 @ rounded
     err = np.abs(y.reshape(exact.shape) - exact)
     assert (err <= bound(a2, rounded, node, scales)).all(), err.max()
@@ -473,7 +480,6 @@ def test_lm_head_outlier_channels_stay_fp32_beside_the_rounded_weight(wo: World)
     back through an fp32 product, so the logits are the rounded weight's product plus
     the exact product of those rows, within the level-4 rule plus fp32 summation."""
     import onnx
-    import onnxruntime as ort
 
     from builders.causal_lm._nbits import quantize_lm_head
     from builders.common import graph
@@ -504,15 +510,7 @@ def test_lm_head_outlier_channels_stay_fp32_beside_the_rounded_weight(wo: World)
     step = np.abs(scale[rest]) * (1 + 1e-6)
     assert ((err <= 0.5 * step) | (clipped & (err <= step))).all()
 
-    probe = onnx.ModelProto()
-    probe.CopyFrom(model)
-    probe.graph.output.extend([onnx.ValueInfoProto(name=node.input[0])])
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = 1
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    sess = ort.InferenceSession(probe.SerializeToString(), so, providers=["CPUExecutionProvider"])
-    y, a = sess.run(["logits", node.input[0]], feeds(wo, name, ids_of(wo, name)))
-    a2 = a.reshape(-1, a.shape[-1]).astype(np.float64)
+    y, a2 = logits_and_head_input(wo, name, model, node)
     side = a2[:, channels] @ w[channels]
     exact = a2 @ (codes * scale) + side
     fp32 = gamma(len(channels) + 1) * (np.abs(a2[:, channels]) @ np.abs(w[channels]))
