@@ -12,6 +12,7 @@ builders or tasks: a bundle runs on a machine that never built it.
   processors.py   logits post-processors: the (token_ids, logits) hook, Decoding's options
   guided.py       guided decoding: JSON schema / regex / Lark masks from llguidance
   backends.py     engine backends behind one run(): onnxruntime, aoti, tensorrt
+  pages.py        an onnxruntime engine's weights moved onto huge pages (MADV_COLLAPSE)
   inductor_lm.py  InductorBundle: KV cache on the device, greedy decoding there (ids only back);
                   InductorSpeculativeBundle: n-gram drafts verified over that cache
   inductor.py     InductorEngine: torch.export programs, static KV cache, Inductor, CUDA graph
