@@ -146,15 +146,20 @@ class SharedCache:
         binding.bind_cpu_input("position_ids", positions)
         if "logits_to_keep" in self.inputs:
             binding.bind_cpu_input("logits_to_keep", _KEEP_ALL)
-        logits, value = self.logits.get((id(session), batch), (None, None))
-        if logits is None:
-            logits = np.empty((batch, 1, self.vocab), np.float32)
-            value = _ortvalue(logits)
-            self.logits[(id(session), batch)] = (logits, value)
+        logits, value = self._row(session, batch)
         binding.bind_ortvalue_output("logits", value)
         session.run_with_iobinding(binding)
         self.total = total
         return logits
+
+    def _row(self, session: Any, batch: int) -> tuple[np.ndarray, Any]:
+        """The [batch, 1, vocab] logits buffer of one-position forwards on `session`,
+        and its OrtValue: allocated and wrapped once, then bound by every such forward."""
+        key = (id(session), batch)
+        if key not in self.logits:
+            logits = np.empty((batch, 1, self.vocab), np.float32)
+            self.logits[key] = (logits, _ortvalue(logits))
+        return self.logits[key]
 
     def presents(self) -> list[np.ndarray]:
         """The cache after the last step, as a forward returns it (views of the
@@ -183,11 +188,7 @@ class SharedCache:
         keep = int(feeds.get("logits_to_keep", 0))  # the last `keep` positions' logits
         rows = min(keep, seq) if keep > 0 else seq
         if rows == 1:  # a decode step, or a prefill's last position: bound once
-            logits, value = self.logits.get((id(session), batch), (None, None))
-            if logits is None:
-                logits = np.empty((batch, 1, self.vocab), np.float32)
-                value = _ortvalue(logits)
-                self.logits[(id(session), batch)] = (logits, value)
+            logits, value = self._row(session, batch)
             binding.bind_ortvalue_output("logits", value)
         else:
             logits = np.empty((batch, rows, self.vocab), np.float32)

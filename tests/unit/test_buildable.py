@@ -93,6 +93,15 @@ def test_measured_is_what_the_committed_manifests_recorded() -> None:
     assert checked >= 40
 
 
+def refusal(folder: Path, edits: dict[str, str], message: str) -> str:
+    """The problem `doit check` reports that says `message`, for tiny-llama-int8-wo with
+    `edits` made to its recipe."""
+    found = problems_of(folder, "tiny-llama-int8-wo", edits, ("tiny-llama",))
+    line = next((p for p in found if message in p), None)
+    assert line is not None, found
+    return line
+
+
 def test_block_size_and_awq_step_reach_the_quantize_step_and_only_their_precisions_take_them(
     tmp_path: Path,
 ) -> None:
@@ -105,14 +114,12 @@ def test_block_size_and_awq_step_reach_the_quantize_step_and_only_their_precisio
         ("tiny-llama",),
     )
     assert any("block_size" in p and "32, 64" in p for p in found), found
-    found = problems_of(
+    line = refusal(
         tmp_path / "b",
-        "tiny-llama-int8-wo",
         {"weights: int8-wo": "weights: int8-wo\n  block_size: 32"},
-        ("tiny-llama",),
+        "block_size applies to blocked int4",
     )
-    line = next(p for p in found if "block_size applies to blocked int4" in p)
-    assert "set precision.weights to int4-awq or w4a8-awq" in line, found
+    assert "set precision.weights to int4-awq or w4a8-awq" in line
     found = problems_of(
         tmp_path / "c",
         "tiny-llama-int8-wo",
@@ -173,14 +180,12 @@ def test_a_quantized_lm_head_reaches_the_onnx_step_for_weight_only_onnxruntime_r
         ("tiny-llama",),
     )
     assert any("lm_head is an onnxruntime MatMulNBits rewrite" in p for p in found), found
-    found = problems_of(
+    line = refusal(
         tmp_path / "c",
-        "tiny-llama-int8-wo",
         {"weights: int8-wo": "weights: int8-wo\n  lm_head_outliers: 4"},
-        ("tiny-llama",),
+        "lm_head_outliers keeps channels",
     )
-    line = next(p for p in found if "lm_head_outliers keeps channels" in p)
-    assert "set precision.lm_head to int4 or int8" in line, found
+    assert "set precision.lm_head to int4 or int8" in line
 
 
 def test_prefill_chunk_len_is_planned_for_onnxruntime_and_refused_where_unread() -> None:
