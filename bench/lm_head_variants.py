@@ -18,7 +18,8 @@ shipped evaluation text):
   text's final-norm outputs (builders/data/texts/calibration.txt, never the evaluation
   text), the inverse folded into the final norm's weight, then rounded to nearest;
 - int4 with the input channels of largest mean|x| (same calibration text) kept in an
-  fp32 product beside it: the int4 weight has those rows zeroed, a Gather + MatMul +
+  fp32 product beside it (quantize_lm_head, as precision.lm_head_outliers builds it):
+  the int4 weight has those rows zeroed, a Gather + MatMul +
   Add adds them back (mixed-precision decomposition, as LLM.int8() does for outliers).
 
 Each copy lives in a temporary folder; the bundle is not changed. Decode speed is
@@ -114,45 +115,19 @@ def variant(
         tensor = next(t for t in graph.initializer if t.name == gamma)
         value = numpy_helper.to_array(tensor, base_dir=str(folder))
         tensor.CopyFrom(numpy_helper.from_array((value / scale).astype(np.float32), gamma))
-    outliers = np.argsort(-mean)[: int(extra)] if method == "outliers" else None
-    if outliers is not None:
-        kept = weight[outliers].copy()
-        weight[outliers] = 0
     name = "lm_head_variant_weight"
     graph.initializer.append(numpy_helper.from_array(weight.astype(np.float32), name))
     plain = helper.make_node("MatMul", [head.input[0], name], list(head.output), "lm_head/MatMul")
     index = list(graph.node).index(head)
     graph.node.remove(head)
     graph.node.insert(index, plain)
-    if outliers is not None:
-        graph.node[index].output[0] = "lm_head_main"
-    if method != "fp32":
+    if method == "outliers":  # the product's own rewrite (precision.lm_head_outliers)
+        from builders.causal_lm._nbits import quantize_lm_head
+
+        channels = [int(c) for c in np.argsort(-mean)[: int(extra)]]
+        model, _ = quantize_lm_head(model, bits, block, channels)
+    elif method != "fp32":
         model = quantize(model, bits, block, method)
-        graph = model.graph
-    if outliers is not None:
-        graph.initializer.extend(
-            [
-                numpy_helper.from_array(kept.astype(np.float32), "lm_head_outlier_weight"),
-                numpy_helper.from_array(outliers.astype(np.int64), "lm_head_outliers"),
-            ]
-        )
-        x = head.input[0]
-        graph.node.extend(
-            [
-                helper.make_node(
-                    "Gather", [x, "lm_head_outliers"], ["lm_head_x"], "lm_head/gather", axis=-1
-                ),
-                helper.make_node(
-                    "MatMul",
-                    ["lm_head_x", "lm_head_outlier_weight"],
-                    ["lm_head_extra"],
-                    "lm_head/outliers",
-                ),
-                helper.make_node(
-                    "Add", ["lm_head_main", "lm_head_extra"], ["logits"], "lm_head/add"
-                ),
-            ]
-        )
     onnx.save(model, str(folder / "engine.onnx"))
 
 

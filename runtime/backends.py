@@ -136,7 +136,8 @@ class SharedCache:
         step writes over; None where it does not fit (the caller runs a forward with
         `presents()` as the past). What run() does for such a step, less the work a
         generation loop pays per token for nothing: no feeds dict, no check of 60
-        pasts, no views of the cache and no copy of the logits (bench/decode_ab.py)."""
+        pasts, no views of the cache and no copy of the logits (0.27 -> 0.17 ms of Python
+        around an int4 SmolLM2 step, a scratch timing)."""
         batch, total = mask.shape
         if total > self.capacity or not self.buffers or self.buffers[0].shape[0] != batch:
             return None

@@ -8,10 +8,11 @@ a hypervisor every TLB miss is a two-level walk. onnxruntime allocates with plai
 malloc, which on a host whose THP mode is `madvise` (Ubuntu's default, and this
 project's hosts') never gets a huge page; a host in mode `always` mostly gets them
 anyway, and there this changes little. PyTorch, Paddle and MXNet advise their own
-large CPU buffers the same way. Measured through the runtime, SmolLM2's fp32 bundle
-decodes 36.2 tokens/s on huge pages against 33.0 without (one thread, fresh processes
-interleaved, `bench/decode_ab.py ... --env NAME:KILN_HUGE_PAGES=0`); int4-awq, whose
-weights are a fifth as large, gains ~4%. Opening costs ~3 ms per MB collapsed on this
+large CPU buffers the same way. Measured through the runtime
+(`bench/decode_ab.py huge=B small=B --env small:KILN_HUGE_PAGES=0`,
+bench/results/huge_pages_2026-12-05.txt), SmolLM2's fp32 bundle decodes 37.4 tokens/s
+against 29.2, its int4-awq-head4-outliers 131.3 against 121.2 (one thread, a fresh
+process per run). Opening costs ~3 ms per MB collapsed on this
 VM (1.4 s for SmolLM2 fp32, 0.2 s for int4).
 
 Before the session opens, glibc's mmap threshold is set to its 32 MiB ceiling
@@ -20,7 +21,8 @@ large blocks), so the many smaller buffers (an int4 layer's prepacked weights ar
 MB) come from the heap, one region that collapses whole, rather than a mapping each in
 which no 2 MiB page fits: SmolLM2 int4's collapsed memory went from 56 to 112 MB and
 its decode from 182.6 to 190.8 tokens/s at two threads (fp32: 444 to 526 MB, 34.6 to
-36.0 at one thread; fresh processes alternating, 4 rounds each).
+36.0 at one thread; a scratch A/B against the commit before, fresh processes
+alternating, 4 rounds each).
 
 Linux 6.1+ only (MADV_COLLAPSE); anywhere else, or with THP `never`, or with
 KILN_HUGE_PAGES=0 in the environment, nothing is done. Only whole 2 MiB spans of
