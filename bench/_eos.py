@@ -6,7 +6,10 @@ stop set (`bundle.eos = set()`) only keeps the loop going: on an instruct model,
 EOS is often the argmax, the bundle then emits EOS and continues after it, and its
 tokens are no longer HF's. `NoEos` is a `runtime.Sampler` (greedy unless told
 otherwise) that masks the EOS ids first, so the bundle's own generate loop runs with
-HF's semantics and never sees an EOS to stop at.
+HF's semantics and never sees an EOS to stop at. It masks the logits it is handed in
+place: in the generate loop they are the step's own buffer, which the next step
+writes over (a copy cost ~45 us a token, which onnxruntime-genai's and llama.cpp's
+loops do not pay).
 
 It also stamps each call: the first stamp is when the prefill's logits arrived
 (time to first token, less one argmax), the rest one per decoded token.
@@ -32,7 +35,6 @@ class NoEos(Sampler):
 
     def __call__(self, logits: np.ndarray) -> np.ndarray:
         self.stamps.append(time.perf_counter())
-        if self.eos:
-            logits = logits.copy()
+        if self.eos:  # in place, as HF's and llama-cpp-python's processors mask theirs
             logits[:, sorted(self.eos)] = -np.inf
         return super().__call__(logits)

@@ -320,8 +320,14 @@ class Bundle:
         self.last_reused = reused
         logits, past = self._prefill(ids[:, reused:], mask, positions[:, reused:], past)
         out: list[list[int]] = [[] for _ in prompts]
-        done = np.zeros(batch, bool)
-        last_pos = positions[:, -1:]
+        done = [False] * batch
+        width = mask.shape[1]
+        # every step's mask, made once: step i feeds its first width + i + 1 columns
+        # (contiguous for one prompt; a batch's are copied per step)
+        masks = np.ones((batch, width + max_new_tokens), np.int64)
+        masks[:, :width] = mask
+        last_pos = positions[:, -1:].copy()
+        fed = np.empty((batch, 1), np.int64)
         steps = 0
         first_token = 0.0
         # the engine's lean decode step where it has one (runtime/backends.py
@@ -331,31 +337,36 @@ class Bundle:
         stepped = False
         for step in range(max_new_tokens):
             last = logits[:, -1, :]
-            nxt = sampler(last if steering is None else steering(last, done))
+            nxt = sampler(last if steering is None else steering(last, np.array(done))).tolist()
             if step == 0:
                 first_token = time.perf_counter() - started
-            for row in np.flatnonzero(~done).tolist():
-                out[row].append(int(nxt[row]))
-                done[row] = int(nxt[row]) in self.eos
-                if steering is not None:
-                    steering.advance(row, int(nxt[row]))
-            if done.all() or step == max_new_tokens - 1:
+            for row, token in enumerate(nxt):
+                if not done[row]:
+                    out[row].append(token)
+                    done[row] = token in self.eos
+                    if steering is not None:
+                        steering.advance(row, token)
+                if done[row]:
+                    nxt[row] = self.pad
+            if all(done) or step == max_new_tokens - 1:
                 break
-            nxt = np.where(done, self.pad, nxt)
-            mask = np.concatenate([mask, np.ones((batch, 1), np.int64)], axis=1)
-            last_pos = last_pos + 1
-            fast = engine.step(nxt[:, None], mask, last_pos) if stepping else None
+            fed[:, 0] = nxt  # a row that is done feeds the pad token
+            mask = masks[:, : width + step + 1]
+            if batch > 1:
+                mask = np.ascontiguousarray(mask)
+            last_pos += 1
+            fast = engine.step(fed, mask, last_pos) if stepping else None
             if fast is not None:
                 logits, stepped = fast, True
             else:
                 if stepped:  # the cache the steps left, as a forward takes it
                     past, stepped = engine.presents(), False
-                logits, past = self.forward(nxt[:, None], mask, last_pos, past)
+                logits, past = self.forward(fed.copy(), mask, last_pos.copy(), past)
             steps += 1
         if stepped:
             past = engine.presents()
         if steering is not None:
-            steering.finish(done, max_new_tokens)
+            steering.finish(np.array(done), max_new_tokens)
         if self.prefix_cache is not None and batch == 1:  # the cache covers every fed token
             self.prefix_cache.store(prompts[0] + out[0][:steps], past)
         return Generation(out, steps, time.perf_counter() - started, first_token)
