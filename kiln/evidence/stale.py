@@ -79,6 +79,15 @@ def regated(cat: Catalog, parsed: dict[str, Manifest | None]) -> list[tuple[str,
     return out
 
 
+def _other_python(reason: str, python: str, here: str) -> str:
+    """A code digest taken under another Python differs even where the code does not:
+    it hashes the syntax tree that Python's `ast` dumps, whose fields change between
+    versions (kiln/plan/toolchain.py). Say so, instead of only that the code changed."""
+    if not reason.startswith("builder code for "):
+        return reason
+    return f"{reason}, or only Python did (digested under Python {python}; this host runs {here})"
+
+
 def _short(reasons: list[str], limit: int = 3) -> str:
     shown = "; ".join(reasons[:limit])
     return shown + (f"; +{len(reasons) - limit} more" if len(reasons) > limit else "")
@@ -109,17 +118,23 @@ def find(cat: Catalog, manifests: list[Path] | None = None) -> list[Stale]:
         found = parsed.get(name)
         return found.evidence[-1].host.gpu if found and found.evidence else None
 
+    here = toolchain.current().lock()["python"]
     out = []
     for s in review.manifest_staleness(cat, toolchain.current()):
         if s.recipe not in parsed:
             continue
-        reasons = list(dict.fromkeys(r for _, why in s.steps for r in why))
+        found = parsed[s.recipe]
+        python = found.lock.toolchain.get("python") if found else None
+        stale = s.steps
+        if python and python != here:  # the digests hash Python's own syntax trees
+            stale = [(st, [_other_python(r, python, here) for r in why]) for st, why in stale]
+        reasons = list(dict.fromkeys(r for _, why in stale for r in why))
         edited = review.recipe_changed(s)
         own = [r for r in reasons if not r.startswith("input ")] or reasons
         label = "recipe edit" if edited else "toolchain only"
-        summary = f"{label} ({_short(own, 1)}; {len(s.steps)} steps rebuild)"
+        summary = f"{label} ({_short(own, 1)}; {len(stale)} steps rebuild)"
         steps = [
-            {"kind": st.kind, "role": st.role, "key": st.key, "reasons": why} for st, why in s.steps
+            {"kind": st.kind, "role": st.role, "key": st.key, "reasons": why} for st, why in stale
         ]
         cause = "recipe" if edited else "toolchain"
         out.append(Stale(s.recipe, cause, summary, steps, gpu_of(s.recipe)))

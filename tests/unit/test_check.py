@@ -4,6 +4,7 @@ for those recorded on GPU hosts, and the same as one JSON document."""
 from __future__ import annotations
 
 import json
+import platform
 from pathlib import Path
 
 import pytest
@@ -33,6 +34,16 @@ def test_gpu_host_manifests_are_one_summary_line_and_all_are_in_json(tmp_path: P
     assert all(len(line) <= 200 for line in lines), max(lines, key=len)
     full = world.doit("check", "verbose=1", check=True).stdout
     assert all(f"stale: manifests/{n}.json: " in full for n in GPU_MANIFESTS)
+    # a code digest taken under another Python's `ast` differs from this one's even
+    # where the code does not: the reason says so
+    lock = json.loads((world.root / "manifests" / f"{GPU_MANIFESTS[0]}.json").read_text())["lock"]
+    here = ".".join(platform.python_version_tuple()[:2])
+    fetch = next(s for s in stale[GPU_MANIFESTS[0]]["steps"] if s["kind"] == "fetch")
+    if lock["toolchain"]["python"] != here:
+        assert fetch["reasons"] == [
+            f"builder code for fetch changed, or only Python did (digested under Python "
+            f"{lock['toolchain']['python']}; this host runs {here})"
+        ]
 
 
 def test_errors_come_first_and_alone(tmp_path: Path) -> None:
