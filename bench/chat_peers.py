@@ -60,6 +60,13 @@ must pass. onnxruntime-genai's decoder graph is run directly by onnxruntime for 
 (its Generator hands out the last position's logits only); llama.cpp scores in a
 second context that keeps every position's logits.
 
+Targets: the issue's decode targets, each as a ratio of two sides at one thread count,
+from paired runs (the same prompt in the same round, a few seconds apart): the median of
+the paired ratios and its 95% bootstrap interval (2,000 resamples, seeded). A target
+is met where the interval lies at or above its bound, missed where it lies below, and
+otherwise within the noise: on this shared host whole runs' medians moved ~3%
+(bench/results/chat_peers_2026-12-05b.txt against 05c).
+
 The host's load average is read before and after each thread count and printed; above
 1.5 the output says so. The table goes to stdout and to
 bench/results/chat_peers_<date>.txt. No asserts: timings belong in bench/, not tests.
@@ -79,6 +86,7 @@ import argparse
 import importlib
 import json
 import os
+import random
 import resource
 import statistics
 import subprocess
@@ -791,7 +799,54 @@ def report(
         if gaps:
             shown = ", ".join(f"p{i + 1}@{k} gap {g:.3f}" for i, k, g in sorted(gaps))
             lines.append(f"{name} divergences (HF top1-top2 logit gap there): {shown}")
+    lines += targets(rows)
     return "\n".join(lines) + "\n"
+
+
+# (what, numerator side, denominator side, bound): the issue's decode targets; a side
+# named "kiln int4*" is each kiln bundle whose name says int4, "kiln best" the fastest
+TARGETS = [
+    ("kiln fp32 >= onnxruntime-genai fp32", "kiln fp32", "onnxruntime-genai fp32", 1.0),
+    ("kiln int4 >= onnxruntime-genai int4", "kiln int4*", "onnxruntime-genai int4", 1.0),
+    ("kiln's best >= 0.8x llama.cpp Q4_1", "kiln best", "llama.cpp Q4_1", 0.8),
+    ("kiln int8-wo >= 1.2x kiln fp32", "kiln int8-wo", "kiln fp32", 1.2),
+    ("kiln int4-awq >= 1.5x kiln fp32", "kiln int4-awq", "kiln fp32", 1.5),
+]
+
+
+def paired(a: list[float], b: list[float], seed: int = 0) -> tuple[float, float, float]:
+    """The median of a[i] / b[i] and its 95% bootstrap interval."""
+    ratios = [x / y for x, y in zip(a, b, strict=True)]
+    rng = random.Random(seed)
+    boot = sorted(statistics.median(rng.choices(ratios, k=len(ratios))) for _ in range(2000))
+    return statistics.median(ratios), boot[50], boot[1949]
+
+
+def targets(rows: list[Entry]) -> list[str]:
+    """One line per target and thread count whose sides both ran: the paired ratio,
+    its interval, and met / missed / within the noise (the module docstring)."""
+    lines = ["", "targets (paired ratio of decode tokens/s, median [95% bootstrap interval]):"]
+    for threads in sorted({e.threads for e in rows}):
+        ran = {e.name: e for e in rows if e.threads == threads and e.rates and not e.why_not}
+        kiln = [e for n, e in ran.items() if n.startswith("kiln ")]
+        for what, top, bottom, bound in TARGETS:
+            if top == "kiln int4*":
+                tops = [e for e in kiln if "int4" in e.name]
+            elif top == "kiln best":
+                tops = [max(kiln, key=lambda e: statistics.median(e.rates))] if kiln else []
+            else:
+                tops = [ran[top]] if top in ran else []
+            under = ran.get(bottom)
+            for e in tops:
+                if under is None or len(e.rates) != len(under.rates):
+                    continue
+                mid, low, high = paired(e.rates, under.rates)
+                call = "met" if low >= bound else "missed" if high < bound else "within the noise"
+                lines.append(
+                    f"  {threads}t {what}: {e.name} / {under.name} {mid:.3f}x "
+                    f"[{low:.3f}, {high:.3f}] over {len(e.rates)} pairs: {call}"
+                )
+    return lines
 
 
 if __name__ == "__main__":
