@@ -12,11 +12,10 @@ change on the same bundle).
 Each round starts one process per bundle in turn (the order kept), which opens it at
 --threads threads (default 1) through `runtime.open`, warms up, and decodes 96 greedy
 tokens (EOS masked, bench/_eos.py) three times after one chat prompt; the process prints
-its median. The
-table gives each bundle's median over rounds and the spread. In one process, several
-bundles of one model share the cache and memory bandwidth, and SmolLM2's fp32 bundles
-came out up to 17% apart there while fresh processes put them within 3%: compare
-bundles here. No asserts: timings belong in bench/.
+its median. The table gives each bundle's median over rounds and the spread. In one
+process, several bundles of one model share the cache and memory bandwidth, and
+SmolLM2's fp32 bundles came out up to 17% apart there while fresh processes put them
+within 3%: compare bundles here. No asserts: timings belong in bench/.
 """
 
 from __future__ import annotations
