@@ -37,8 +37,14 @@ llama.cpp by a logits processor that sets EOS to -inf. Batch 1.
 
 Each side runs in a subprocess of its own (so its peak RSS is its own), one process
 per side and thread count, kept alive while that thread count is measured. Runs are
-interleaved: prompt by prompt, every side in turn (the order rotating), so a change in
-the machine's load hits every side alike; --rounds repeats the 8-prompt pass. Decode
+interleaved: prompt by prompt, every side in turn, so a change in the machine's load
+hits every side alike; --rounds repeats the 8-prompt pass. The orders are the rows of a
+Williams square (balanced()): every side runs in every place equally often and
+directly after every other side equally often. A plain rotation would give each side
+the same predecessor every time (here: onnxruntime-genai int4 always after its fp32,
+int4-awq-head4-outliers always after int4-awq), and whatever a predecessor leaves
+behind (caches, memory traffic, a process still winding down) would then count
+against one side only. Decode
 tokens/s per prompt is (n-1) / (time of the last token - time of the first); the table
 gives the median over all prompts and rounds, the ratio to HF at the same thread
 count, and CPU seconds (user+sys of the side's process) per 128 tokens, which is the
@@ -446,6 +452,22 @@ def stop(entry: Entry) -> None:
     entry.proc = None
 
 
+def balanced(n: int) -> list[list[int]]:
+    """A Williams square's rows for n sides: orders in which each side takes every
+    place equally often and follows every other side equally often (first-order
+    carryover balanced). n rows for an even n; for an odd n, those rows and their
+    reverses (2n)."""
+    first, low, high = [0], 1, n - 1
+    while len(first) < n:
+        first.append(low)
+        low += 1
+        if len(first) < n:
+            first.append(high)
+            high -= 1
+    rows = [[(x + shift) % n for x in first] for shift in range(n)]
+    return rows if n % 2 == 0 else rows + [row[::-1] for row in rows]
+
+
 def chat_prompts(tokenizer: Any, texts: list[str]) -> list[list[int]]:
     """Each text as one user message through the checkpoint's chat template, with the
     assistant's turn opened, as token ids (the template's text tokenized as is)."""
@@ -623,10 +645,10 @@ def run(args: argparse.Namespace) -> None:
             )
         for e in live:  # warm-up: one short generation each
             e.ask({"op": "gen", "ids": prompts[0], "n": 8})
+        orders = balanced(len(live))
         for r in range(args.rounds):
             for i, ids in enumerate(prompts):
-                k = (i + r) % len(live)
-                for e in live[k:] + live[:k]:
+                for e in (live[j] for j in orders[(i + r) % len(orders)]):
                     rep = e.ask({"op": "gen", "ids": ids, "n": args.new_tokens})
                     e.tokens.setdefault(i, rep["tokens"])
                     if len(rep["tokens"]) != args.new_tokens or set(rep["tokens"]) & set(eos):
@@ -638,8 +660,7 @@ def run(args: argparse.Namespace) -> None:
                     e.cpu.append(rep["cpu"])
                 print(f"[{threads}t] round {r + 1} prompt {i + 1}/{len(prompts)} done", flush=True)
         for rep_i in range(args.ttft_repeats):
-            k = rep_i % len(live)
-            for e in live[k:] + live[:k]:
+            for e in (live[j] for j in orders[rep_i % len(orders)]):
                 e.ttft.append(e.ask({"op": "gen", "ids": long_ids, "n": 1})["first"])
         hf = next((e for e in live if e.kind == "hf"), None)
         if not quality and hf is not None and args.score_positions:
