@@ -62,4 +62,4 @@ clean:
 # The nightly job: the whole tiny catalog (every architecture), not just the CI
 # subset (kiln/catalog/architectures.py). About 4 minutes on 2 idle cores (bench/catalog_cost.py).
 nightly: install
-	KILN_NIGHTLY=1 $(BIN)/python -m pytest tests/builds/test_breadth.py tests/builds/test_large_model.py tests/builds/test_real_quantized.py -k "nightly or large or quantized"
+	KILN_NIGHTLY=1 $(BIN)/python -m pytest tests/builds/test_breadth.py tests/builds/test_large_model.py tests/builds/test_real_chat.py -k "nightly or large"

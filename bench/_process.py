@@ -1,7 +1,7 @@
-"""What the benchmarks share: timing one command, a catalog copy, and a built
-recipe's bundle folder.
+"""What the benchmarks share: timing one command, a catalog copy, a built recipe's
+bundle folder, and a process's own peak memory.
 
-Imported by bench/check_catalog.py, noop_build.py, parallel_build.py,
+Imported by bench/chat_peers.py, check_catalog.py, noop_build.py, parallel_build.py,
 quantized_decode.py and runtime_features.py (run as scripts, so this folder is on
 sys.path).
 """
@@ -29,6 +29,22 @@ def timed(args: list[str], env: dict[str, str]) -> tuple[float, float, str]:
         sys.exit(f"{' '.join(args[:4])} failed:\n{proc.stdout}\n{proc.stderr}")
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return wall, cpu, proc.stdout
+
+
+def peak_rss() -> int:
+    """This process's peak resident set, in bytes: Linux's VmHWM, which starts afresh
+    at exec. getrusage's ru_maxrss does not: a process started by fork and exec keeps
+    its parent's peak if that was higher (a worker of a 360 MB benchmark parent read
+    363 MB whatever it held itself), so it is used only where /proc is missing."""
+    try:
+        status = Path("/proc/self/status").read_text()
+    except OSError:
+        status = ""
+    for line in status.splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    scale = 1 if sys.platform == "darwin" else 1024  # bytes on macOS, KiB on Linux
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale
 
 
 def catalog_copy(base: Path, names: list[str]) -> Path:

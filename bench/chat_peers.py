@@ -93,7 +93,6 @@ import importlib
 import json
 import os
 import random
-import resource
 import statistics
 import subprocess
 import sys
@@ -105,6 +104,8 @@ from typing import IO, Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from _process import peak_rss  # noqa: E402  (bench/ is on sys.path: run as a script)
 
 LOADED = 1.5  # load average above which wall figures are contended
 EVAL_TEXT = ROOT / "builders" / "data" / "texts" / "eval.txt"
@@ -366,7 +367,7 @@ def worker(kind: str, path: str, threads: int, eos: list[int]) -> None:
         elif op == "gap" and isinstance(side, HfSide):
             reply({"gaps": [side.gap(ids) for ids in req["ids"]]})
         elif op == "exit":
-            reply({"rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024})
+            reply({"rss_mb": peak_rss() / 2**20})
             return
         else:
             reply({"error": f"unknown op {op!r} for {kind}"})

@@ -14,7 +14,7 @@ prefix   time to first token of a request whose first 256 tokens an earlier requ
 chunked  time to first token and peak RSS for one 1,024-token prompt, fed in one pass
          and in chunks of 64 and 256 (Bundle.prefill_chunk_len, what
          build.prefill_chunk_len sets); each setting in a process of its own, so
-         ru_maxrss is that setting's peak. The first tokens are checked equal.
+         its peak RSS (VmHWM) is that setting's. The first tokens are checked equal.
 guided   tokens/s of greedy decoding with and without a JSON-schema constraint
          (runtime/guided.py), over the prompts of prompts/default.yaml: each prompt
          decodes its JSON, then as many tokens unconstrained (EOS off), alternately.
@@ -43,7 +43,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import statistics
 import subprocess
 import sys
@@ -56,7 +55,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from _process import bundle_path  # noqa: E402  (bench/ is on sys.path: run as a script)
+from _process import bundle_path, peak_rss  # noqa: E402  (bench/ is on sys.path: run as a script)
 
 SCHEMA = {
     "type": "object",
@@ -145,7 +144,7 @@ def chunked_one(args: argparse.Namespace) -> None:
     c = cpu()
     out = bundle.generate([ids], args.new_tokens)
     used = cpu() - c
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    peak = peak_rss()
     print(
         json.dumps(
             {
