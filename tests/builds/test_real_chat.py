@@ -340,8 +340,8 @@ def test_nightly_the_other_smollm2_recipes_reproduce_their_manifests(
         tmp_path_factory.mktemp("rest"), quantized.hub, quantized.packages, (FP32, INT4, *REST)
     )
     w.store = quantized.store
-    w.doit("build", "recipe=" + ",".join(REST), "allow_quality_fail=1", check=True)
-    for name in REST:
+    for name in REST:  # one build each: together they pass one doit call's 10 minutes
+        w.doit("build", f"recipe={name}", "allow_quality_fail=1", check=True)
         mine = w.manifest(name)["evidence"][-1]
         shipped = json.loads((ROOT / "manifests" / f"{name}.json").read_text())["evidence"][-1]
         assert mine["verdict"] == shipped["verdict"], (name, mine["verdict"], shipped["verdict"])
