@@ -11,7 +11,8 @@ take it. The kiln side goes through `runtime.open` and the bundle's own generate
 (EOS masked, bench/_eos.py), with its engine's session replaced by the same session
 with profiling on. The profiler adds a cost per node, so its wall figures are higher
 than bench/chat_peers.py's; compare the two sides' breakdowns, not the tokens/s.
-See bench/chat_peers.py for where the inputs come from.
+See bench/chat_peers.py for where the inputs come from. The onnxruntime-genai side
+needs onnxruntime-genai (0.18) and the dequantized HF folder (for the prompt's ids).
 
 With --bare, and no profiler, the two graphs alone: each engine file in a plain
 onnxruntime session (kiln's as the runtime opens it, optimizations done at build;
@@ -20,8 +21,7 @@ cache buffers bound as both past and present, one decode step over a past of --p
 positions repeated: --rounds rounds of 40 steps each, the graphs alternating, the
 median ms per step. Twice: with both graphs' memory on 4 KiB pages, and with both
 collapsed into huge pages as kiln's runtime does (runtime/pages.py; onnxruntime-genai
-does not). No Python runs between the steps but the call itself. The onnxruntime-genai side
-needs onnxruntime-genai (0.18) and the dequantized HF folder (for the prompt's ids).
+does not). No Python runs between the steps but the call itself.
 """
 
 from __future__ import annotations
@@ -175,10 +175,9 @@ def bare_session(path: Path, threads: int, level: Any, huge: bool, past: int, di
     keep.append(logits)
     binding.bind_ortvalue_output("logits", ort.OrtValue.ortvalue_from_numpy(logits))
 
-    def step() -> None:
+    def step(held: list[Any] = keep) -> None:  # the bound arrays live as long as it
         session.run_with_iobinding(binding)
 
-    step.keep = keep  # type: ignore[attr-defined]
     return step
 
 

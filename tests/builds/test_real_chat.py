@@ -7,8 +7,9 @@ apply_chat_template + generate, and chatted with through `doit run chat=1`.
 CI builds the fp32 and n-gram recipes here (about 3 minutes on 2 cores, most of it the
 import and the reference), and int8-wo and int4-awq on the same store: calibrated by
 modelopt, run as onnxruntime CPU's MatMulNBits, and judged against the fp32 reference
-over 512 positions of the shipped evaluation text (about 3 minutes more). The other
-quantized SmolLM2 recipes are built by the catalog's own `doit build` (manifests/).
+over 512 positions of the shipped evaluation text (about 3 minutes more). The nightly
+target builds the other five SmolLM2 recipes on that store and checks them against
+their manifests.
 """
 
 from __future__ import annotations
@@ -45,9 +46,13 @@ class Chat(World):
         return {**super().env, "KILN_PACKAGES": str(self.packages)}
 
 
-def chat_world(base: Path, hub: Path, packages: Path, recipes: tuple[str, ...]) -> Chat:
+def chat_world(
+    base: Path, hub: Path, packages: Path, recipes: tuple[str, ...], store: Path | None = None
+) -> Chat:
+    """A catalog of `recipes` under `base`, on its own store or on `store` (another
+    world's: the steps they share are not run again)."""
     w = make_world(base, hub, recipes)
-    out = Chat(root=w.root, hub=w.hub, store=w.store)
+    out = Chat(root=w.root, hub=w.hub, store=store or w.store)
     out.packages = packages
     return out
 
@@ -63,10 +68,8 @@ def real(tmp_path_factory: pytest.TempPathFactory, hub: Path, packages: Path) ->
 def quantized(real: Chat, tmp_path_factory: pytest.TempPathFactory) -> Chat:
     """int8-wo and int4-awq, in a catalog of their own on the fp32 world's store: the
     fetch and import they share with it are not run again."""
-    w = chat_world(
-        tmp_path_factory.mktemp("quantized"), real.hub, real.packages, (FP32, INT8, INT4)
-    )
-    w.store = real.store
+    base = tmp_path_factory.mktemp("quantized")
+    w = chat_world(base, real.hub, real.packages, (FP32, INT8, INT4), real.store)
     w.doit("build", f"recipe={INT8},{INT4}", check=True)
     return w
 
@@ -336,10 +339,8 @@ def test_nightly_the_other_smollm2_recipes_reproduce_their_manifests(
     (`make nightly`): each gets the verdict its shipped manifest records (int8-sq and
     int4-awq-head4 fail on quality there, and must here too), with agreement and
     log-perplexity ratio within 0.01 of it."""
-    w = chat_world(
-        tmp_path_factory.mktemp("rest"), quantized.hub, quantized.packages, (FP32, INT4, *REST)
-    )
-    w.store = quantized.store
+    base = tmp_path_factory.mktemp("rest")
+    w = chat_world(base, quantized.hub, quantized.packages, (FP32, INT4, *REST), quantized.store)
     for name in REST:  # one build each: together they pass one doit call's 10 minutes
         w.doit("build", f"recipe={name}", "allow_quality_fail=1", check=True)
         mine = w.manifest(name)["evidence"][-1]
