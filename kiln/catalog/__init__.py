@@ -61,6 +61,7 @@ class Catalog:
     sources: dict[str, list[Source]] = field(default_factory=dict)  # recipe -> extends chain
     rules: rules_mod.Rules | None = None  # the compatibility rules the recipes were checked by
     parsed: int = 0  # YAML files parsed afresh by load(), not taken from the parse cache
+    local: bool = False  # a recipe names a local checkpoint: files no recipe stat covers
 
     def recipe(self, name: str) -> Recipe:
         if name in self.recipes:
@@ -260,6 +261,7 @@ def _load(catalog: Catalog, cache: bool, save: bool) -> Catalog:
             continue
         problems = [
             *_cross_check(catalog, name, recipe),
+            *_local_sources(catalog, name, recipe),
             *_apply_rules(catalog, name, recipe, rules),
             *_buildable(catalog, name, recipe),
         ]
@@ -339,6 +341,27 @@ def _cross_check(catalog: Catalog, name: str, recipe: Recipe) -> list[Problem]:
                 else did_you_mean(wanted, known) or f"create {target} or name an existing one",
             )
         )
+    return problems
+
+
+def _local_sources(catalog: Catalog, name: str, recipe: Recipe) -> list[Problem]:
+    """A local checkpoint must be a regular file or a folder of them under the root,
+    nothing in it linking out (kiln.pins.local_source): refused here, before fetch
+    reads a byte. Stat only: the digest is fetch's to check."""
+    from kiln import pins
+
+    sources = [(("model",), recipe.model)]
+    sources += [(("companions", role), c) for role, c in sorted(recipe.companions.items())]
+    problems = []
+    for where, source in sources:
+        if source.path is None:
+            continue
+        catalog.local = True
+        try:
+            pins.local_source(catalog.paths.root, source.path, catalog.paths.never_sources)
+        except pins.PinError as exc:
+            at = catalog.locate(name, (*where, "path"))
+            problems.append(Problem(exc.cause, at, exc.fix))
     return problems
 
 

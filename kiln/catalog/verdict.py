@@ -4,7 +4,8 @@ not changed since it last passed stats its files and reads one small file.
     <store>/cache/verdict/<sha256 of the catalog root>.json
         {"format", "key", "counts": {"recipes", "thresholds", "prompts", "rules"}}
 
-Only a catalog with no problem at all is recorded: whatever fails is loaded, parsed
+Only a catalog with no problem at all, and no recipe naming a local checkpoint (whose
+files every check stats: kiln.pins.local_source), is recorded: whatever fails is loaded, parsed
 and judged in full every time, so its problems are always the loader's own. The key
 is the sha256 of everything load() and its verdict are a function of:
 

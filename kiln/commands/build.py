@@ -59,6 +59,7 @@ def context(name: str, step: Step, paths: Paths | None = None) -> dict[str, Any]
             "expected": _expected_files(paths, name, step),
             "packages": paths.packages,
             "root": paths.root,
+            "never": paths.never_sources,
         }
     return {}
 

@@ -24,7 +24,6 @@ kiln/commands/diff.py prints a Report as Markdown or JSON.
 from __future__ import annotations
 
 import io
-import subprocess
 import tarfile
 import tempfile
 from collections.abc import Iterator
@@ -35,10 +34,11 @@ from pathlib import Path
 from typing import Any
 
 from kiln import catalog as catalog_mod
+from kiln import proc
 from kiln.catalog.yaml import read_source
 from kiln.commands.check import manifest_problems
 from kiln.commands.workspace import located
-from kiln.errors import KilnError, Problem
+from kiln.errors import KilnError, Location, Problem
 from kiln.evidence import cells, manifest, review
 from kiln.paths import Paths
 from kiln.plan import plan
@@ -49,17 +49,17 @@ from kiln.schema import Evidence, Manifest
 
 @contextmanager
 def checkout(rev: str, repo: Path) -> Iterator[Path]:
-    """The tree at `rev`, unpacked into a temp dir (git archive; nothing is touched)."""
+    """The tree at `rev`, unpacked into a temp dir (git archive; nothing is touched).
+    `rev` is resolved to a tree id first (kiln.proc): only the id reaches git archive."""
     try:
-        archive = subprocess.run(
-            ["git", "-C", str(repo), "archive", "--format=tar", rev],
-            capture_output=True,
-            check=True,
-        ).stdout
-    except subprocess.CalledProcessError as exc:
+        tree = proc.git_object(repo, rev, "tree")
+        archive = proc.run_bytes(
+            ["git", "-C", str(repo), "archive", "--format=tar", tree], timeout=300
+        )
+    except proc.Refused as exc:
         raise KilnError.one(
-            f"cannot read revision {rev!r}: {exc.stderr.decode(errors='replace').strip()}",
-            None,
+            str(exc),
+            Location("command line", key_path=("base",)),
             "name a commit, branch or tag of this repository, e.g. base=origin/main",
         ) from None
     with tempfile.TemporaryDirectory(prefix="kiln-base-") as tmp:

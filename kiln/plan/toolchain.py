@@ -11,7 +11,8 @@ rule, which kiln.store.execute runs by), read with `ast`; nothing is imported:
   submodule counts as that module, and importing a module enters every package above
   it (its `__init__.py`). Imports
   of kiln (the contract types a builder names under TYPE_CHECKING) are not
-  followed: builders reach the core only through `request` and `writer`;
+  followed: builders reach the core only through `request` and `writer`, and the
+  pure-stdlib LEAVES, which are followed (kiln.pins, kiln.proc);
 - data files: where a module the closure enters has a folder of its own name beside
   it (builders/data/audio.py and builders/data/audio/), every file under that folder;
   for a package, the files in its folder that are not Python. Data is hashed by bytes;
@@ -73,8 +74,11 @@ BACKEND_LIBRARIES: dict[str, tuple[str, ...]] = {
 HALF_LIBRARIES = ("onnx",)
 HALF_ENGINE = "builders.causal_lm.backends.onnxruntime_half"
 
-# The packages whose files are a step's code: the builders and the runtime they run.
+# The packages whose files are a step's code: the builders and the runtime they run;
+# and the core's pure-stdlib leaves that builders import beside the contract (the
+# rules of a pin, and the one place processes start: fetch runs pip through them).
 CODE_PACKAGES = ("builders", "runtime")
+LEAVES = ("kiln.pins", "kiln.proc")
 
 
 def builder_module(kind: str, options: Mapping[str, Any]) -> str:
@@ -220,10 +224,11 @@ def closure(module: str, root: Path = ROOT) -> tuple[str, ...]:
     todo = [module]
     while todo:
         name = todo.pop()
-        if name in seen or name.split(".")[0] not in CODE_PACKAGES:
+        if name in seen or (name.split(".")[0] not in CODE_PACKAGES and name not in LEAVES):
             continue
         seen.add(name)
-        todo += [name.rsplit(".", i)[0] for i in range(1, name.count(".") + 1)]  # packages
+        if name not in LEAVES:  # kiln/__init__.py holds a docstring and a version only
+            todo += [name.rsplit(".", i)[0] for i in range(1, name.count(".") + 1)]
         path = _source(name, root)
         if path is not None:
             files |= {path, *_data(path)}

@@ -17,14 +17,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from kiln import paths
+from kiln import paths, proc
 from kiln.plan import toolchain
 from kiln.plan.step import Step
 from kiln.replay.hostclass import this_host
@@ -122,17 +121,11 @@ def _run_child(step: Step, spec: RunSpec, context: dict[str, Any], attempt: int)
         "parent": os.getpid(),
     }
     env = {**os.environ, "PYTHONPATH": spec.pythonpath}
-    child = subprocess.Popen(
-        [sys.executable, "-m", "kiln.replay.step"],
-        stdin=subprocess.PIPE,
-        env=env,
-        start_new_session=True,  # its own process group: a timeout kills all of it
-    )
+    child = proc.start([sys.executable, "-m", "kiln.replay.step"], env=env)
     try:  # communicate, not stdin.write: a child killed before it reads is no EPIPE here
         child.communicate(json.dumps(request).encode(), timeout=spec.timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(child.pid, 9)
-        child.wait()
+    except proc.TimeoutExpired:
+        proc.kill_group(child)
         return "infra", f"{step.kind} timed out after {spec.timeout:g} s"
     code = child.returncode
     if code < 0:

@@ -8,12 +8,12 @@ a nightly matrix keeps each recipe's history on the same shard.
 from __future__ import annotations
 
 import hashlib
-import subprocess
 from collections.abc import Iterable
 from pathlib import Path
 
+from kiln import proc
 from kiln.catalog import Catalog
-from kiln.errors import KilnError, did_you_mean
+from kiln.errors import KilnError, Location, did_you_mean
 from kiln.plan import plan, toolchain
 
 
@@ -65,23 +65,20 @@ def recipe_files(cat: Catalog, name: str) -> set[str]:
     return files
 
 
-def _git(root: Path, *args: str) -> list[str]:
-    proc = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=60)
-    if proc.returncode != 0:
-        raise KilnError.one(
-            f"git {' '.join(args)} failed in {root}: {proc.stderr.strip()}",
-            None,
-            "name a revision this repository has, e.g. changed_since=origin/main",
-        )
-    return [line for line in proc.stdout.splitlines() if line]
-
-
 def changed_files(root: Path, rev: str) -> set[str]:
     """Paths relative to `root` changed between `rev` and the working tree, untracked
-    files included (a new recipe not committed yet has changed too)."""
-    _git(root, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}")
-    changed = _git(root, "diff", "--name-only", "--relative", rev, "--", ".")
-    new = _git(root, "ls-files", "--others", "--exclude-standard", "--", ".")
+    files included (a new recipe not committed yet has changed too). `rev` is resolved
+    to a commit id first (kiln.proc): only the id reaches git diff."""
+    try:
+        commit = proc.git_object(root, rev, "commit")
+        changed = proc.git_lines(root, ["diff", "--name-only", "--relative", commit], ["."])
+        new = proc.git_lines(root, ["ls-files", "--others", "--exclude-standard"], ["."])
+    except proc.Refused as exc:
+        raise KilnError.one(
+            str(exc),
+            Location("command line", key_path=("changed_since",)),
+            "name a revision this repository has, e.g. changed_since=origin/main",
+        ) from None
     return set(changed) | set(new)
 
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -31,7 +30,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from kiln import __version__
+from kiln import __version__, proc
 from kiln.canonical import dumps
 from kiln.catalog import Catalog
 from kiln.errors import KilnError
@@ -113,19 +112,19 @@ class Made:
 
 
 def _commit() -> str:
-    def git(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            ["git", "-C", str(ROOT), *args], capture_output=True, text=True, timeout=30
-        )
-
     try:
-        head = git("rev-parse", "--short=12", "HEAD")
-        if head.returncode != 0:
-            return "unknown"
-        dirty = git("diff", "--quiet", "HEAD", "--", "kiln", "site", "schema").returncode != 0
-    except (OSError, subprocess.SubprocessError):
+        head = proc.git_lines(ROOT, ["rev-parse", "--short=12", "HEAD"])
+        dirty = (
+            proc.run(
+                ["git", "-C", str(ROOT), "diff", "--quiet", "HEAD"],
+                ["kiln", "site", "schema"],
+                timeout=30,
+            ).returncode
+            != 0
+        )
+    except (proc.Refused, OSError, proc.TimeoutExpired):
         return "unknown"
-    return head.stdout.strip() + ("+" if dirty else "")
+    return head[0] + ("+" if dirty else "") if head else "unknown"
 
 
 @dataclass(frozen=True)

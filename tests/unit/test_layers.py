@@ -152,7 +152,10 @@ def violations(folder: str, allowed: object) -> list[str]:
 
 
 GROUND = {"kiln", "kiln.schema", "kiln.errors", "kiln.canonical", "kiln.fsio", "kiln.hostinfo"}
-GROUND |= {"kiln.paths", "kiln.statcache"}
+GROUND |= {"kiln.paths", "kiln.statcache", "kiln.pins", "kiln.proc", "kiln.headers"}
+# The pure-stdlib leaves builders may import beside the contract (kiln.plan.toolchain
+# LEAVES: followed into their steps' keys).
+LEAVES = {"kiln.pins", "kiln.proc"}
 STAGES = {"catalog": 0, "plan": 1, "store": 2, "evidence": 3, "site": 4, "commands": 4}
 STAGES["replay"] = 5
 
@@ -190,6 +193,17 @@ def test_the_core_imports_only_leftwards_and_nothing_heavy() -> None:
     assert violations("kiln", _core_rule) == []
 
 
+def test_the_leaves_import_only_the_standard_library_and_each_other() -> None:
+    for module in LEAVES:
+        path = ROOT / Path(*module.split(".")).with_suffix(".py")
+        for imp in imports(path):
+            top = imp.module.split(".")[0]
+            ours = top in ("kiln", "builders", "runtime", "tinyhub", "tasks")
+            assert imp.module in LEAVES | {"kiln"} or (
+                not ours and top in sys.stdlib_module_names
+            ), f"{path.relative_to(ROOT)}:{imp.line}: {imp.module}"
+
+
 def test_runtime_imports_nothing_from_kiln_builders_or_tasks() -> None:
     def rule(_path: Path, imp: Import) -> bool | str:
         top = imp.module.split(".")[0]
@@ -206,7 +220,8 @@ def test_builders_see_the_core_only_as_the_contract_types() -> None:
         if top != "kiln":
             return True
         contract = imp.module in ("kiln.store.api", "kiln.store") and imp.type_checking
-        return contract or "only `from kiln.store.api import Request, Writer` under TYPE_CHECKING"
+        leaf = imp.module in LEAVES or imp.module == "kiln"  # `from kiln import pins`
+        return contract or leaf or "only the contract types under TYPE_CHECKING, and kiln's leaves"
 
     assert violations("builders", rule) == []
 

@@ -51,16 +51,14 @@ def _folder(world: World, architecture: str = "LlamaForCausalLM", chat: bool = T
 
 
 def _fetch_digest(folder: Path) -> str:
-    """The folder's digest as fetch computes it (builders/fetch.py tree_digest)."""
-    files = [
-        {
-            "path": p.relative_to(folder).as_posix(),
-            "sha256": hashlib.sha256(p.read_bytes()).hexdigest(),
-        }
-        for p in sorted(folder.rglob("*"))
+    """The folder's digest by its definition: the sha256 of its sorted "path sha256"
+    lines, pickle-based weights left out (what fetch pins, through kiln.pins)."""
+    lines = sorted(
+        f"{p.relative_to(folder).as_posix()} {hashlib.sha256(p.read_bytes()).hexdigest()}\n"
+        for p in folder.rglob("*")
         if p.is_file() and not p.name.endswith(fetch.PICKLE_SUFFIXES)
-    ]
-    return fetch.tree_digest(files)
+    )
+    return hashlib.sha256("".join(lines).encode()).hexdigest()
 
 
 def _recipe(world: World, name: str) -> dict[str, Any]:
