@@ -107,6 +107,7 @@ def build(request: Request, writer: Writer) -> None:
         rel = src.relative_to(snapshot).as_posix()
         if rel.endswith(PICKLE_SUFFIXES):
             continue
+        _readable(request, src, f"{opts.repo}@{opts.revision[:7]}/{rel}")
         digest = pins.sha256_file(src)
         blob = src.resolve().name
         if len(blob) == 64 and blob != digest:
@@ -134,6 +135,16 @@ def build(request: Request, writer: Writer) -> None:
 
 
 # ---------------------------------------------------------------- packages and paths
+
+
+def _readable(request: Request, src: Path, shown: str) -> None:
+    """A checkpoint's JSON is parsed by transformers, whose json.load recurses: each
+    file is parsed here first, capped in size and depth (kiln.pins.checkpoint_json)."""
+    if src.name.endswith(".json"):
+        try:
+            pins.checkpoint_json(src, shown)
+        except pins.PinError as exc:
+            raise request.error(exc.cause, exc.fix) from None
 
 
 def _pinned(request: Request, what: str, pinned: str | None, got: str, fix: str) -> None:
@@ -215,6 +226,7 @@ def _from_path(request: Request, writer: Writer, opts: Options) -> None:
         rel = src.name if src == source else src.relative_to(source).as_posix()
         if rel.endswith(PICKLE_SUFFIXES):
             continue
+        _readable(request, src, f"{opts.path}/{rel}" if src != source else opts.path)
         digest = pins.sha256_file(src)
         shutil.copyfile(src, writer.path(f"checkpoint/{rel}"))
         files.append({"path": rel, "sha256": digest, "size": src.stat().st_size})

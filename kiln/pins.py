@@ -6,6 +6,10 @@ kiln.plan.toolchain follows it into fetch's key).
   40-hex revision (the schema's patterns are these; `distribution()` and
   `exact_version()` apply them to a command variable, with the same words);
 - what a file or a folder is pinned by: `sha256_file`, `tree_digest`;
+- what JSON a checkpoint may hold (`checkpoint_json`): its config, tokenizer and
+  generation files are parsed by transformers, whose json.load recurses, so each is
+  parsed here first, capped in size and depth (`too_deep`, the rule
+  kiln.catalog.yaml.read_json applies to every file the core reads);
 - what a local source may be (`local_source`): a regular file or a folder of them
   under the catalog's root, resolved, with nothing in it linking out of the root, and
   never the root itself, git's folder or kiln's own (the store, the caches);
@@ -19,12 +23,14 @@ Pure stdlib.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import stat
 import sys
 from collections.abc import Callable, Iterable, Sequence
-from pathlib import Path
+from pathlib import Path, PurePosixPath
+from typing import Any
 
 from kiln import proc
 
@@ -109,8 +115,8 @@ def wheel(name: str, version: str, cache: Path, log: Callable[[str], None]) -> P
 
 # ---------------------------------------------------------------- local sources
 
-# Folders of the root that hold no checkpoint of the user's: git's, and kiln's own.
-NEVER_SOURCES = (".git", ".kiln")
+# Folders of the root that hold no checkpoint of the user's, and what they are.
+NEVER_SOURCES = {".git": "git's folder", ".kiln": "kiln's own folder (the store, the caches)"}
 _SPECIAL = {
     stat.S_IFIFO: "a FIFO (named pipe)",
     stat.S_IFCHR: "a character device",
@@ -135,7 +141,7 @@ def within(path: Path, roots: Sequence[Path], what: str) -> Path:
     try:
         os.lstat(path)
     except OSError:
-        raise PinError(f"{what} does not exist", "give an existing file") from None
+        raise PinError(f"{what} does not exist", "check the path") from None
     resolved = path.resolve()
     bases = [r.resolve() for r in roots]
     if not any(resolved == b or resolved.is_relative_to(b) for b in bases):
@@ -153,19 +159,25 @@ def within(path: Path, roots: Sequence[Path], what: str) -> Path:
     return resolved
 
 
+def never_source(rel: str) -> str | None:
+    """Why `rel` (relative to the root) names no checkpoint, read off the text alone."""
+    parts = PurePosixPath(rel).parts
+    if not parts:
+        return f"{rel!r} is the repository itself, not a checkpoint"
+    if parts[0] in NEVER_SOURCES:
+        return f"{rel!r} is in {NEVER_SOURCES[parts[0]]}, not a checkpoint"
+    return None
+
+
 def local_source(root: Path, rel: str, never: Sequence[Path] = ()) -> list[Path]:
     """The regular files a local source `rel` (relative to `root`) is made of, refused
     before anything is read when it is the root itself, inside git's or kiln's folders
     or `never` (the store and the caches, wherever they are), a link out of the root,
     a FIFO, a device, an empty folder, or a folder holding a link out, a link to a
     folder or a special file."""
-    parts = Path(rel).parts
-    if not parts or parts == (".",) or parts[0] in NEVER_SOURCES:
-        raise PinError(
-            f"{rel!r} is {'the repository itself' if not parts or parts == ('.',) else parts[0]}"
-            ", not a checkpoint",
-            "name the checkpoint's own file or folder under the root",
-        )
+    refused = never_source(rel)
+    if refused:
+        raise PinError(refused, "name the checkpoint's own file or folder under the root")
     top = root.resolve()
     full = within(root / rel, [top], rel)
     for other in (top, *(p.resolve() for p in never)):
@@ -192,3 +204,47 @@ def local_source(root: Path, rel: str, never: Sequence[Path] = ()) -> list[Path]
     if not files:
         raise PinError(f"{rel} is an empty folder", "put the checkpoint's files in it")
     return sorted(files)
+
+
+# ---------------------------------------------------------------- JSON
+
+JSON_DEPTH = 32  # config.json nests 3 levels, tokenizer.json 4
+CHECKPOINT_JSON_BYTES = 64 << 20  # Gemma 3's tokenizer.json is 33 MB
+
+
+def too_deep(data: Any, limit: int = JSON_DEPTH) -> bool:
+    """Is parsed JSON nested deeper than `limit`? Level by level, no recursion."""
+    level = [data] if type(data) is dict or type(data) is list else []
+    depth = 0
+    while level:
+        depth += 1
+        if depth > limit:
+            return True
+        below = []
+        for container in level:
+            for value in container.values() if type(container) is dict else container:
+                if type(value) is dict or type(value) is list:
+                    below.append(value)
+        level = below
+    return False
+
+
+def checkpoint_json(path: Path, shown: str) -> None:
+    """PinError unless `path` is a regular file of JSON kiln's libraries can read."""
+    size = os.stat(path).st_size
+    if size > CHECKPOINT_JSON_BYTES:
+        raise PinError(f"{shown} is {size:,} bytes of JSON; at most {CHECKPOINT_JSON_BYTES:,}")
+    try:
+        with path.open("rb") as fh:
+            data = json.loads(fh.read(CHECKPOINT_JSON_BYTES + 1))
+    except RecursionError:
+        data = None
+        deep = True
+    except (OSError, ValueError) as exc:  # UnicodeDecodeError and JSONDecodeError too
+        raise PinError(f"{shown} is not JSON: {exc}", "restore the checkpoint's file") from None
+    else:
+        deep = too_deep(data)
+    if deep:
+        raise PinError(
+            f"{shown} nests deeper than {JSON_DEPTH} levels", "restore the checkpoint's file"
+        )

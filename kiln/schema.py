@@ -236,6 +236,14 @@ class Source(Strict):
 
     _check_file = field_validator("file", "path")(_relative)
 
+    @field_validator("path")
+    @classmethod
+    def _not_the_repository(cls, value: str | None) -> str | None:
+        refused = pins.never_source(value) if value is not None else None
+        if refused:
+            raise ValueError(f"{refused}: name the checkpoint's own file or folder")
+        return value
+
     @model_validator(mode="after")
     def _one_source(self) -> "Source":
         kinds = [

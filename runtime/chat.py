@@ -12,25 +12,18 @@ only here, and only when a conversation is rendered (no torch is loaded).
 
 from __future__ import annotations
 
-import json
 import unicodedata
 from pathlib import Path
 from typing import Any
 
-from runtime.format import BundleError
+from runtime.format import BundleError, read_json
 
 ROLES = ("system", "user", "assistant", "tool")
 
 
 def read_messages(path: Path) -> list[dict[str, str]]:
     """A conversation file: a JSON list of {"role": ..., "content": ...} objects."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise BundleError(f"cannot read {path}: {exc.strerror}") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise BundleError(f"{path} is not UTF-8 JSON: {exc}") from None
-    return check_messages(data, str(path))
+    return check_messages(read_json(path), str(path))
 
 
 def check_messages(data: Any, where: str = "messages") -> list[dict[str, str]]:

@@ -3,11 +3,18 @@ the error a bundle raises.
 
 The runners and runtime/__init__.py's `open` share this one check of the format; it
 imports no runtime module, so none of them forms an import circle through it.
+
+`read_json` is how the runtime reads a JSON file that may come from elsewhere (a
+bundle copied in, a chat file): a regular file, never waited on as a FIFO, capped in
+size, and refused when json's recursion gives out. The runtime imports nothing of
+kiln (a bundle runs where kiln is not), so these are kiln.catalog.yaml's caps restated.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -24,16 +31,39 @@ def task_of(meta: dict[str, Any]) -> str:
     return str(meta.get("task", TEXT_GENERATION))
 
 
+MAX_JSON_BYTES = 16 << 20  # bundle.json is a few KB
+
+
+def read_json(path: Path, limit: int = MAX_JSON_BYTES) -> Any:
+    """A JSON file, or a BundleError saying why it cannot be one."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as exc:
+        raise BundleError(f"cannot read {path}: {exc.strerror}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise BundleError(f"{path} is not a regular file")
+        if st.st_size > limit:
+            raise BundleError(f"{path} is {st.st_size:,} bytes; at most {limit:,}")
+        raw = os.read(fd, limit + 1)
+    finally:
+        os.close(fd)
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except RecursionError:
+        raise BundleError(f"{path} nests too deeply to be read") from None
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise BundleError(f"{path} is not UTF-8 JSON: {exc}") from None
+
+
 def read_meta(path: Path, task: str | None = None) -> dict[str, Any]:
     """bundle.json of the bundle at `path`, refused when it is missing, unreadable, of
     another schema version, or (given `task`) of another task."""
     meta_path = path / "bundle.json"
     if not meta_path.is_file():
         raise BundleError(f"{path} is not a bundle: bundle.json is missing")
-    try:
-        meta = json.loads(meta_path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise BundleError(f"{meta_path} is not readable JSON ({exc})") from None
+    meta = read_json(meta_path)
     if not isinstance(meta, dict):
         raise BundleError(f"{meta_path} holds a {type(meta).__name__}, not an object")
     version = meta.get("schema_version")

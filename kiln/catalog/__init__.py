@@ -349,8 +349,9 @@ def _local_sources(catalog: Catalog, name: str, recipe: Recipe) -> list[Problem]
     nothing in it linking out (kiln.pins.local_source): refused here, before fetch
     reads a byte. Stat only: the digest is fetch's to check."""
     from kiln import pins
+    from kiln.schema import Source as Pinned  # not diagnose.Source, a YAML file
 
-    sources = [(("model",), recipe.model)]
+    sources: list[tuple[tuple[str, ...], Pinned]] = [(("model",), recipe.model)]
     sources += [(("companions", role), c) for role, c in sorted(recipe.companions.items())]
     problems = []
     for where, source in sources:

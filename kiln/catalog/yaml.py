@@ -22,6 +22,7 @@ from typing import Any, ClassVar, TypeVar
 import yaml
 from pydantic import BaseModel
 
+from kiln import pins
 from kiln.catalog.diagnose import Source, find, snippet, validate
 from kiln.catalog.indent import misindented
 from kiln.errors import MAX_PROBLEMS, KilnError, Location, Problem, capped
@@ -411,6 +412,16 @@ def _read_capped(path: Path, file: str, limit: int = MAX_BYTES) -> bytes:
         os.close(fd)
 
 
+def read_text(path: Path, display: str | None = None, limit: int = MAX_BYTES) -> str:
+    """One text file with the recipe reader's guards (a regular file, never through a
+    symlink nor waiting on a FIFO, at most `limit` bytes, strict UTF-8)."""
+    file = display or str(path)
+    raw = _read_capped(path, file, limit)
+    if len(raw) > limit:  # it grew after fstat
+        raise _too_big(file, len(raw), limit)
+    return _utf8(file, raw)
+
+
 def load_yaml_model(model: type[M], path: Path, display: str | None = None) -> M:
     source, data = read_source(path, display)
     return validate(model, data, [source])
@@ -423,20 +434,7 @@ _JSON_TOKEN = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]')
 
 
 def _deeper(data: Any) -> bool:
-    """Is parsed JSON nested deeper than MAX_DEPTH? Level by level, no recursion."""
-    level = [data] if type(data) is dict or type(data) is list else []
-    depth = 0
-    while level:
-        depth += 1
-        if depth > MAX_DEPTH:
-            return True
-        below = []
-        for container in level:
-            for value in container.values() if type(container) is dict else container:
-                if type(value) is dict or type(value) is list:
-                    below.append(value)
-        level = below
-    return False
+    return pins.too_deep(data, MAX_DEPTH)
 
 
 def _json_too_deep(file: str, text: str) -> KilnError:

@@ -10,6 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from kiln.commands import variables
 from kiln.commands.build import ensure_bundle
 from kiln.commands.variables import WHERE
 from kiln.commands.workspace import catalog, selected, store
@@ -56,7 +57,14 @@ def generate(
         "min_length": min_length or None,
     }
     steered = [k for k, v in steer.items() if v is not None]
-    constraint = _grammar(json_schema, regex, grammar)  # a file or a grammar refused here first
+    # Every file and text variable is read and refused here, before a bundle is built.
+    prompt, system = (
+        variables.capped_text("prompt", prompt),
+        variables.capped_text("system", system),
+    )
+    constraint = _grammar(json_schema, regex, grammar)
+    earlier = _messages(messages) if messages else []
+    clips = _clips(audio) if audio else []
 
     names = selected(recipe) if recipe else []
     if len(names) != 1:
@@ -97,13 +105,13 @@ def generate(
                 "name an ordinary text-generation recipe",
             )
         if not isinstance(bundle, runtime.Bundle):  # other tasks' runners answer in their terms
-            print(_run_task(bundle, prompt or "", audio, max_new_tokens, num_beams))
+            print(_run_task(bundle, prompt or "", clips, max_new_tokens, num_beams))
             return
         decoding = _decoding(bundle, constraint, repetition_penalty, banned_ids, bad_words)
         decoding = replace(decoding, min_new_tokens=min_new_tokens, min_length=min_length)
         if chat:
             think = None if thinking is None else thinking == "1"
-            turns = _conversation(system, messages, prompt)
+            turns = _conversation(system, earlier, prompt)
             _chat(bundle, turns, think, max_new_tokens, sampler, stats, decoding)
             return
         out = _generate(bundle, [bundle.encode(prompt or "")], max_new_tokens, decoding, sampler)
@@ -136,29 +144,14 @@ def _grammar(json_schema: str | None, regex: str | None, grammar: str | None) ->
         )
     if regex:
         return Grammar.regex(regex)
-    for name, value in (("json_schema", json_schema), ("grammar", grammar)):
-        if not value:
-            continue
-        where = Location(WHERE, key_path=(name,))
-        path = Path(value)
-        if not path.is_file():
-            raise KilnError.one(f"{value}: no such file", where, f"{name}=FILE")
+    if grammar:
+        return Grammar.lark(variables.read_text("grammar", grammar))
+    if json_schema:
+        schema = variables.read_json("json_schema", json_schema)
         try:
-            text = path.read_text()
-        except (OSError, UnicodeDecodeError) as exc:
-            raise KilnError.one(f"{value}: not readable text ({exc})", where) from None
-        if name == "grammar":
-            return Grammar.lark(text)
-        try:
-            json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise KilnError.one(
-                f"{value} is not JSON: line {exc.lineno} column {exc.colno}: {exc.msg}", where
-            ) from None
-        try:
-            return Grammar.json_schema(text)
+            return Grammar.json_schema(json.dumps(schema))
         except ValueError as exc:
-            raise KilnError.one(f"{value}: {exc}", where) from None
+            raise KilnError.one(f"{json_schema}: {exc}", variables.at("json_schema")) from None
     return None
 
 
@@ -195,18 +188,26 @@ def _decoding(
     )
 
 
-def _conversation(system: str | None, messages: str | None, prompt: str | None) -> list[Any]:
-    """The turns so far: the system message, a messages file's turns, then the prompt."""
-    from runtime.chat import read_messages
+def _messages(messages: str) -> list[dict[str, str]]:
+    """The turns of a `messages=FILE.json` chat file."""
+    from runtime import BundleError
+    from runtime.chat import check_messages
 
+    data = variables.read_json("messages", messages)
+    try:
+        return check_messages(data, messages)
+    except BundleError as exc:
+        raise KilnError.one(str(exc), variables.at("messages")) from None
+
+
+def _conversation(
+    system: str | None, earlier: list[dict[str, str]], prompt: str | None
+) -> list[dict[str, str]]:
+    """The turns so far: the system message, a messages file's turns, then the prompt."""
     turns: list[dict[str, str]] = []
     if system:
         turns.append({"role": "system", "content": system})
-    if messages:
-        path = Path(messages)
-        if not path.is_file():
-            raise KilnError.one(f"{messages}: no such file", None, "messages=FILE.json")
-        turns += read_messages(path)
+    turns += earlier
     if prompt:
         turns.append({"role": "user", "content": prompt})
     return turns
@@ -309,27 +310,34 @@ def _timing_line(bundle: Any, out: Any) -> str:
     return line
 
 
-def _transcribe(model: Any, audio: str, max_new_tokens: int, num_beams: int = 1) -> str:
-    """A speech bundle: `audio=FILE.wav`, or every .wav of a folder
-    (`audio=builders/data/audio`: the shipped clips)."""
-    path = Path(audio)
-    paths = sorted(path.glob("*.wav")) if path.is_dir() else [path]
+def _clips(audio: str) -> list[Path]:
+    """`audio=FILE.wav`, or every .wav of a folder (`audio=builders/data/audio`: the
+    shipped clips), each a regular file inside the repository or the temp folder."""
+    path = variables.file_of("audio", audio, folder=True)
+    clips = variables.files_in("audio", path, "*.wav") if path.is_dir() else [path]
+    if not clips:
+        raise KilnError.one(f"{audio} holds no .wav file", variables.at("audio"), "audio=FILE.wav")
+    return clips
+
+
+def _transcribe(model: Any, clips: list[Path], max_new_tokens: int, num_beams: int = 1) -> str:
+    """A speech bundle's transcript of each clip."""
     lines = []
-    for p in paths:
+    for p in clips:
         out = model.generate([model.read(p)], max_new_tokens, num_beams=num_beams)
         lines.append(f"{p.name}: {model.decode(out.tokens[0])!r}")
     return "\n".join(lines)
 
 
 def _run_task(
-    model: Any, prompt: str, audio: str | None, max_new_tokens: int, num_beams: int = 1
+    model: Any, prompt: str, clips: list[Path], max_new_tokens: int, num_beams: int = 1
 ) -> str:
     """A runner of another task (runtime.open chose it): its label, its embedding's
     size, norm and first components, or its greedy output."""
     import runtime
 
     if isinstance(model, runtime.Speech):
-        return _transcribe(model, audio or "", max_new_tokens, num_beams)
+        return _transcribe(model, clips, max_new_tokens, num_beams)
     if isinstance(model, runtime.Classifier):
         label, prob = model.classify([prompt])[0]
         return f"{label} ({prob:.4f})"

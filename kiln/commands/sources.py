@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import difflib
 import hashlib
-import json
 import os
 import re
 import sys
@@ -124,11 +123,21 @@ def _config_facts(source: dict[str, Any], config: Any, tok: Any, jinja: bool, wh
     )
 
 
-def _json_file(path: Path, what: str) -> Any:
+def _json_file(path: Path, what: str, root: Path) -> Any:
+    """A checkpoint's JSON file, through the guarded reader (regular, capped, nested at
+    most kiln.catalog.yaml.MAX_DEPTH levels): a hub cache file is a link to its blob,
+    so it is resolved inside `root` first."""
+    from kiln.catalog.yaml import read_json
+
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise bad(f"{what}: {path.name} is not readable JSON ({exc})") from None
+        found = pins.within(path, [root], f"{what}: {path.name}")
+        return read_json(found, f"{what}: {path.name}")
+    except pins.PinError as exc:
+        raise bad(exc.cause, exc.fix) from None
+    except KilnError as exc:
+        raise bad(
+            f"{what}: {path.name} is not JSON kiln can read: {exc.problems[0].cause}"
+        ) from None
 
 
 def _gguf(file: Path, source: dict[str, Any], what: str) -> Read:
@@ -211,8 +220,8 @@ def _hub(repo: str, revision: str, paths: Paths) -> Read:
     jinja = _hub_file(repo, revision, "chat_template.jinja", paths)
     return _config_facts(
         source,
-        _json_file(config, what),
-        _json_file(tok, what) if tok else None,
+        _json_file(config, what, paths.hub),
+        _json_file(tok, what, paths.hub) if tok else None,
         jinja is not None,
         what,
     )
@@ -360,8 +369,8 @@ def _local(spec: str, paths: Paths) -> Read:
     tok = full / "tokenizer_config.json"
     return _config_facts(
         {"path": rel, "sha256": digest},
-        _json_file(full / "config.json", spec),
-        _json_file(tok, spec) if tok.is_file() else None,
+        _json_file(full / "config.json", spec, root),
+        _json_file(tok, spec, root) if tok.is_file() else None,
         (full / "chat_template.jinja").is_file(),
         spec,
     )

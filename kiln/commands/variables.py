@@ -7,18 +7,34 @@ temprature=0.7` must not silently decode greedily. A value of the wrong type is 
 error located at its variable; bools are spelled 1/0, true/false or yes/no and
 nothing else, so `doit gc dry_run=yes` never deletes; a text variable with choices
 (`format=markdown|json`) refuses any other value, listing the allowed ones.
+
+A variable that names a file (`messages=`, `json_schema=`, `grammar=`, `audio=`) is
+read through `file_of` / `read_json` / `read_text`: resolved, refused unless it is a
+regular file (or, where a folder is meant, a folder of them) inside the repository or
+the system temp folder, a link out named as one and a FIFO or device as such, all
+before a byte is read; then read capped at MAX_FILE_BYTES, with the recipe reader's
+guards (kiln.catalog.yaml). Text given inline (`prompt=`, `system=`) has the same cap.
 """
 
 from __future__ import annotations
 
 import math
+import os
+import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import KW_ONLY, dataclass
+from pathlib import Path
 from typing import Any
 
+from kiln import pins
 from kiln.errors import KilnError, Location, Problem, did_you_mean, one_of
+from kiln.paths import Paths
 
 WHERE = "command line"
+# A chat file, a schema, a grammar or a prompt: 1 MiB is ~250,000 tokens of text, past
+# any bundle's max_seq_len, and tokenizes in well under a second. A 10 MB chat file
+# took a minute and 2 GB to tokenize before its length was refused (issue 37).
+MAX_FILE_BYTES = 1 << 20
 BOOLS = {"1": True, "true": True, "yes": True, "0": False, "false": False, "no": False}
 METAVAR = {str: "TEXT", int: "INT", float: "NUMBER", bool: "BOOL"}
 
@@ -117,3 +133,64 @@ def resolve(
     if problems:
         raise KilnError(problems)
     return values
+
+
+# ---------------------------------------------------------------- files and text
+
+
+def at(name: str) -> Location:
+    return Location(WHERE, key_path=(name,))
+
+
+def file_of(name: str, value: str, folder: bool = False) -> Path:
+    """The file (or, `folder`, the folder) a variable names, resolved; refused before
+    anything is read when it leads out of the repository and the temp folder, is a
+    FIFO, a device or a socket, or is a folder where a file is meant."""
+    roots = (Paths.from_env().root, Path(tempfile.gettempdir()))
+    try:
+        found = pins.within(Path(value), roots, value)
+    except pins.PinError as exc:
+        raise KilnError.one(exc.cause, at(name), exc.fix or f"{name}=FILE") from None
+    if found.is_dir() and not folder:
+        raise KilnError.one(f"{value} is a folder", at(name), f"{name}=FILE")
+    size = found.stat().st_size
+    if found.is_file() and size > MAX_FILE_BYTES:
+        raise KilnError.one(
+            f"{value} is {size:,} bytes; at most {MAX_FILE_BYTES:,}",
+            at(name),
+            "shorten it: no bundle takes that much text",
+        )
+    return found
+
+
+def read_text(name: str, value: str) -> str:
+    from kiln.catalog import yaml
+
+    return yaml.read_text(file_of(name, value), value, MAX_FILE_BYTES)
+
+
+def read_json(name: str, value: str) -> Any:
+    from kiln.catalog import yaml
+
+    return yaml.read_json(file_of(name, value), value, MAX_FILE_BYTES)
+
+
+def capped_text(name: str, text: str | None) -> str | None:
+    """Text given inline, refused past MAX_FILE_BYTES before it is tokenized."""
+    if text is not None and len(text) > MAX_FILE_BYTES // 4:  # cheap first: chars <= bytes
+        size = len(text.encode(errors="replace"))
+        if size > MAX_FILE_BYTES:
+            raise KilnError.one(
+                f"{name} is {size:,} bytes; at most {MAX_FILE_BYTES:,}", at(name), "shorten it"
+            )
+    return text
+
+
+def files_in(name: str, folder: Path, pattern: str) -> list[Path]:
+    """The files of a folder a variable names that match `pattern`, each checked as
+    `file_of` checks one (a link out, a FIFO)."""
+    found = []
+    for entry in sorted(folder.glob(pattern)):
+        shown = os.path.join(str(folder), entry.name)
+        found.append(file_of(name, shown))
+    return found

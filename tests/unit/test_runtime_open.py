@@ -58,7 +58,7 @@ def test_an_older_or_malformed_schema_version_is_refused(tmp_path: Path, version
 
 def test_a_bundle_json_that_is_not_a_json_object_is_refused(tmp_path: Path) -> None:
     tmp_path.joinpath("bundle.json").write_text("{not json")
-    with pytest.raises(BundleError, match="is not readable JSON"):
+    with pytest.raises(BundleError, match="is not UTF-8 JSON"):
         runtime.open(tmp_path)
     write_meta(tmp_path, [1, 2])
     with pytest.raises(BundleError, match="holds a list, not an object"):
