@@ -116,9 +116,26 @@ def rules_file(paths: Paths) -> Path | None:
 def _yaml_files(catalog: Catalog, folder: Path) -> list[tuple[str, Path, str]]:
     """(stem, path, the file as problems name it) of every *.yaml in `folder`, by name:
     what `sorted(folder.glob("*.yaml"))` gives, at catalog scale without Path sorting."""
-    names = [e.name for e in yaml_entries(folder) or ()]
     prefix = catalog.paths.rel(folder)
+    if not _contained(catalog, folder, prefix):
+        return []
+    names = [e.name for e in yaml_entries(folder) or ()]
     return [(name[: -len(".yaml")], folder / name, f"{prefix}/{name}") for name in names]
+
+
+def _contained(catalog: Catalog, folder: Path, shown: str) -> bool:
+    """A catalog folder (recipes/, manifests/, ...) that is a link out of the root would
+    have kiln read, and quote in its errors, files of someone else's: refused."""
+    from kiln import pins
+
+    if not os.path.lexists(folder):
+        return True
+    try:
+        pins.within(folder, [catalog.paths.root], f"{shown}/")
+    except pins.PinError as exc:
+        catalog.add(f"{shown}/", [Problem(exc.cause, Location(f"{shown}/"), exc.fix)])
+        return False
+    return True
 
 
 def _load_dir(catalog: Catalog, folder: Path, model: type[M], cache: ParseCache) -> dict[str, M]:
@@ -248,6 +265,8 @@ def _load(catalog: Catalog, cache: bool, save: bool) -> Catalog:
             catalog.add(file, exc.problems)
             unparsed.add(stem)
     broken = frozenset(unparsed)
+    for folder in (catalog.paths.manifests, catalog.paths.rules.parent):
+        _contained(catalog, folder, catalog.paths.rel(folder))
     rules = catalog.rules = rules_mod.load(rules_file(catalog.paths), parsed.read_source)
     if save:
         parsed.save()

@@ -257,3 +257,16 @@ def test_a_variable_outside_the_repository_and_temp_is_refused() -> None:
     code, out, _ = _run("recipe=tiny-llama", "chat=1", "messages=/etc/hostname")
     assert code == 1, out
     assert "command line: messages: /etc/hostname is /etc/hostname, outside" in out, out
+
+
+@pytest.mark.parametrize("folder", ["thresholds", "prompts", "recipes", "manifests"])
+def test_a_catalog_folder_linked_out_is_refused(tmp_path: Path, folder: str) -> None:
+    world = _world(tmp_path)
+    moved = tmp_path / "outside" / folder
+    moved.parent.mkdir()
+    (world.root / folder).rename(moved)
+    (world.root / folder).symlink_to(moved)
+    done = world.doit("check")
+    said = done.stdout + done.stderr
+    assert done.returncode == 1 and "Traceback" not in said, said
+    assert f"{folder}/: {folder}/ is a symbolic link to {moved}, outside" in said, said
