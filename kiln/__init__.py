@@ -7,6 +7,7 @@ floor and the stages to its left (tests/unit/test_layers.py):
   statcache.py   file digests cached by stat in the store (git's index rule), on the ground floor
   pins.py        what a pin may be: names, versions, digests, local sources, wheels (stdlib)
   proc.py        every process kiln starts; user values after `--` (stdlib)
+  headers.py     a GGUF header walked with counts and lengths bounded, before gguf reads it (stdlib)
   catalog/    recipes/ thresholds/ prompts/ catalog/*.yaml -> Catalog (guarded YAML, rules)
   plan/       Recipe -> Plan: steps and keys, variants, toolchain (versions, code digests)
   store/      steps -> artifacts: store, execute, locks, verify, gc, the builder contract

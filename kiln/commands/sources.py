@@ -170,7 +170,7 @@ def _gguf(file: Path, source: dict[str, Any], what: str) -> Read:
 def _gguf_fields(gguf: Any, fields: Any, source: dict[str, Any], what: str) -> Read:
     """The facts from a GGUF reader's fields; a value of the wrong kind is a ValueError."""
 
-    def value(key: str, kind: type, positive: bool = False) -> Any:
+    def value(key: str, kind: type[Any], positive: bool = False) -> Any:
         field = fields.get(key)
         got = None if field is None else field.contents()
         if got is not None and (type(got) is not kind or (positive and got <= 0)):
