@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -400,11 +401,29 @@ def build(catalog: Catalog, out: Path) -> list[Path]:
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.new-"))
     try:
-        written = render(view(catalog), tmp)
+        site = view(catalog)
+        written = render(site, tmp)
         os.chmod(tmp, 0o755)  # mkdtemp makes it 0700; a served site must be readable
         _publish(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     print(f"   site: {len(written)} pages, {len(catalog.recipes)} recipes -> {out}")
+    _warn_unreadable(site.entries)
     return [out / p.relative_to(tmp) for p in written]
+
+
+def _warn_unreadable(entries: list[siteview.Entry]) -> None:
+    """Name every manifest the site could not read (issue 37: it was shown as "not
+    built", without a word). The site still renders: one bad manifest hides no other
+    recipe, and `doit check` fails on it."""
+    bad = [e for e in entries if e.unreadable]
+    if not bad:
+        return
+    print(
+        f"   site: {len(bad)} manifest{'s' if len(bad) != 1 else ''} could not be read; "
+        "their recipes' pages say 'manifest unreadable':",
+        file=sys.stderr,
+    )
+    for e in bad:
+        print(f"     {e.unreadable}", file=sys.stderr)

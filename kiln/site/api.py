@@ -49,7 +49,9 @@ def summary(e: Entry) -> dict[str, Any]:
         "api": f"api/recipes/{e.name}.json",
         "checkpoint": {**e.recipe.model.pin, "described": e.recipe.model.described},
         "architecture": e.architecture,
-        "facets": dict(e.facets),
+        # The API's Verdict has no "manifest unreadable" (schema/site-api.schema.json):
+        # here such a recipe is "not built", as `evidence` null says; the pages say why.
+        "facets": {**e.facets, "verdict": e.verdict},
         "verdict": e.verdict,
         "evidence": e.evidence_url,
         "evidence_count": len(e.history),

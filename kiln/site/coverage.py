@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from kiln.catalog import Catalog, architectures
 from kiln.errors import KilnError
 from kiln.evidence import manifest
+from kiln.site.view import UNREADABLE, why_unreadable
 
 NOT_BUILT = "not built here"
 
@@ -19,7 +20,7 @@ NOT_BUILT = "not built here"
 @dataclass(frozen=True)
 class Cell:
     recipe: str
-    verdict: str  # the last evidence's verdict, or NOT_BUILT
+    verdict: str  # the last evidence's verdict, NOT_BUILT, or UNREADABLE
     reason: str
     evidence: str | None  # manifest path relative to the catalog root
 
@@ -37,9 +38,9 @@ class Row:
 def _cell(cat: Catalog, recipe: str) -> Cell:
     path = cat.paths.manifest(recipe)
     try:
-        found = manifest.read(path)
-    except KilnError:
-        found = None
+        found = manifest.read(path, cat.paths.rel(path))
+    except KilnError as exc:  # not "not built here": it may hold evidence (issue 37)
+        return Cell(recipe, UNREADABLE, why_unreadable(exc), cat.paths.rel(path))
     if found is None or not found.evidence:
         return Cell(recipe, NOT_BUILT, "", None)
     last = found.evidence[-1]

@@ -7,7 +7,8 @@ only ever see plain values (they run under StrictUndefined).
 
 The rule the whole site follows: only a manifest proves anything. A recipe without
 a manifest, or whose manifest records another checkpoint pin than the recipe now
-declares, is "not built", whatever it claims.
+declares, is "not built", whatever it claims. A manifest that cannot be read proves
+nothing either, but it is no "not built": the pages say "manifest unreadable" and why.
 """
 
 from __future__ import annotations
@@ -20,13 +21,15 @@ from functools import cached_property
 from typing import Any
 
 from kiln.catalog import Catalog
-from kiln.errors import KilnError
+from kiln.errors import KilnError, printable
 from kiln.evidence import manifest
 from kiln.evidence.stale import Stale
 from kiln.hostinfo import HostClass, host_class
 from kiln.schema import Evidence, Manifest, Recipe, Thresholds
 
 NOT_BUILT = "not built"
+# Issue 37: an invalid manifest was shown as "not built", hiding that evidence exists.
+UNREADABLE = "manifest unreadable"
 UNKNOWN = "unknown"
 # Facets of the index, in display order: key -> label (a label lowercased is its key).
 FACETS: dict[str, str] = {
@@ -42,7 +45,10 @@ FACETS: dict[str, str] = {
 }
 # The catalog's order: what passes first, then what was measured and failed, what
 # could not run here, and what proves nothing yet; by name within each.
-EVIDENCE_ORDER = ("pass", "quality-fail", "build-fail", "unsupported-here", "not-run", NOT_BUILT)
+EVIDENCE_ORDER = (
+    *("pass", "quality-fail", "build-fail", "unsupported-here", "not-run"),
+    *(UNREADABLE, NOT_BUILT),
+)
 
 
 def get(obj: Any, dotted: str, default: Any = None) -> Any:
@@ -180,6 +186,7 @@ class Entry:
     # somewhere (set by entries(); their host classes say what would run it)
     runs_on: list[Entry] = field(default_factory=list, repr=False)
     target_hosts: list[HostClass] = field(default_factory=list)  # GPUs that passed its target
+    unreadable: str | None = None  # why its manifest could not be read (then `manifest` is None)
 
     @property
     def pin_moved(self) -> bool:
@@ -239,12 +246,19 @@ class Entry:
     @property
     def rank(self) -> tuple[int, str]:
         """The catalog's sort key: by evidence (EVIDENCE_ORDER), then by name."""
-        order = EVIDENCE_ORDER.index(self.verdict) if self.verdict in EVIDENCE_ORDER else 99
+        order = EVIDENCE_ORDER.index(self.state) if self.state in EVIDENCE_ORDER else 99
         return order, self.name
 
     @property
     def verdict(self) -> str:
+        """The latest record's verdict, or "not built" when no manifest proves anything
+        (the API's Verdict)."""
         return self.latest.verdict if self.latest else NOT_BUILT
+
+    @property
+    def state(self) -> str:
+        """What the pages show: the verdict, or "manifest unreadable"."""
+        return UNREADABLE if self.unreadable else self.verdict
 
     @property
     def url(self) -> str:
@@ -286,6 +300,7 @@ class Entry:
 
 def _facets(e: Entry) -> dict[str, str]:
     r = e.recipe
+    nothing = UNREADABLE if e.unreadable else NOT_BUILT
     return {
         "architecture": e.architecture or UNKNOWN,
         "task": text(get(r, "task", UNKNOWN)),
@@ -293,9 +308,9 @@ def _facets(e: Entry) -> dict[str, str]:
         "variant": text(get(r, "execution.variant", UNKNOWN)),
         "backend": text(get(r, "build.backend", UNKNOWN)),
         "target": _target(r, e.latest),
-        "host": e.host.label if e.host else NOT_BUILT,
-        "scope": e.scope or NOT_BUILT,
-        "verdict": e.verdict,
+        "host": e.host.label if e.host else nothing,
+        "scope": e.scope or nothing,
+        "verdict": e.state,
     }
 
 
@@ -341,19 +356,37 @@ def entries(catalog: Catalog, stale: list[Stale] | None = None) -> list[Entry]:
     why = {s.recipe: s for s in stale}
     out = []
     for name, recipe in sorted(catalog.recipes.items()):
-        path = catalog.paths.manifest(name)
-        try:
-            found = manifest.read(path, catalog.paths.rel(path))
-        except KilnError:
-            found = None  # `doit check` reports it; the site shows "not built"
-        if found is not None and found.recipe != name:
-            found = None
+        found, unreadable = read_manifest(catalog, name)
         thresholds = catalog.thresholds[recipe.validation.thresholds]
-        entry = Entry(name, recipe, thresholds, found, stale_reason=why.get(name))
+        entry = Entry(
+            name, recipe, thresholds, found, stale_reason=why.get(name), unreadable=unreadable
+        )
         entry.facets = _facets(entry)
         out.append(entry)
     _alternatives(out)
     return out
+
+
+def read_manifest(catalog: Catalog, name: str) -> tuple[Manifest | None, str | None]:
+    """The recipe's manifest (None when it has none), or None and why it cannot be read:
+    invalid JSON, a schema violation, or the manifest of another recipe."""
+    path = catalog.paths.manifest(name)
+    shown = catalog.paths.rel(path)
+    try:
+        found = manifest.read(path, shown)
+    except KilnError as exc:
+        return None, why_unreadable(exc)
+    if found is not None and found.recipe != name:
+        other = printable(repr(found.recipe))  # the file's own words: no escape reaches a terminal
+        return None, f"{shown}: it is the manifest of recipe {other}, not {name!r}"
+    return found, None
+
+
+def why_unreadable(exc: KilnError, most: int = 3) -> str:
+    """A reader's problems on one line each, snippets left out (they are for terminals)."""
+    lines = [p.render().split("\n")[0] for p in exc.problems]
+    more = f"; and {len(lines) - most} more" if len(lines) > most else ""
+    return "; ".join(lines[:most]) + more
 
 
 @dataclass(frozen=True)
