@@ -26,8 +26,16 @@ Kind = Literal["json_schema", "regex", "lark"]
 COMPACT: Any = {"whitespace_flexible": False}  # llguidance's JsonCompileOptions
 
 
+# What an empty language looks like, per kind, for the refusal (issue 37).
+EMPTY = {
+    "json_schema": 'a schema that only refers to itself, such as {"$ref": "#"}, is one',
+    "regex": r"a character class that holds nothing, such as [^\s\S], is one",
+    "lark": "a rule that only refers to itself, such as `start: start`, is one",
+}
+
+
 class GrammarError(ValueError):
-    """A schema, regex or grammar llguidance cannot compile, in its own words."""
+    """A schema, regex or grammar llguidance cannot compile, or whose language is empty."""
 
 
 @dataclass(frozen=True)
@@ -171,12 +179,30 @@ def _matcher(grammar: Grammar, tokenizer: Any) -> Any:
     from llguidance import LLMatcher
 
     text = grammar.compiled()
+    what = {"json_schema": "JSON schema", "regex": "regex", "lark": "Lark grammar"}[grammar.kind]
     failed, messages = LLMatcher.validate_grammar_with_warnings(text, tokenizer)
     if failed:
-        what = {"json_schema": "JSON schema", "regex": "regex", "lark": "Lark grammar"}
         message = " ".join(messages[0].split())  # llguidance's caret diagram, on one line
-        raise GrammarError(f"the {what[grammar.kind]} does not compile: {message}")
-    return LLMatcher(tokenizer, text, log_level=0)
+        raise GrammarError(f"the {what} does not compile: {message}")
+    matcher = LLMatcher(tokenizer, text, log_level=0)
+    if _matches_nothing(Guide(matcher.deep_copy(), int(tokenizer.vocab_size))):
+        raise GrammarError(
+            f"the {what} matches nothing: llguidance compiles it to an empty language "
+            f"({EMPTY[grammar.kind]}), so no output could satisfy it; give one that some "
+            "output matches"
+        )
+    return matcher
+
+
+def _matches_nothing(probe: Guide) -> bool:
+    """Issue 37: `{"$ref": "#"}` compiles and validates, yet no string is in its language;
+    its first mask allowed EOS alone and `doit run` printed an empty output, exit 0.
+    llguidance tells it at that first mask: the matcher errs (NoExtensionBias) when no
+    byte extends the empty prefix and the empty string is not in the language either. A
+    language that is empty only because every derivation is endless (`a: "x" a`) is not
+    caught here; generation runs out of tokens and says it is incomplete."""
+    probe.allowed()
+    return bool(probe.matcher.is_error())
 
 
 def guides(

@@ -90,6 +90,11 @@ def test_guided_refusals_say_what_is_wrong(llama: Bundle) -> None:
         (Grammar.regex("a(b"), "the regex does not compile: .*unclosed group"),
         (Grammar.json_schema('{"type": "frob"}'), "JSON schema does not compile.*frob"),
         (Grammar.lark("start: foo"), 'Lark grammar does not compile.*unknown name: "foo"'),
+        # they compile, but nothing matches them (issue 37: an empty output, exit 0)
+        (Grammar.json_schema('{"$ref": "#"}'), "JSON schema matches nothing: .*empty language"),
+        (Grammar.json_schema({"anyOf": [{"$ref": "#"}]}), "JSON schema matches nothing"),
+        (Grammar.regex(r"[^\s\S]"), "the regex matches nothing"),
+        (Grammar.lark("start: start"), "the Lark grammar matches nothing"),
     ]:
         with pytest.raises(GrammarError, match=said):
             llama.generate_with(ids, 8, Decoding(grammar=grammar))
@@ -307,6 +312,12 @@ def test_doit_run_guides_and_refuses_cleanly(built: World, tmp_path: Path) -> No
     bad = built.doit("run", "recipe=tiny-llama", "prompt=Hi", "regex=a(b")
     assert bad.returncode != 0 and "Traceback" not in bad.stdout + bad.stderr
     assert "command line: regex: the regex does not compile" in bad.stdout + bad.stderr
+    empty = tmp_path / "self.json"  # a schema no JSON value matches
+    empty.write_text('{"$ref": "#"}')
+    nothing = built.doit("run", "recipe=tiny-llama", "prompt=Data:", f"json_schema={empty}")
+    assert nothing.returncode == 1 and "Traceback" not in nothing.stdout + nothing.stderr
+    assert "command line: json_schema: the JSON schema matches nothing" in nothing.stdout
+    assert "Data:" not in nothing.stdout  # refused, not run: no (empty) output printed
     beams = built.doit("run", "recipe=tiny-llama", "prompt=Hi", "num_beams=2")
     assert beams.returncode != 0 and "Traceback" not in beams.stdout + beams.stderr
     assert "num_beams applies to encoder-decoder recipes" in beams.stdout
