@@ -29,6 +29,11 @@ external data that has more than one link, so a file nobody duplicates keeps one
 every artifact still lists and verifies its own files, and removing an artifact
 removes only its links. Where hardlinks cannot be made, the copy stays.
 
+Nothing in the layout is a symbolic link, and nothing here follows one (issue 37): a
+linked entry, shard or record is absent to `has`, and a build makes it again in
+place of the link; a linked tmp/, locks/, objects/ or log/ is refused with its
+target. The store's root itself may be a link: that is where the user put the store.
+
   __init__.py     Store, Writer, Artifact: the layout above and the publish protocol
   api.py          Request and Writer protocols: the whole builder contract
   execute.py      run one step: lock, reuse or build, publish (the only caller of builders)
@@ -36,6 +41,7 @@ removes only its links. Where hardlinks cannot be made, the copy stays.
   unsupported.py  the unsupported-here marker a step publishes instead of an output
   verify.py       re-hash artifacts against their sealed records
   gc.py           remove stale temp dirs and unreferenced artifacts (rename, then delete)
+  links.py        symbolic links in the layout: found with their targets, removed (only them)
 """
 
 from __future__ import annotations
@@ -61,10 +67,14 @@ from kiln.errors import KilnError, Location
 from kiln.fsio import (
     atomic_write,
     describe,
+    first_link,
     fsync_dir,
     fsync_file,
     inside,
+    link_target,
     make_read_only,
+    plain_file,
+    real_entries,
     remove_tree,
     sha256_file,
     write_new,
@@ -212,9 +222,11 @@ class Store:
         return self.root / "objects" / key[:2] / key
 
     def has(self, key: str) -> bool:
-        # os.path, not pathlib: a no-op build asks this of every step, twice
-        check_key(key)
-        return os.path.isfile(os.path.join(self.root, "objects", key[:2], key, RECORD))
+        """Is the artifact published: its record a regular file in real folders? A link
+        anywhere on the way (objects/, the shard, the entry, the record) is not an
+        artifact, whatever it points at (issue 37): a build makes it again."""
+        check_key(key)  # lstat per part, no pathlib: a no-op build asks this of every step
+        return plain_file(self.root, "objects", key[:2], key, RECORD)
 
     def get(self, key: str) -> Artifact:
         if not self.has(key):
@@ -230,7 +242,25 @@ class Store:
         """Hold the build lock of one key. flock is released by the OS if we die."""
         from kiln.store import keylock  # filelock: only a build that runs a step locks
 
+        self._own_dir("locks")
         return keylock.hold(self.lock_path(key), what, timeout)
+
+    def _own_dir(self, name: str) -> Path:
+        """`<store>/<name>`, a folder of the layout, made if absent. A symbolic link
+        there is refused with its target, never followed (issue 37): kiln writes only
+        inside its store, and a temp dir on another disk cannot be renamed into
+        objects/."""
+        path = self.root / name
+        self._refuse_link(path)
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def _refuse_link(self, path: Path) -> None:
+        if path.is_symlink():
+            from kiln.store import links  # it imports this module
+
+            cause, fix = links.refusal(path, self.root)
+            raise KilnError.one(cause, Location(str(path)), fix)
 
     @contextlib.contextmanager
     def publish(self, key: str, meta: dict[str, Any], replace: bool = False) -> Iterator[Writer]:
@@ -253,9 +283,7 @@ class Store:
                 remove_tree(tmp)
 
     def _new_temp(self, key: str) -> Path:
-        tmp_root = self.root / "tmp"
-        tmp_root.mkdir(parents=True, exist_ok=True)
-        inside(self.root, "tmp", "the store's temp dir")  # a symlink out would build elsewhere
+        tmp_root = self._own_dir("tmp")  # a link out would build elsewhere
         return Path(tempfile.mkdtemp(dir=tmp_root, prefix=f"{check_key(key)}."))
 
     @contextlib.contextmanager
@@ -303,10 +331,12 @@ class Store:
         be published, as the holder of these bytes. A holder is linked only while its
         own bytes still hash to `digest`."""
         index = self.root / "blobs" / digest[:2] / digest
+        if first_link(self.root, "blobs", digest[:2], digest) is not None:
+            return  # damage (verify names it): neither read nor write through a link
         try:
-            held = self.root / index.read_text(encoding="ascii").strip()
+            held = self._holder(index.read_text(encoding="ascii").strip())
             if (
-                held.is_file()
+                held is not None
                 and held.stat().st_size == size
                 and statcache.shared(self.root).digest(held) == digest
             ):
@@ -320,9 +350,20 @@ class Store:
             index.parent.mkdir(parents=True, exist_ok=True)
             atomic_write(index, final.relative_to(self.root).as_posix().encode())
 
+    def _holder(self, name: str) -> Path | None:
+        """The published file a blob index names, if it is one: a regular file in
+        objects/, reached through real folders only."""
+        parts = name.split("/")
+        if len(parts) < 4 or parts[0] != "objects" or ".." in parts:
+            return None
+        return self.root / name if plain_file(self.root, *parts) else None
+
     def _move_into_place(self, tmp: Path, key: str) -> None:
         final = self.object_dir(key)
+        self._own_dir("objects")
+        self._unlink_link(final.parent)
         final.parent.mkdir(parents=True, exist_ok=True)
+        self._unlink_link(final)
         inside(self.root, f"objects/{key[:2]}/{key}", "store key")  # no symlinked shard
         fsync_dir(final.parent.parent)
         if final.exists() and not self.has(key):
@@ -342,6 +383,14 @@ class Store:
                 Location(str(final)),
                 "the artifact is complete; run `doit verify`, and check the disk",
             ) from None
+
+    @staticmethod
+    def _unlink_link(path: Path) -> None:
+        """A linked shard or entry is never an artifact (has() says so): the build that
+        makes the key again replaces the link, only the link (issue 37)."""
+        if path.is_symlink():
+            with contextlib.suppress(FileNotFoundError):  # a build of a key beside it did
+                path.unlink()
 
     def verify(self, key: str, digest: Callable[[Path], str] = sha256_file) -> list[str]:
         """Files of the artifact whose bytes no longer match its record (also files that
@@ -404,9 +453,11 @@ class Store:
             path = on_disk.get(name)
             if path is None:
                 bad.append(Damage(name, "missing", files[name]))
+            elif path.is_symlink():  # never followed: its target is not the artifact's
+                bad.append(Damage(name, f"is a symbolic link to {link_target(path)}"))
             elif name not in files:
                 bad.append(Damage(name, "not in the record"))
-            elif path.is_symlink() or not path.is_file():
+            elif not path.is_file():
                 bad.append(Damage(name, "not a regular file", files[name]))
             elif name in sizes and path.stat().st_size != sizes[name]:
                 # cheap first: a truncated file needs no hashing
@@ -419,15 +470,17 @@ class Store:
         return bad
 
     def keys(self) -> Iterator[str]:
-        """Keys of every published artifact."""
-        for shard in sorted((self.root / "objects").glob("*")):
-            for entry in sorted(shard.glob("*")):
-                if (entry / RECORD).is_file():
+        """Keys of every published artifact (never one reached through a link)."""
+        for shard in real_entries(self.root / "objects"):
+            for entry in real_entries(shard):
+                if plain_file(entry, RECORD):
                     yield entry.name
 
     def remove(self, key: str) -> None:
+        """Remove the key's entry (a link there: only the link). Never through a linked
+        objects/ or shard: what is there is not the store's to delete."""
         target = self.object_dir(key)
-        if target.exists():
+        if first_link(self.root, "objects", key[:2]) is None and os.path.lexists(target):
             self._discard(target)
 
     def _discard(self, target: Path) -> None:
@@ -435,8 +488,7 @@ class Store:
         if target.is_symlink() or not target.is_dir():
             target.unlink()
             return
-        tmp_root = self.root / "tmp"
-        tmp_root.mkdir(parents=True, exist_ok=True)
+        tmp_root = self._own_dir("tmp")
         target.chmod(0o755)  # renaming a directory updates its '..': it must be writable
         trash = Path(tempfile.mkdtemp(dir=tmp_root, prefix=f"{target.name}.removed."))
         os.rename(target, trash / "entry")
@@ -446,13 +498,14 @@ class Store:
     def journal(self, entry: dict[str, Any]) -> None:
         """Append one line to log/builds.jsonl: who built what, when, in how long.
         One O_APPEND write per line, so lines from concurrent builds never interleave."""
-        log = self.root / "log"
-        log.mkdir(parents=True, exist_ok=True)
+        log = self._own_dir("log")
         line = json.dumps(
             {**entry, "pid": os.getpid(), "host": socket.gethostname(), "time": time.time()},
             sort_keys=True,
         )
-        fd = os.open(log / "builds.jsonl", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        path = log / "builds.jsonl"
+        self._refuse_link(path)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o644)
         try:
             os.write(fd, (line + "\n").encode())
         finally:

@@ -62,7 +62,14 @@ def _alive(pid: int) -> bool:
 
 
 def try_hold(path: Path) -> FileLock | None:
-    """The lock if nobody holds it now, else None (never waits)."""
+    """The lock if nobody holds it now, else None (never waits). A lock file that is a
+    symbolic link is refused with its target (filelock opens with O_NOFOLLOW, which
+    fails with a bare ELOOP): `<store>/locks/<file>`, never followed (issue 37)."""
+    if path.is_symlink():
+        from kiln.store.links import refusal
+
+        cause, fix = refusal(path, path.parent.parent)
+        raise KilnError.one(cause, Location(str(path)), fix)
     path.parent.mkdir(parents=True, exist_ok=True)
     lock = FileLock(path)
     try:

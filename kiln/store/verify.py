@@ -7,23 +7,28 @@ kinds, each with its own exit code (the most serious wins), above doit's own 1-3
 
     0  everything verified
     4  corrupt or partial: bytes differ from a record or a lock, an entry with no
-       valid record, a file that should not be there
+       valid record, a file that should not be there; or a symbolic link where the
+       store's layout has a folder or file (kiln/store/links.py), named with its target
     5  missing: a manifest names an artifact or a checkpoint file the store lacks
     6  extra: stale temp dirs, artifacts no manifest or current plan references
 """
 
 from __future__ import annotations
 
+import hashlib
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from kiln.errors import KilnError
-from kiln.fsio import inside, sha256_file
-from kiln.schema import Manifest
-from kiln.store import RECORD, Store, gc
+from kiln.fsio import inside, real_entries, sha256_file
+from kiln.schema import CheckpointLock, FileHash, Manifest
+from kiln.store import RECORD, Store, gc, links
+from kiln.store.links import Link
 
-EXIT = {"corrupt": 4, "partial": 4, "missing": 5, "extra": 6}
+EXIT = {"corrupt": 4, "partial": 4, "links": 4, "missing": 5, "extra": 6}
+KINDS = ("corrupt", "partial", "links", "missing", "extra")  # the most serious first
 
 
 @dataclass
@@ -34,6 +39,8 @@ class Report:
     partial: list[str] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
     extra: list[str] = field(default_factory=list)
+    links: list[str] = field(default_factory=list)  # each link with its target and the fix
+    linked: list[Link] = field(default_factory=list)  # what repair removes (only them)
     damaged: set[str] = field(default_factory=set)  # keys of corrupt or partial artifacts
     not_here: list[str] = field(default_factory=list)  # manifests none of whose steps are here
     hub_files: int = 0  # locked checkpoint files re-hashed in the hub cache
@@ -45,21 +52,21 @@ class Report:
             "artifacts": self.artifacts,
             "manifests": self.manifests,
             "hub_files": self.hub_files,
-            **{k: getattr(self, k) for k in ("corrupt", "partial", "missing", "extra")},
+            **{k: getattr(self, k) for k in KINDS},
             "not_built_here": self.not_here,
             "damaged": sorted(self.damaged),
         }
 
     def exit_code(self) -> int:
-        for kind in ("corrupt", "partial", "missing", "extra"):
+        for kind in KINDS:
             if getattr(self, kind):
                 return EXIT[kind]
         return 0
 
     def render(self) -> str:
         lines = []
-        for kind in ("corrupt", "partial", "missing", "extra"):
-            lines += [f"{kind}: {item}" for item in getattr(self, kind)]
+        for kind in KINDS:
+            lines += [f"{kind.removesuffix('s')}: {item}" for item in getattr(self, kind)]
         if self.not_here:
             shown = ", ".join(self.not_here[:5]) + (", ..." if len(self.not_here) > 5 else "")
             lines.append(
@@ -69,7 +76,7 @@ class Report:
         lines.append(
             f"verify: {self.artifacts} artifacts, {self.manifests} manifests: "
             f"{len(self.corrupt)} corrupt, {len(self.partial)} partial, "
-            f"{len(self.missing)} missing, {len(self.extra)} extra; "
+            f"{len(self.missing)} missing, {len(self.extra)} extra, {len(self.links)} links; "
             f"{self.hub_files} hub-cache files re-hashed"
         )
         return "\n".join(lines)
@@ -85,6 +92,7 @@ def audit(
     name (the file) to its parsed manifest; `referenced` are the keys of current plans;
     `hub`: the hub cache, whose files of every locked checkpoint are re-hashed too."""
     report = Report(manifests=len(manifests))
+    _check_links(store, report)
     _check_objects(store, report)
     for where, m in sorted(manifests.items()):
         _check_manifest(store, where, m, report)
@@ -97,23 +105,33 @@ def audit(
     return report
 
 
+def _check_links(store: Store, report: Report) -> None:
+    """Every link in the layout is damage, named with its target; an artifact whose
+    record is one is damaged as a whole (repair removes its entry)."""
+    report.linked = links.find(store)
+    report.links = [f"{link}; {link.fix(store.root)}" for link in report.linked]
+    report.damaged |= {link.key for link in report.linked if link.key is not None}
+
+
 def _check_objects(store: Store, report: Report) -> None:
-    objects = store.root / "objects"
-    for shard in sorted(objects.glob("*")):
-        if shard.is_symlink() or not shard.is_dir():
+    """Re-hash every artifact; never through a link (_check_links named those)."""
+    linked = {link.path for link in report.linked}
+    for shard in real_entries(store.root / "objects"):
+        if not shard.is_dir():
             report.partial.append(f"{shard}: not a directory of artifacts")
             continue
-        for entry in sorted(shard.glob("*")):
-            _check_entry(store, shard, entry, report)
+        for entry in real_entries(shard):
+            if entry / RECORD not in linked:
+                _check_entry(store, entry, report)
 
 
-def _check_entry(store: Store, shard: Path, entry: Path, report: Report) -> None:
+def _check_entry(store: Store, entry: Path, report: Report) -> None:
     key = entry.name
     try:
-        ok_name = store.object_dir(key) == entry and not entry.is_symlink() and entry.is_dir()
+        ok_name = store.object_dir(key) == entry and entry.is_dir()
     except KilnError:
         ok_name = False
-    if not ok_name or not (entry / RECORD).is_file():
+    if not ok_name or not store.has(key):
         if ok_name:
             report.damaged.add(key)
         why = "no artifact record" if ok_name else "not an artifact directory"
@@ -148,6 +166,7 @@ def _check_manifest(store: Store, where: str, m: Manifest, report: Report) -> No
     if fetch is None or not store.has(fetch.key):
         return
     root = store.get(fetch.key).path / "checkpoint"
+    sealed = _sealed(store, fetch.key, report)
     for f in m.lock.model.files:
         try:
             path = inside(root, f.path, "checkpoint file")
@@ -159,10 +178,37 @@ def _check_manifest(store: Store, where: str, m: Manifest, report: Report) -> No
             continue
         got = sha256_file(path)
         if got != f.sha256:
-            report.corrupt.append(
-                f"{where}: checkpoint file {f.path}: the lock says sha256 {f.sha256}, "
-                f"the store has {got}"
-            )
+            report.corrupt.append(_store_mismatch(where, m, f, got, sealed))
+
+
+def _store_mismatch(
+    where: str, m: Manifest, f: FileHash, got: str, sealed: Mapping[str, str]
+) -> str:
+    found = f"{where}: checkpoint file {f.path}: the lock says sha256 {f.sha256}, "
+    found += f"the store has {got}"
+    if sealed.get(f"checkpoint/{f.path}") != got:
+        return found
+    why = "as the fetch artifact's sealed record does: the lock changed, not the file"
+    return f"{found}, {why}; {_restore(where, m)}"
+
+
+def _sealed(store: Store, key: str, report: Report) -> dict[str, str]:
+    """The files an artifact's record lists, when the record is sealed with its own
+    digest and the artifact verified against it (else nothing: an unsealed record
+    can be rewritten to match a changed file)."""
+    if key in report.damaged:  # its record may not even parse: _check_entry said so
+        return {}
+    record = store.get(key).record()
+    files: dict[str, str] = record["files"] if "sha256" in record else {}
+    return files
+
+
+def _restore(where: str, m: Manifest) -> str:
+    """The fix for an edited lock: never delete the good checkpoint file."""
+    return (
+        f"keep the file and restore {where} from git (`git checkout -- {where}`), or "
+        f"rebuild (`doit build recipe={m.recipe}` writes the lock again)"
+    )
 
 
 def _check_hub(hub: Path, where: str, m: Manifest, report: Report) -> None:
@@ -187,8 +233,44 @@ def _check_hub(hub: Path, where: str, m: Manifest, report: Report) -> None:
             report.hub_files += 1
             got = sha256_file(path)
             if got != f.sha256:
-                report.corrupt.append(
-                    f"{where}: hub cache {role} {cp.repo}@{cp.revision[:7]} {f.path}: the lock "
-                    f"says sha256 {f.sha256}, the hub cache has {got} ({path}); delete it and "
-                    "fetch again"
-                )
+                report.corrupt.append(_hub_mismatch(where, m, role, cp, f, path, got))
+
+
+def _hub_mismatch(
+    where: str, m: Manifest, role: str, cp: CheckpointLock, f: FileHash, path: Path, got: str
+) -> str:
+    """Which changed, the file or the lock? The hub names every blob by its own digest
+    of the bytes (sha256 for an LFS file, the git blob sha1 for any other), so a file
+    that still matches its blob's name is what the hub served, and the lock is what
+    changed: then the fix keeps the file (issue 37: deleting the good checkpoint file
+    would not mend an edited lock)."""
+    what = f"{where}: hub cache {role} {cp.repo}@{(cp.revision or '')[:7]} {f.path}"
+    blob = path.resolve().name
+    served = _blob_digest(path, blob, got)
+    if served == blob:
+        return (
+            f"{what}: the lock says sha256 {f.sha256}, but the file matches its blob name, "
+            f"the hub's own digest of it ({blob}): the manifest's lock was edited, not the "
+            f"file; {_restore(where, m)}"
+        )
+    found = f"{what}: the lock says sha256 {f.sha256}, the hub cache has {got} ({path})"
+    if served is not None:
+        return f"{found}, and its blob is named {blob}: the file changed; delete it and fetch again"
+    return (
+        f"{found}; it is not a blob the hub named by digest, so whether the file or the lock "
+        f"changed is unknown: if {where} was edited, restore it from git; if not, delete the "
+        "file and fetch again"
+    )
+
+
+def _blob_digest(path: Path, blob: str, sha256: str) -> str | None:
+    """The file's digest in the form its blob's name has (None: the name is no digest)."""
+    if re.fullmatch("[0-9a-f]{64}", blob):
+        return sha256
+    if re.fullmatch("[0-9a-f]{40}", blob):  # git's: sha1 of "blob <size>\0" and the bytes
+        h = hashlib.sha1(f"blob {path.stat().st_size}\0".encode())
+        with path.open("rb") as fh:
+            while chunk := fh.read(1 << 20):
+                h.update(chunk)
+        return h.hexdigest()
+    return None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import random
 import shutil
 from pathlib import Path
@@ -199,6 +200,58 @@ def test_verify_rehashes_the_hub_cache_of_every_locked_checkpoint(
     proc = world.doit("verify")
     assert proc.returncode == 4, proc.stdout
     assert f"config.json: the lock says sha256 {expected}, the hub cache has {got}" in proc.stdout
+    assert f"its blob is named {expected}: the file changed; delete it and fetch again" in (
+        proc.stdout
+    )
+
+
+def git_blob_sha1(data: bytes) -> str:
+    """The name the hub gives a blob that is not in LFS: git's digest of it."""
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+@pytest.mark.parametrize("named_by", ["sha256", "git-sha1"])
+def test_an_edited_lock_is_told_apart_from_a_changed_hub_file(
+    built: World, tmp_path: Path, named_by: str
+) -> None:
+    """Issue 37: with a digest edited in the lock, verify told the user to delete the
+    good checkpoint file. The file still matches its blob's name (the hub's own digest:
+    sha256 for an LFS file, git's sha1 for any other), so the lock is what changed."""
+    world = copy_world(built, tmp_path)
+    hub = tmp_path / "hub"
+    shutil.copytree(built.hub, hub, symlinks=True)
+    world = World(root=world.root, hub=hub, store=world.store)
+    path = world.root / "manifests" / "tiny-llama.json"
+    data = json.loads(path.read_text())
+    lock = data["lock"]["model"]
+    config = hub / f"models--{lock['repo'].replace('/', '--')}" / "snapshots"
+    config = config / lock["revision"] / "config.json"
+    good = hashlib.sha256(config.read_bytes()).hexdigest()
+    if named_by == "git-sha1":  # the blob as the hub names a file kept in git
+        blob = config.resolve()
+        renamed = blob.with_name(git_blob_sha1(blob.read_bytes()))
+        blob.rename(renamed)
+        config.unlink()
+        config.symlink_to(os.path.relpath(renamed, config.parent))
+    next(f for f in lock["files"] if f["path"] == "config.json")["sha256"] = "0" * 64
+    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+    proc = world.doit("verify")
+    assert proc.returncode == 4, proc.stdout
+    hub_line = next(line for line in proc.stdout.splitlines() if "hub cache" in line)
+    assert (
+        f"the file matches its blob name, the hub's own digest of it ({config.resolve().name})"
+        in hub_line
+    )
+    assert "the manifest's lock was edited, not the file; keep the file and restore " in hub_line
+    assert "manifests/tiny-llama.json from git" in hub_line and "delete" not in hub_line
+    store_line = next(line for line in proc.stdout.splitlines() if "the store has" in line)
+    assert f"the store has {good}, as the fetch artifact's sealed record does" in store_line
+    assert "delete" not in store_line
+
+    world.doit("build", "recipe=tiny-llama", check=True)  # the fix it names: the lock again
+    assert world.manifest("tiny-llama")["lock"] == built.manifest("tiny-llama")["lock"]
+    assert world.doit("verify").returncode == 0
 
 
 def test_a_flipped_byte_in_a_stored_engine_is_never_used(built: World, tmp_path: Path) -> None:

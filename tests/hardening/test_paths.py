@@ -166,18 +166,37 @@ def test_a_builder_symlink_out_of_the_artifact_is_refused_and_changes_nothing(
     assert outside.read_bytes() == b"precious" and outside.stat().st_mode == mode
 
 
-@pytest.mark.parametrize("folder", ["objects/ab", "tmp"])
-def test_a_store_folder_symlinked_out_is_refused(tmp_path: Path, folder: str) -> None:
+def test_a_store_temp_dir_symlinked_out_is_refused(tmp_path: Path) -> None:
     outside = tmp_path / "outside"
     outside.mkdir()
     store = Store(tmp_path / "store")
     key = "ab" + "0" * 62
-    (store.root / folder).parent.mkdir(parents=True, exist_ok=True)
-    (store.root / folder).symlink_to(outside)
-    with pytest.raises(KilnError, match="outside its root"), store.publish(key, {}) as w:
+    store.root.mkdir()
+    (store.root / "tmp").symlink_to(outside)
+    with (
+        pytest.raises(KilnError, match=f"tmp: is a symbolic link to {outside}"),
+        store.publish(key, {}) as w,
+    ):
         w.write_bytes("f", b"x")
     assert not store.has(key)
     assert not any(outside.rglob("*"))
+
+
+def test_a_shard_symlinked_out_is_replaced_by_a_real_one_and_left_alone(tmp_path: Path) -> None:
+    """A linked shard holds no artifact (issue 37): publishing a key of it replaces the
+    link, only the link, and writes nothing through it."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "canary").write_text("not kiln's")
+    store = Store(tmp_path / "store")
+    key = "ab" + "0" * 62
+    (store.root / "objects").mkdir(parents=True)
+    (store.root / "objects" / "ab").symlink_to(outside)
+    assert not store.has(key)
+    with store.publish(key, {}) as w:
+        w.write_bytes("f", b"x")
+    assert store.has(key) and not (store.root / "objects" / "ab").is_symlink()
+    assert [p.name for p in outside.iterdir()] == ["canary"]
 
 
 def test_verify_reports_a_symlinked_artifact_file(built: World, tmp_path: Path) -> None:
