@@ -332,10 +332,10 @@ def test_run_variables_refuse_bad_grammar_files(tmp_path: Path) -> None:
     listed = tmp_path / "list.json"
     listed.write_text("[1, 2]")
     for args, said in [
-        ((str(broken), None, None), "json_schema: .*broken.json is not JSON: line 1 column 10"),
+        ((str(broken), None, None), "broken.json:1:10: invalid JSON"),
         ((str(listed), None, None), "a JSON schema is an object, not a list"),
-        ((str(tmp_path / "missing.json"), None, None), "missing.json: no such file"),
-        ((None, None, str(tmp_path / "missing.lark")), "grammar: .*missing.lark: no such file"),
+        ((str(tmp_path / "missing.json"), None, None), "json_schema: .*missing.json does not exist"),
+        ((None, None, str(tmp_path / "missing.lark")), "grammar: .*missing.lark does not exist"),
         ((str(listed), "a+", None), "json_schema and regex both constrain the output"),
     ]:
         with pytest.raises(KilnError, match=said):
