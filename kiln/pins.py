@@ -5,11 +5,14 @@ kiln.plan.toolchain follows it into fetch's key).
 - what a value may be: a PyPI distribution name, an exact version, a Hub repo id, a
   40-hex revision (the schema's patterns are these; `distribution()` and
   `exact_version()` apply them to a command variable, with the same words);
-- what a file or a folder is pinned by: `sha256_file`, `tree_digest`;
-- what JSON a checkpoint may hold (`checkpoint_json`): its config, tokenizer and
-  generation files are parsed by transformers, whose json.load recurses, so each is
-  parsed here first, capped in size and depth (`too_deep`, the rule
-  kiln.catalog.yaml.read_json applies to every file the core reads);
+- what a file or a folder is pinned by: `sha256_file`, `tree_digest`, and a file
+  copied out of a wheel, hashed on the way (`extract`);
+- what JSON kiln reads (`read_json`: a regular file, capped in size, nested at most
+  JSON_DEPTH levels; kiln.catalog.yaml.read_json applies the same rule with
+  file:line:col to the files people edit): store records, and a checkpoint's config,
+  tokenizer and generation files (`checkpoint_json`), which transformers parses with
+  a json.load that recurses;
+- whether fetch may reach the Hub (`hub_online`: KILN_HUB_ONLINE=1);
 - what a local source may be (`local_source`): a regular file or a folder of them
   under the catalog's root, resolved, with nothing in it linking out of the root, and
   never the root itself, git's folder or kiln's own (the store, the caches);
@@ -17,17 +20,19 @@ kiln.plan.toolchain follows it into fetch's key).
   `pip download --no-deps --only-binary=:all: -- DIST==VERSION` into it (kiln.proc:
   the spec after `--`, so `-r FILE` is a name pip refuses, never an option it runs).
 
-Pure stdlib.
+Pure stdlib (and kiln.proc, the other leaf).
 """
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 import os
 import re
 import stat
 import sys
+import zipfile
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -38,6 +43,9 @@ DISTRIBUTION = r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$"
 EXACT_VERSION = r"^[0-9]+(\.[0-9]+)*([a-z]+[0-9]*)?(\.post[0-9]+)?$"
 REPO_ID = r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$"
 REVISION = r"^[0-9a-f]{40}$"
+# Pickle-based weights can run code when loaded; safetensors cannot: fetch never
+# copies these, and a folder's pin leaves them out.
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".ckpt")
 # Names that fit the patterns but are no name: PyPI's own rule caps them too.
 MAX_NAME = 200
 _CHUNK = 1 << 20
@@ -82,6 +90,35 @@ def tree_digest(files: Iterable[tuple[str, str]]) -> str:
     """A folder's pin: the sha256 of its sorted "path sha256" lines."""
     lines = "".join(f"{path} {digest}\n" for path, digest in sorted(files))
     return hashlib.sha256(lines.encode()).hexdigest()
+
+
+def extract(wheel: Path, inner: str, dest: Path) -> str:
+    """Copy the file `inner` out of a wheel to `dest`, hashing it on the way: its
+    sha256. PinError when the wheel is no zip or lacks the file (with a did-you-mean)."""
+    try:
+        with zipfile.ZipFile(wheel) as zf:
+            names = zf.namelist()
+            if inner not in names:
+                close = difflib.get_close_matches(inner, names, n=1, cutoff=0.5)
+                raise PinError(
+                    f"{wheel.name} has no file {inner}",
+                    f"did you mean {close[0]!r}?" if close else f"it has: {', '.join(names[:8])}",
+                )
+            h = hashlib.sha256()
+            with zf.open(inner) as src, dest.open("wb") as out:
+                while chunk := src.read(_CHUNK):
+                    h.update(chunk)
+                    out.write(chunk)
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError) as exc:
+        raise PinError(
+            f"{wheel.name} is not a readable wheel: {exc}", f"delete {wheel} to download it again"
+        ) from None
+    return h.hexdigest()
+
+
+def hub_online() -> bool:
+    """KILN_HUB_ONLINE=1: fetch may download; otherwise it reads the local cache only."""
+    return os.environ.get("KILN_HUB_ONLINE") == "1"
 
 
 def find_wheel(cache: Path, name: str, version: str) -> Path | None:
@@ -138,6 +175,8 @@ def within(path: Path, roots: Sequence[Path], what: str) -> Path:
     """`path`, resolved, when it is a regular file or folder inside one of `roots`;
     PinError naming a symbolic link out, a FIFO, a device or a socket. Nothing is
     opened: stat only, so a FIFO is named, never waited on."""
+    if "\x00" in str(path):
+        raise PinError(f"{what!r} holds a NUL byte", "give a path without one")
     try:
         os.lstat(path)
     except OSError:
@@ -229,22 +268,43 @@ def too_deep(data: Any, limit: int = JSON_DEPTH) -> bool:
     return False
 
 
-def checkpoint_json(path: Path, shown: str) -> None:
-    """PinError unless `path` is a regular file of JSON kiln's libraries can read."""
-    size = os.stat(path).st_size
-    if size > CHECKPOINT_JSON_BYTES:
-        raise PinError(f"{shown} is {size:,} bytes of JSON; at most {CHECKPOINT_JSON_BYTES:,}")
+def read_json(path: Path, limit: int, follow: bool = False) -> Any:
+    """A JSON file: a regular file (never through a link unless `follow`, never
+    waited on as a FIFO) of at most `limit` bytes, nested at most JSON_DEPTH levels;
+    PinError saying why not. kiln.catalog.yaml.read_json adds file:line:col to the
+    same rule for the files a user edits."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | (0 if follow else os.O_NOFOLLOW)
     try:
-        with path.open("rb") as fh:
-            data = json.loads(fh.read(CHECKPOINT_JSON_BYTES + 1))
+        fd = os.open(path, flags)
+    except OSError as exc:
+        raise PinError(f"{path} cannot be read: {exc.strerror}") from None
+    try:
+        st = os.fstat(fd)
+        kind = special(st.st_mode) or ("a folder" if stat.S_ISDIR(st.st_mode) else None)
+        if kind:
+            raise PinError(f"{path} is {kind}")
+        if st.st_size > limit:
+            raise PinError(f"{path} is {st.st_size:,} bytes of JSON; at most {limit:,}")
+        raw = os.read(fd, limit + 1)
+    finally:
+        os.close(fd)
+    try:
+        data = json.loads(raw)
     except RecursionError:
-        data = None
-        deep = True
-    except (OSError, ValueError) as exc:  # UnicodeDecodeError and JSONDecodeError too
-        raise PinError(f"{shown} is not JSON: {exc}", "restore the checkpoint's file") from None
-    else:
-        deep = too_deep(data)
-    if deep:
+        raise PinError(f"{path} nests deeper than {JSON_DEPTH} levels") from None
+    except ValueError as exc:  # UnicodeDecodeError and JSONDecodeError too
+        raise PinError(f"{path} is not JSON: {exc}") from None
+    if too_deep(data):
+        raise PinError(f"{path} nests deeper than {JSON_DEPTH} levels")
+    return data
+
+
+def checkpoint_json(path: Path, shown: str) -> None:
+    """PinError unless `path` (a hub snapshot's link to its blob, or a file) is JSON
+    transformers can read: parsed here first, since its json.load recurses."""
+    try:
+        read_json(path, CHECKPOINT_JSON_BYTES, follow=True)
+    except PinError as exc:
         raise PinError(
-            f"{shown} nests deeper than {JSON_DEPTH} levels", "restore the checkpoint's file"
-        )
+            exc.cause.replace(str(path), shown), "restore the checkpoint's file"
+        ) from None

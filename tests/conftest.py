@@ -175,6 +175,20 @@ def bundle_dir(world: World, recipe: str) -> Path:
     return next((world.store / "objects").glob(f"*/{key}*"))
 
 
+def copy_code(dest: Path) -> Path:
+    """A copy of the code step keys cover (builders/, runtime/, the core's leaves that
+    kiln.plan.toolchain follows), to edit without touching this checkout."""
+    from kiln.plan.toolchain import LEAVES
+
+    for folder in ("builders", "runtime"):
+        shutil.copytree(ROOT / folder, dest / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    (dest / "kiln").mkdir()
+    for leaf in LEAVES:
+        rel = Path(*leaf.split(".")).with_suffix(".py")
+        shutil.copyfile(ROOT / rel, dest / rel)
+    return dest
+
+
 def copy_catalog(base: Path, manifests: bool = True) -> World:
     """The repository's catalog (recipes, thresholds, prompts and, optionally, the
     committed manifests) copied into `base`: enough for the site, no build needed."""

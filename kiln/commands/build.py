@@ -25,7 +25,8 @@ from kiln.canonical import key_of
 from kiln.commands import plancache
 from kiln.commands.workspace import catalog, located, plan_of, selected, store
 from kiln.errors import KilnError
-from kiln.paths import Paths, hub_online
+from kiln.paths import Paths
+from kiln.pins import hub_online
 from kiln.plan.step import Plan, Step
 from kiln.store import Store, unsupported
 from tinyhub import packaged

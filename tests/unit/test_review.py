@@ -309,5 +309,5 @@ def test_diff_reports_added_changed_removed_rebuilds_and_new_violations(tmp_path
 def test_diff_of_an_unknown_revision_is_a_clean_error(tmp_path: Path) -> None:
     make_catalog(tmp_path, {"tiny-llama": BASE})
     git(tmp_path, "init", "-q")
-    with pytest.raises(KilnError, match="cannot read revision 'nope'"):
+    with pytest.raises(KilnError, match="base: 'nope' names no tree"):
         diffing.compare("nope", tmp_path, tmp_path)

@@ -10,14 +10,14 @@ from functools import cache
 from pathlib import Path
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, copy_code
 from samples import base, quantized, steps
 
 from kiln import catalog, statcache
 from kiln.paths import Paths
 from kiln.plan import plan, toolchain
 from kiln.plan.step import Plan
-from kiln.plan.toolchain import LEAVES, builder_module, current
+from kiln.plan.toolchain import builder_module, current
 from kiln.schema import FAMILY, TASKS
 
 SPEECH = "automatic-speech-recognition"
@@ -34,15 +34,7 @@ def _plan(name: str, root: Path = ROOT) -> Plan:
 
 
 def _code_tree(tmp_path: Path, name: str) -> Path:
-    """A copy of the code a closure reads (builders/, runtime/, the core's leaves)."""
-    root = tmp_path / name
-    for folder in ("builders", "runtime"):
-        shutil.copytree(ROOT / folder, root / folder, ignore=shutil.ignore_patterns("__pycache__"))
-    (root / "kiln").mkdir()
-    for leaf in LEAVES:
-        rel = Path(*leaf.split(".")).with_suffix(".py")
-        shutil.copyfile(ROOT / rel, root / rel)
-    return root
+    return copy_code(tmp_path / name)
 
 
 def _keys(root: Path, recipe: str = "tiny-llama") -> dict[str, str]:
