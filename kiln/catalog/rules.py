@@ -139,6 +139,17 @@ class Rules:
         return out
 
 
+    def required(self, values: dict[str, Any], path: str) -> Any:
+        """The value the first rule that applies to `values` (dotted path -> value)
+        demands at `path`, or MISSING: what `doit new` writes so its recipe passes."""
+        for rule in self._compiled:
+            if all(test(values.get(p, MISSING)) for p, test in rule.when):
+                want = rule.rule.then.get(path, MISSING)
+                if not isinstance(want, dict | list):
+                    return want
+        return MISSING
+
+
 def _read(values: dict[str, Any], recipe: BaseModel, path: str) -> Any:
     if path not in values:
         values[path] = get(recipe, path)

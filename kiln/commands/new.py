@@ -38,24 +38,6 @@ MODELINE = "# yaml-language-server: $schema=../schema/recipe.schema.json"
 MAX_SEQ_LEN = 2048
 # Thresholds by precision for a causal LM, as the catalog's recipes use them: every
 # weight precision onnxruntime CPU builds (`precision=`; fp16/bf16 compute is inductor's).
-CAUSAL_THRESHOLDS = {
-    "fp32": "fp32-exact",
-    "int8-sq": "quantized-int8",
-    "int8-wo": "quantized-int8",
-    "fp8": "quantized-fp8",
-    "int4-awq": "quantized-int4",
-    "w4a8-awq": "quantized-int4",
-    "nvfp4": "quantized-int4",
-}
-# Thresholds of the other tasks, built at fp32 only (kiln.catalog.buildable.refusals).
-TASK_THRESHOLDS = {
-    "text2text-generation": "fp32-exact",
-    "automatic-speech-recognition": "asr-fp32",
-    "text-classification": "classifier-fp32",
-    "feature-extraction": "embedding-fp32",
-}
-
-
 def _at(name: str) -> Location:
     return Location("command line", key_path=(name,))
 
@@ -136,16 +118,27 @@ def task_of(architecture: str, paths: Paths) -> str:
     return "feature-extraction"  # an encoder without a head: sentence embeddings
 
 
-def _thresholds(task: str, precision: str) -> str:
-    if task == "text-generation":
-        return CAUSAL_THRESHOLDS[precision]
-    if precision != "fp32":
+def _thresholds(task: str, precision: str, paths: Paths) -> str:
+    """The gates catalog/rules.yaml requires of an ordinary recipe of this task and
+    precision (its "gates" rules: the one place that pairs them)."""
+    from kiln.catalog import rules, rules_file
+
+    if task != "text-generation" and precision != "fp32":
         raise KilnError.one(
             f"{task} recipes are built at fp32 only, not {precision}",
             _at("precision"),
             "leave precision out (fp32)",
         )
-    return TASK_THRESHOLDS[task]
+    values = {"task": task, "precision.weights": precision, "precision.compute": "fp32"}
+    values["execution.variant"] = "ordinary"
+    found = rules.load(rules_file(paths)).required(values, "validation.thresholds")
+    if not isinstance(found, str):
+        raise KilnError.one(
+            f"no rule in catalog/rules.yaml names the gates of {precision} {task} recipes",
+            _at("precision"),
+            "add one (see the 'gates' rules there), or choose another precision",
+        )
+    return found
 
 
 def _needs_n(name: str, paths: Paths) -> int:
@@ -185,7 +178,7 @@ def describe(found: Read, task: str, precision: str) -> str:
 
 def recipe_data(found: Read, task: str, precision: str, paths: Paths) -> dict[str, Any]:
     """The recipe, as plain data in the order the catalog's recipes are written."""
-    thresholds = _thresholds(task, precision)
+    thresholds = _thresholds(task, precision, paths)
     chat = found.chat_template and task == "text-generation"
     n = _needs_n(thresholds, paths) if task == "text-generation" else 0
     seq = min(MAX_SEQ_LEN, found.context_length or MAX_SEQ_LEN)

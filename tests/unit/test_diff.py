@@ -242,6 +242,32 @@ def test_an_edit_that_makes_a_recipe_invalid_is_changed_now_invalid_and_fails(
     assert "the change adds 1 new problem" in md + proc.stderr
 
 
+@pytest.mark.parametrize(
+    ("old", "new", "rule", "wants"),
+    [  # looser gates for a weaker precision, and the reverse: both refused (issue 43)
+        ("  weights: int8-wo\n", "  weights: int4-awq\n", "int4-gates", "quantized-int4"),
+        (
+            "  thresholds: quantized-int8\n",
+            "  thresholds: quantized-int4\n",
+            "int8-gates",
+            "quantized-int8",
+        ),
+    ],
+)
+def test_gates_that_do_not_fit_the_precision_are_a_new_problem(
+    repo: World, old: str, new: str, rule: str, wants: str
+) -> None:
+    path = edit(repo, "tiny-llama-int8-wo", old, new)
+    lines = path.read_text().splitlines()
+    line = next(i for i, text in enumerate(lines, 1) if text.startswith("  thresholds:"))
+    report = compare(repo)
+    [problem] = report.new_problems
+    assert problem.render().startswith(f"recipes/tiny-llama-int8-wo.yaml:{line}:"), problem.render()
+    assert f"rule {rule}:" in problem.cause and f"validation.thresholds: {wants}" in problem.fix
+    check = repo.doit("check")
+    assert check.returncode == 1 and f"rule {rule}" in check.stdout + check.stderr
+
+
 def test_a_deleted_recipe_is_removed_and_exits_0(repo: World) -> None:
     assert not (repo.root / "manifests" / "real-phi-4.json").exists()
     (repo.root / "recipes" / "real-phi-4.yaml").unlink()

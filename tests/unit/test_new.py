@@ -22,6 +22,7 @@ from builders import fetch
 from kiln.catalog.buildable import QUANTIZED
 from kiln.commands import new
 from kiln.errors import KilnError
+from kiln.paths import Paths
 
 LLAMA_REVISION = "86b0c016f94ff17585b315e24e0f72b043294bed"  # recipes/tiny-llama.yaml
 TEMPLATE = "{% for m in messages %}<|{{ m.role }}|>{{ m.content }}{% endfor %}"
@@ -161,13 +162,17 @@ def test_a_hub_checkpoint_is_read_from_the_hub_cache(tmp_path: Path) -> None:
     assert check.returncode == 0, check.stdout + check.stderr
 
 
-def test_the_precision_choices_are_what_new_has_thresholds_for() -> None:
+def test_every_precision_choice_has_its_gates_in_the_rules(tmp_path: Path) -> None:
+    """`doit new` reads the gates a precision needs from catalog/rules.yaml, the rules
+    `doit check` holds every recipe to: each choice has a rule, and its file exists."""
     (var,) = [v for v in tasks.NEW.vars if v.name == "precision"]
-    assert var.choices == ("fp32", *QUANTIZED) == tuple(new.CAUSAL_THRESHOLDS)
-    assert all(
-        (ROOT / "thresholds" / f"{t}.yaml").is_file() for t in new.CAUSAL_THRESHOLDS.values()
-    )
-    assert all((ROOT / "thresholds" / f"{t}.yaml").is_file() for t in new.TASK_THRESHOLDS.values())
+    assert var.choices == ("fp32", *QUANTIZED)
+    paths = Paths(ROOT)
+    for precision in var.choices:
+        name = new._thresholds("text-generation", precision, paths)
+        assert (ROOT / "thresholds" / f"{name}.yaml").is_file(), (precision, name)
+    for task in ("automatic-speech-recognition", "text-classification", "feature-extraction"):
+        assert (ROOT / "thresholds" / f"{new._thresholds(task, 'fp32', paths)}.yaml").is_file()
 
 
 # ---------------------------------------------------------------- what is refused
