@@ -16,9 +16,9 @@ wall and CPU seconds, kiln/store/execute.py): the start-up before the first step
 first step of a process that needs torch also imports torch and transformers
 (about 8.5 s of single-threaded CPU): a serial build pays that in its first step;
 under `-n` the parent imports it once before it forks the workers
-(kiln.store.execute.preload), so it is in the start-up there. `doit -n N` gives each
+(kiln.store.workers.preload), so it is in the start-up there. `doit -n N` gives each
 worker its share of the cores (OMP_NUM_THREADS and the like,
-kiln.store.execute.share_cores); the threads line says what they ran with.
+kiln.store.workers.share_cores); the threads line says what they ran with.
 `--timeline` prints each run's steps per process, from the journal: start and end
 (seconds from the command's start), wall and CPU, so idle gaps show.
 """
@@ -42,7 +42,7 @@ from typing import Any
 from _process import ROOT, catalog_copy
 
 sys.path.insert(0, str(ROOT))
-from kiln.store.execute import cores
+from kiln.store.workers import cores
 
 RECIPES = ("tiny-llama", "tiny-qwen3", "tiny-mistral", "tiny-qwen2")
 

@@ -288,28 +288,20 @@ def _store(root: Path) -> Store:
 
 def share_cores(workers: int) -> dict[str, str]:
     """Before doit forks `workers` processes: each gets its share of the cores
-    (kiln.store.execute.share_cores)."""
-    from kiln.store import execute
+    (kiln.store.workers.share_cores)."""
+    from kiln.store import workers as forked
 
-    return execute.share_cores(workers)
+    return forked.share_cores(workers)
 
 
 def preload(targets: Targets, workers: int) -> list[str]:
-    """Before doit forks more worker processes than this process has cores: import here
-    what the steps still to build import first (kiln.store.execute.preload), once, so
-    the workers start with it instead of queueing for the cores to import it each.
-    With a core per worker the workers import at once, each on its own core, which
-    ends sooner than one import here first (bench/parallel_build.py, idle 2 cores, -n 2:
-    1.27x with the preload, 1.36x without). Nothing for a build with nothing to do
-    (a no-op build stays light)."""
-    from kiln.store import execute
-
-    if workers < 2 or workers <= execute.cores():
-        return []
+    """Before doit forks `workers` processes: import here, once, the libraries the
+    steps still to build share (kiln.store.workers.preload says when and what)."""
+    from kiln.store import workers as forked
 
     s = _store(Paths.from_env().store)
-    kinds = {step.kind for p in targets.plans for step in p.steps if not s.has(step.key)}
-    return execute.preload(kinds)
+    todo = (step for p in targets.plans for step in p.steps if not s.has(step.key))
+    return forked.preload(todo, workers)
 
 
 def step(name: str, p: Plan, key: str) -> None:

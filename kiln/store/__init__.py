@@ -37,6 +37,7 @@ target. The store's root itself may be a link: that is where the user put the st
   __init__.py     Store, Writer, Artifact: the layout above and the publish protocol
   api.py          Request and Writer protocols: the whole builder contract
   execute.py      run one step: lock, reuse or build, publish (the only caller of builders)
+  workers.py      doit -n's workers: their share of the cores, the libraries they share
   keylock.py      per-key build locks (filelock) and who holds them
   unsupported.py  the unsupported-here marker a step publishes instead of an output
   verify.py       re-hash artifacts against their sealed records

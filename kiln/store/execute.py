@@ -9,7 +9,6 @@ core never imports the heavy libraries a builder uses.
 from __future__ import annotations
 
 import importlib
-import os
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -155,57 +154,6 @@ def _build(
     request.log(f"done in {seconds:.1f} s -> {step.key[:12]}")
 
 
-# ---------------------------------------------------------------- cores
-
-# What sizes the thread pools of the libraries builders run: OpenMP (torch's intra-op
-# pool), MKL and OpenBLAS. Each library reads its variable once, when it loads, so
-# they are set before any builder is imported (builders import them inside build()).
-THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
-
-
-def cores() -> int:
-    """The cores this process may run on (its affinity, not the machine's count)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # not on Linux
-        return os.cpu_count() or 1
-
-
-def busy_elsewhere() -> int:
-    """Runnable threads on this machine besides this one, now (/proc/loadavg's running
-    count): what other processes will take from a pool sized to every core."""
-    try:
-        with open("/proc/loadavg", encoding="ascii") as fh:
-            running = int(fh.read().split()[3].split("/")[0])
-    except (OSError, ValueError, IndexError):
-        return 0
-    return max(0, running - 1)
-
-
-def share_cores(workers: int) -> dict[str, str]:
-    """Give each of `workers` processes that build at once its share of the cores
-    that are free.
-
-    Every library sizes its pool to all the cores by default. On a shared host that
-    oversubscribes them: OpenMP's fork/join spins while it waits for a thread that
-    another process holds (a tiny-llama reference runs 5x slower at 2 threads than at
-    1 while the other core is busy; a cold tiny-llama build took 27.7 s with the
-    default and 8.5 s at one thread). So each worker gets the cores this process may
-    run on, less those busy elsewhere when the build starts, divided among the
-    workers. Set in the process that forks the workers (or runs the steps), before
-    any builder imports a library; a variable the user set is left as it is.
-    Returns what was set.
-
-    A thread count is not in any step's key: like a machine's core count, it may
-    change a float's last bits, never what a step computes (artifacts are compared
-    by their gates' tolerances, never by digest across builds)."""
-    free = max(1, cores() - busy_elsewhere())
-    threads = str(max(1, free // max(1, workers)))
-    chosen = {v: threads for v in THREAD_VARIABLES if v not in os.environ}
-    os.environ.update(chosen)
-    return chosen
-
-
 def refuse_damaged(step: Step, store: Store, graph: Graph | None = None) -> None:
     """An artifact whose files no longer match its sealed record is never used. In a
     build (`graph`: the steps it can remake) it is reported with both digests,
@@ -257,15 +205,3 @@ def _sound_input(key: str, store: Store, graph: Graph | None) -> Path:
         )
     run_step(step, store, graph.context(step), graph)
     return store.get(key).path
-
-
-# ---------------------------------------------------------------- preload
-
-
-def preload(kinds: Iterable[str]) -> list[str]:
-    """Before doit forks its `-n` workers: import, in this process, what the builders
-    of `kinds` import first (builders/preload.py says what and why), so each worker
-    starts with it in memory instead of importing it again. Returns the modules
-    imported. Like the builders themselves, the module is reached by name only: the
-    core imports no heavy library of its own."""
-    return list(importlib.import_module("builders.preload").preload(kinds))

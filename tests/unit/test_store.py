@@ -121,30 +121,48 @@ def test_trust_is_cheap_once_verified_and_never_blind(tmp_path: Path) -> None:
     assert [d.file for d in store.trusted(KEY)] == ["extra.bin"]
 
 
-def test_preload_imports_the_wanted_kinds_modules_once_and_skips_a_missing_one(
+def test_preload_imports_what_the_code_of_several_kinds_imports_once(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    """What `doit -n` imports in the parent before forking (kiln.store.execute.preload,
-    builders/preload.py): the modules of the kinds still to build, each once; one that
-    is not installed is left to its step to report. The probes are modules of this
-    test's own, which nothing else in the process can have imported."""
+    """What `doit -n` imports in the parent before forking more workers than it has
+    cores (kiln.store.workers): the libraries the builder closures of steps of two kinds
+    or more import, lazily or not, each once; what one kind alone imports is left to
+    its worker, and a library that is not installed to its step to report. Read from
+    builders written here; the probes are modules of this test's own, which nothing
+    else in the process can have imported."""
     import sys
 
-    from builders import preload as table
-    from kiln.plan import toolchain
-    from kiln.store import execute
+    from kiln.plan.step import Step
+    from kiln.store import workers
 
-    assert set(table.PRELOAD) <= set(toolchain.LIBRARIES)  # kinds that exist
-    probe, other = f"kiln_probe_{tmp_path.name}_a", f"kiln_probe_{tmp_path.name}_b"
-    for name in (probe, other):
-        (tmp_path / f"{name}.py").write_text("VALUE = 1\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setitem(table.PRELOAD, "probe", ("kiln_no_such_module", probe))
-    monkeypatch.setitem(table.PRELOAD, "other", (other,))
+    shared, alone = f"kiln_probe_{tmp_path.name}_a", f"kiln_probe_{tmp_path.name}_b"
+    lib = tmp_path / "lib"
+    (lib / shared).mkdir(parents=True)
+    (lib / shared / "__init__.py").write_text("VALUE = 1\n")
+    (lib / shared / "sub.py").write_text("VALUE = 2\n")
+    (lib / f"{alone}.py").write_text("VALUE = 3\n")
+    code = tmp_path / "code" / "builders" / "embed"
+    code.mkdir(parents=True)
+    for init in (code / "__init__.py", code.parent / "__init__.py"):
+        init.write_text("")
+    helper = f"import json\n\ndef f():\n    import {shared}.sub\n    import kiln_no_such_module\n"
+    (code / "_helper.py").write_text(helper)
+    (code / "export.py").write_text(f"def build(r, w):\n    import {shared}\n")
+    (code / "onnx.py").write_text("from builders.embed import _helper\n")
+    (code / "engine.py").write_text(f"import kiln_no_such_module\nimport {alone}\n")
+    monkeypatch.syspath_prepend(str(lib))
+    monkeypatch.setenv("KILN_STORE", str(tmp_path / "store"))
+    options = {"task": "feature-extraction"}
+    steps = [Step(k, k, options, {}, {"k": k}) for k in ("export", "onnx", "engine", "onnx")]
+    root = tmp_path / "code"
+
+    assert workers.shared_libraries(steps, root) == ["kiln_no_such_module", shared]
     try:
-        assert execute.preload(["probe"]) == [probe]
-        assert probe in sys.modules and other not in sys.modules  # not a wanted kind
-        assert execute.preload(["probe"]) == []  # already imported: nothing to do
+        assert workers.preload(iter(steps), workers.cores(), root) == []  # a core each
+        assert shared not in sys.modules
+        assert workers.preload(iter(steps), workers.cores() + 1, root) == [shared]
+        assert alone not in sys.modules  # one kind's own: its worker imports it
+        assert workers.preload(iter(steps), workers.cores() + 1, root) == []  # done once
     finally:
-        for name in (probe, other):
+        for name in (shared, f"{shared}.sub", alone):
             sys.modules.pop(name, None)
