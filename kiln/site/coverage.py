@@ -2,7 +2,9 @@
 
 Data: catalog/architectures.yaml (kiln.catalog.architectures) plus the manifests,
 which alone decide a verdict: a recipe with no manifest is "not built", never a pass.
-The README table and the site's coverage page are rendered from `rows()`.
+docs/coverage.md ends with the table `markdown(rows())` renders (`--write` refreshes
+it; tests/unit/test_docs.py fails when it is stale), and the site renders that page
+into its manual.
 """
 
 from __future__ import annotations
@@ -74,19 +76,20 @@ def counts(table: list[Row]) -> dict[str, int]:
 
 
 def _link(cell: Cell) -> str:
-    text = f"{cell.verdict}" if cell.evidence is None else f"[{cell.verdict}]({cell.evidence})"
+    """A verdict linking its manifest, relative to docs/ (the page the table is in)."""
+    text = cell.verdict if cell.evidence is None else f"[{cell.verdict}](../{cell.evidence})"
     return f"`{cell.recipe}`: {text}"
 
 
 def markdown(table: list[Row]) -> str:
-    """The README's table: one line per architecture, each verdict linking its evidence."""
+    """The coverage page's table: one line per architecture, each verdict linking its evidence."""
     lines = [
         "| architecture | family | tiny recipe: verdict | real recipes | why not |",
         "|---|---|---|---|---|",
     ]
     for r in table:
         tiny = _link(r.tiny) if r.tiny else r.status
-        real = "<br>".join(_link(c) for c in r.real) or "-"
+        real = ", ".join(_link(c) for c in r.real) or "-"  # no <br>: the site renders no raw HTML
         why = r.tiny.reason if r.tiny and r.tiny.verdict != "pass" else r.reason
         lines.append(
             f"| {r.architecture} | {r.family or '-'} | {tiny} | {real} | {why.replace('|', '/')} |"
@@ -94,19 +97,25 @@ def markdown(table: list[Row]) -> str:
     return "\n".join(lines) + "\n"
 
 
-BEGIN, END = "<!-- coverage:begin -->", "<!-- coverage:end -->"
+PAGE = "docs/coverage.md"
+# The page's last section is the table: everything after this heading is generated.
+# (Not an HTML comment marker: the site renders Markdown with raw HTML off, issue 38.)
+HEADING = "\n## The table\n"
 
 
-def write_readme(cat: Catalog) -> bool:
-    """Rewrite the README's coverage section from the manifests; True if it changed."""
-    path = cat.paths.root / "README.md"
-    text = path.read_text()
-    start, stop = text.index(BEGIN) + len(BEGIN), text.index(END)
-    table = rows(cat)
+def section(table: list[Row]) -> str:
+    """What follows HEADING: the counts per verdict, then the table."""
     summary = ", ".join(f"{n} {verdict}" for verdict, n in counts(table).items())
-    new = f"{text[:start]}\n{summary}.\n\n{markdown(table)}{text[stop:]}"
+    return f"\n{summary}.\n\n{markdown(table)}"
+
+
+def write(cat: Catalog) -> bool:
+    """Rewrite the coverage page's table from the manifests; True if it changed."""
+    path = cat.paths.root / PAGE
+    text = path.read_text(encoding="utf-8")
+    new = text[: text.index(HEADING) + len(HEADING)] + section(rows(cat))
     if new != text:
-        path.write_text(new)
+        path.write_text(new, encoding="utf-8")
     return new != text
 
 
@@ -115,6 +124,6 @@ if __name__ == "__main__":
 
     from kiln import catalog
 
-    if sys.argv[1:] != ["--readme"]:
-        sys.exit("usage: python -m kiln.site.coverage --readme")
-    print("README.md updated" if write_readme(catalog.load()) else "README.md up to date")
+    if sys.argv[1:] != ["--write"]:
+        sys.exit(f"usage: python -m kiln.site.coverage --write  (refreshes {PAGE})")
+    print(f"{PAGE} updated" if write(catalog.load()) else f"{PAGE} up to date")

@@ -143,10 +143,12 @@ def test_real_recipes_check_and_plan_without_the_hub(tmp_path: Path) -> None:
     assert not (tmp_path / "no-hub").exists()  # planning never touched a hub
 
 
-def test_readme_coverage_table_matches_the_manifests() -> None:
-    readme = (ROOT / "README.md").read_text()
-    table = coverage.markdown(coverage.rows(catalog.load(catalog.Paths(ROOT))))
-    assert table in readme, "README coverage table is stale: python -m kiln.site.coverage --readme"
+def test_the_coverage_page_ends_with_the_table_the_manifests_give() -> None:
+    page = (ROOT / coverage.PAGE).read_text(encoding="utf-8")
+    table = coverage.section(coverage.rows(catalog.load(catalog.Paths(ROOT))))
+    assert page.endswith(coverage.HEADING + table), (
+        f"{coverage.PAGE}'s table is stale: python -m kiln.site.coverage --write"
+    )
 
 
 def _verdicts(world: World, names: list[str]) -> dict[str, dict[str, object]]:
