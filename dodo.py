@@ -54,5 +54,5 @@ DOIT_CONFIG = {
     "dep_file": ".doit.sqlite",
     "verbosity": 2,
     # format=json: stdout is one JSON document, so doit's own lines go to stderr.
-    **({"reporter": tasks.StderrReporter} if get_var("format") == "json" else {}),
+    "reporter": tasks.StderrReporter if get_var("format") == "json" else tasks.Reporter,
 }

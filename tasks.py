@@ -274,7 +274,37 @@ VERBS = {v.name: v for v in ALL}
 ALSO = {"site": [v.name for v in SERVE.vars]}
 
 
-class StderrReporter(ConsoleReporter):
+# What this `doit build` did, told each task's outcome by the reporter (set by
+# task_build, in the main process whatever `-n` is).
+SUMMARY: Any = None
+
+
+class Reporter(ConsoleReporter):
+    """doit's console reporter; at the end of a build, kiln's summary of it."""
+
+    def execute_task(self, task: Any) -> None:
+        super().execute_task(task)
+        self._saw(task, "ran")
+
+    def skip_uptodate(self, task: Any) -> None:
+        super().skip_uptodate(task)
+        self._saw(task, "reused")
+
+    def add_failure(self, task: Any, fail: Any) -> None:
+        super().add_failure(task, fail)
+        self._saw(task, "failed")
+
+    def complete_run(self) -> None:
+        super().complete_run()
+        if SUMMARY is not None and SUMMARY.plans:
+            self.outstream.write(SUMMARY.render() + "\n")
+
+    def _saw(self, task: Any, outcome: str) -> None:
+        if SUMMARY is not None and task.name.startswith("build:"):
+            SUMMARY.saw(task.name, outcome)
+
+
+class StderrReporter(Reporter):
     """doit's own lines (`.  diff`, a task's failure) on stderr, so that stdout holds
     only what the command prints: with `format=json`, one JSON document (dodo.py)."""
 
@@ -426,10 +456,6 @@ def _note(name: str, message: str) -> Task:
     return {"name": name, "actions": [(say, [message])], "uptodate": [False], "verbosity": 2}
 
 
-def _task_name(step: Any) -> str:
-    return f"{step.kind}-{step.key[:12]}"
-
-
 def _workers() -> int:
     """How many worker processes doit builds in: N of `doit -n N` with the process
     runner, else 1 (threads share one process's pools). doit keeps N on its runner
@@ -448,7 +474,7 @@ def _workers() -> int:
 
 @create_after(executed=None, creates=["build"])
 def task_build() -> Iterator[Task]:
-    from kiln.commands import build
+    from kiln.commands import build, summary
 
     try:
         values = resolve(BUILD.vars, given(), BUILD.name)
@@ -462,6 +488,8 @@ def task_build() -> Iterator[Task]:
     build.share_cores(workers)  # before doit forks the workers,
     build.preload(targets, workers)  # which then start with the libraries imported
     allow = values["allow_quality_fail"]
+    global SUMMARY
+    SUMMARY = summary.Summary(targets.plans)
     for name, message in targets.notes:
         yield _note(name, message)
     hub = Paths.from_env().hub
@@ -490,10 +518,10 @@ def task_build() -> Iterator[Task]:
             if step.key in seen:
                 continue
             seen[step.key] = step
-            deps = [f"build:{_task_name(by_key[k])}" for k in step.inputs.values()]
+            deps = [f"build:{summary.task_name(by_key[k])}" for k in step.inputs.values()]
             deps += [f"build:{name}" for name in targets.hub_tasks(step)]
             yield {
-                "name": _task_name(step),
+                "name": summary.task_name(step),
                 "meta": {"title": f"{step.kind:<9} {step.name}  [{step.key[:12]}]"},
                 "title": _title,
                 "actions": [(run_step, [p.recipe, p, step.key, step.origin])],
@@ -507,7 +535,7 @@ def task_build() -> Iterator[Task]:
             "meta": {"title": f"manifest  {p.recipe} -> {path}"},
             "title": _title,
             "actions": [(run_build, [build.manifest, p.recipe, p, allow])],
-            "task_dep": [f"build:{_task_name(p.step('validate'))}"],
+            "task_dep": [f"build:{summary.task_name(p.step('validate'))}"],
             "uptodate": [(build.recorded, [p.recipe, p, allow])],
             "verbosity": 2,
         }

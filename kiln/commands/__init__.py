@@ -3,6 +3,7 @@
 workspace.py  the catalog and store of this process, plans, errors pinned to recipe lines
 variables.py  command-line variables: declared per verb, typed, no unknown name ignored
 build.py      plan recipes, ready the hub (tinyhub), run steps, record manifests, ensure_bundle
+summary.py    what one `doit build` did, per recipe: verdict, steps run and reused, bundle
 plancache.py  what a build planned, cached in the store by everything planning reads
 check.py      the catalog, its manifests and its rules, every problem at once
 plan.py       what a build would run, with step keys and why each is stale

@@ -133,6 +133,16 @@ def _why(r: GateResult) -> str:
     return text
 
 
+def shown(r: GateResult) -> str:
+    """One gate as the console shows what decided a verdict:
+    `next_token_agreement 0.768 >= 0.739 (n 512): pass`."""
+    value = "not measured" if r.value is None else f"{r.value:.6g}"
+    op = ">=" if r.direction == "higher" else "<="
+    got = r.measured_n or 0
+    n = "" if not r.n else f" (n {got})" if got >= r.n else f" (n {got}, needs {r.n})"
+    return f"{r.metric} {value} {op} {r.threshold:.6g}{n}: {'pass' if r.passed else 'FAIL'}"
+
+
 def judge(
     thresholds: Thresholds, metrics: dict[str, float]
 ) -> tuple[list[GateResult], Verdict, str]:

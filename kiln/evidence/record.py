@@ -88,10 +88,19 @@ def record(
         done = manifest.find_evidence(path, validate.key, found["date"], lock(store, p), judged_by)
         if done is not None:
             print(f"   {name}: this run is already recorded in {cat.paths.rel(path)}")
+            _decided(done)
             return done
         absent = [s.name for s in p.steps if not store.has(s.key)]
         if absent:
             raise KilnError.one(f"not writing the manifest: {', '.join(absent)} missing")
         manifest.record(path, name, lock(store, p), evidence)
     print(f"   {name}: {verdict}{' (' + reason + ')' if reason else ''} -> {cat.paths.rel(path)}")
+    _decided(evidence)
     return evidence
+
+
+def _decided(evidence: Evidence) -> None:
+    """The gates that decided the verdict, each with its value, bound and n: what the
+    validate step's own line (token match, max |dlogit|: diagnostics) does not say."""
+    for gate in evidence.gates:
+        print(f"     gate {gates_mod.shown(gate)}")

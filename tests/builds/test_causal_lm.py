@@ -59,6 +59,8 @@ def test_a_second_build_executes_nothing(built: World) -> None:
     out = built.doit("build", check=True).stdout
     assert executed(out) == []
     assert out.count("-- ") >= 14
+    *_, head, tail = out.splitlines()  # the summary, last
+    assert head.startswith("summary: 2 recipes in ") and tail == "  2 recipes up to date", out
 
 
 def test_recipes_that_share_a_checkpoint_share_its_steps(built: World) -> None:
@@ -69,6 +71,13 @@ def test_recipes_that_share_a_checkpoint_share_its_steps(built: World) -> None:
         out = built.doit("build", "recipe=tiny-llama-b2", check=True).stdout
         assert executed(out) == ["engine", "bundle", "validate", "manifest"]
         assert built.manifest("tiny-llama-b2")["evidence"][-1]["verdict"] == "pass"
+        # what decided the verdict, then one summary line for the recipe
+        gates = [line.strip() for line in out.splitlines() if line.startswith("     gate ")]
+        assert gates and all(g.endswith(": pass") for g in gates), out
+        summary = out.splitlines()[-1]
+        bundle = built.artifact("tiny-llama-b2", "bundle")
+        assert summary.startswith("  tiny-llama-b2: pass; steps 3 run ("), summary
+        assert summary.endswith(f", 4 reused; bundle {bundle}"), summary
     finally:
         (built.root / "recipes" / "tiny-llama-b2.yaml").unlink()
 
