@@ -138,7 +138,6 @@ class Rules:
                     out.append(Violation(rule.rule, _parts(failed[0])))
         return out
 
-
     def required(self, values: dict[str, Any], path: str) -> Any:
         """The value the first rule that applies to `values` (dotted path -> value)
         demands at `path`, or MISSING: what `doit new` writes so its recipe passes."""

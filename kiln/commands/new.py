@@ -8,8 +8,9 @@ What is decided from it:
 - the task, from the architecture (a causal LM generates text, a sequence classifier
   classifies, ...); an architecture kiln does not build is refused, naming those it
   does (catalog/architectures.yaml: the ones with a tiny recipe that builds here);
-- the thresholds that fit the task and precision, the ones the catalog's recipes of
-  that kind use, and validation.scored_positions when those gates need an n;
+- the thresholds that fit the task and precision, as catalog/rules.yaml's gates rules
+  require them of every recipe, and validation.scored_positions when those gates
+  need an n;
 - build.max_seq_len: MAX_SEQ_LEN, capped by the context length;
 - validation.chat when the checkpoint has a chat template (a causal LM only).
 
@@ -36,8 +37,8 @@ MODELINE = "# yaml-language-server: $schema=../schema/recipe.schema.json"
 # The default longest sequence: the SmolLM2 recipe's; a longer context is opt-in, since
 # the engine's KV cache and the reference are sized by it.
 MAX_SEQ_LEN = 2048
-# Thresholds by precision for a causal LM, as the catalog's recipes use them: every
-# weight precision onnxruntime CPU builds (`precision=`; fp16/bf16 compute is inductor's).
+
+
 def _at(name: str) -> Location:
     return Location("command line", key_path=(name,))
 
