@@ -7,6 +7,8 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -173,6 +175,54 @@ def bundle_dir(world: World, recipe: str) -> Path:
     out = world.doit("plan", f"recipe={recipe}", check=True).stdout
     key = re.search(r"bundle\s+([0-9a-f]{12})", out).group(1)  # type: ignore[union-attr]
     return next((world.store / "objects").glob(f"*/{key}*"))
+
+
+# Runs `-m MODULE ARGS` and writes the process's own peak RSS (VmHWM, KiB) to the file
+# $KILN_TEST_PEAK at exit. wait4's ru_maxrss cannot say it: it survives fork and exec,
+# so a child of a large pytest worker reports the worker's peak (559 MB for a refusal
+# that used 50).
+_PEAK = """import atexit, os, runpy, sys
+def peak():
+    with open("/proc/self/status") as f:
+        kib = next(line.split()[1] for line in f if line.startswith("VmHWM"))
+    with open(os.environ["KILN_TEST_PEAK"], "w") as out:
+        out.write(kib)
+atexit.register(peak)
+sys.argv = [sys.argv[2], *sys.argv[3:]]
+runpy.run_module(sys.argv[0], run_name="__main__", alter_sys=True)
+"""
+
+
+@dataclass(frozen=True)
+class Measured:
+    code: int
+    out: str  # stdout and stderr, interleaved
+    cpu_s: float  # the child's own user + system seconds (wait4)
+    peak_mb: float  # the child's own peak RSS
+
+
+def measured(argv: list[str], env: dict[str, str] | None = None, cwd: Path = ROOT) -> Measured:
+    """Run `python -m MODULE ARGS` (argv as World.argv gives it) in a child and measure it."""
+    assert argv[:2] == [sys.executable, "-m"], argv
+    with tempfile.TemporaryDirectory() as tmp:
+        peak = Path(tmp) / "peak"
+        child = subprocess.Popen(
+            [sys.executable, "-c", _PEAK, *argv[1:]],
+            env={**(env or os.environ), "KILN_TEST_PEAK": str(peak)},
+            cwd=cwd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        assert child.stdout is not None
+        hang = threading.Timer(600, child.kill)  # a hang fails the test, never blocks it
+        hang.start()
+        out = child.stdout.read()
+        _, status, usage = os.wait4(child.pid, 0)
+        hang.cancel()
+        child.returncode = os.waitstatus_to_exitcode(status)
+        kib = int(peak.read_text()) if peak.exists() else 0
+    return Measured(child.returncode, out, usage.ru_utime + usage.ru_stime, kib / 1024)
 
 
 def copy_code(dest: Path) -> Path:

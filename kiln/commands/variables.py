@@ -28,7 +28,7 @@ from typing import Any
 
 from kiln import pins
 from kiln.errors import KilnError, Location, Problem, did_you_mean, one_of
-from kiln.paths import Paths
+from kiln.paths import ROOT, Paths
 
 WHERE = "command line"
 # A chat file, a schema, a grammar or a prompt: 1 MiB is ~250,000 tokens of text, past
@@ -146,9 +146,10 @@ def file_of(name: str, value: str, folder: bool = False) -> Path:
     """The file (or, `folder`, the folder) a variable names, resolved; refused before
     anything is read when it leads out of the repository and the temp folder, is a
     FIFO, a device or a socket, or is a folder where a file is meant."""
-    roots = (Paths.from_env().root, Path(tempfile.gettempdir()))
+    # the catalog's root, this checkout (its shipped clips, when KILN_ROOT is elsewhere)
+    roots = dict.fromkeys((Paths.from_env().root, ROOT, Path(tempfile.gettempdir())))
     try:
-        found = pins.within(Path(value), roots, value)
+        found = pins.within(Path(value), list(roots), value)
     except pins.PinError as exc:
         raise KilnError.one(exc.cause, at(name), exc.fix or f"{name}=FILE") from None
     if found.is_dir() and not folder:

@@ -101,7 +101,14 @@ def _history(cat: Catalog, name: str) -> list[Evidence]:
 
 
 def _jsonable(context: dict[str, Any]) -> dict[str, Any]:
-    return {k: str(v) if isinstance(v, Path) else v for k, v in context.items()}
+    """A step's context as JSON for its child (kiln.replay.step turns the paths back)."""
+
+    def plain(v: Any) -> Any:
+        return (
+            str(v) if isinstance(v, Path) else [plain(x) for x in v] if isinstance(v, tuple) else v
+        )
+
+    return {k: plain(v) for k, v in context.items()}
 
 
 def _plan_all(

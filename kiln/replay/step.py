@@ -47,15 +47,26 @@ def _step(data: dict[str, Any]) -> Step:
     )
 
 
+# The context keys that hold paths (kiln.commands.build.context), sent as text.
+PATHS = ("hub", "root", "packages")
+
+
+def _paths(context: dict[str, Any]) -> dict[str, Any]:
+    for key in PATHS:
+        if key in context:
+            context[key] = Path(context[key])
+    if "never" in context:
+        context["never"] = tuple(Path(p) for p in context["never"])
+    return context
+
+
 def main() -> int:
     request = json.loads(sys.stdin.read())
     _die_with_parent(request["parent"])
     result = Path(request["result"])
     step = _step(request["step"])
     store = Store(Path(request["store"]))
-    context = dict(request["context"])
-    if "hub" in context:
-        context["hub"] = Path(context["hub"])
+    context = _paths(dict(request["context"]))
     try:
         if request["run"]:
             built = remeasure(step, store, context, request["run"])

@@ -160,7 +160,8 @@ def test_which_architectures_pass_at_fp8_and_on_which_host(
             assert record["verdict"] == "pass" and host_class(record["host"]).label == host
     assert answer == fp8_passes_from_manifests(world)
     assert ("LlamaForCausalLM", "NVIDIA H200") in answer  # the GPU run is its own column
-    assert {h for _, h in answer} >= {"NVIDIA H200", "AMD EPYC, 2 cores"}
+    cpus = {h for _, h in answer if not h.startswith("NVIDIA")}
+    assert cpus, answer  # and a CPU host class's column too (whichever host built them)
     # a cell says how many of its recipes agree, and never counts unsupported as a pass
     labels = [t.inner_text() for t in page.locator("#matrix td.cell .n").all()]
     assert any("unsupported-here" in t for t in labels)
@@ -193,7 +194,8 @@ def test_the_matrix_is_one_card_per_architecture_on_a_phone(phone: Loaded) -> No
     labels = [
         c.evaluate("e => getComputedStyle(e, '::before').content").strip('"') for c in shown
     ]  # each line of the card names its precision and host
-    assert "fp8 on NVIDIA H200" in labels and "fp8 on AMD EPYC, 2 cores" in labels
+    assert "fp8 on NVIDIA H200" in labels, labels
+    assert any(label.startswith("fp8 on ") and "cores" in label for label in labels), labels
     assert all(c.locator("a").count() for c in shown)  # only cells with evidence
     for card in rows.all()[:5]:
         box = card.bounding_box()

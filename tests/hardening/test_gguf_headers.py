@@ -12,8 +12,6 @@ from __future__ import annotations
 import os
 import shutil
 import struct
-import subprocess
-import tempfile
 import time
 import tracemalloc
 from collections.abc import Callable
@@ -21,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import ROOT, World, make_world
+from conftest import ROOT, World, make_world, measured
 
 from kiln.headers import MAX_ELEMENTS, UnreadableHeader, check_gguf
 
@@ -148,21 +146,9 @@ def _world(tmp_path: Path) -> World:
 
 def doit_new(world: World, model: str) -> tuple[int, str, float, float]:
     """`doit new name=x model=MODEL` as a user runs it: (exit code, stdout + stderr, CPU
-    seconds, peak RSS in MiB) of that one child, from wait4."""
-    with tempfile.TemporaryFile("w+") as out:
-        child = subprocess.Popen(
-            world.argv("new", "name=x", f"model={model}"),
-            env=world.env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        _, status, usage = os.wait4(child.pid, 0)
-        child.returncode = os.waitstatus_to_exitcode(status)
-        out.seek(0)
-        text = out.read()
-    cpu = usage.ru_utime + usage.ru_stime
-    return child.returncode, text, cpu, usage.ru_maxrss / 1024
+    seconds, peak RSS in MiB) of that one child (conftest.measured)."""
+    got = measured(world.argv("new", "name=x", f"model={model}"), world.env)
+    return got.code, got.out, got.cpu_s, got.peak_mb
 
 
 @pytest.mark.parametrize(("case", "make", "says"), FORGED, ids=[c[0] for c in FORGED])

@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, World, make_world
+from conftest import ROOT, World, make_world, measured
 
 from kiln import pins
 
@@ -200,19 +199,9 @@ def test_fetch_refuses_a_deeply_nested_checkpoint_json(tmp_path: Path) -> None:
 
 
 def _run(*args: str) -> tuple[int, str, float]:
-    """`doit run ARGS` in a child: its exit code, output and own peak RSS (wait4), MB."""
-    child = subprocess.Popen(
-        [sys.executable, "-m", "doit", "-f", str(ROOT / "dodo.py"), "run", *args],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    assert child.stdout is not None
-    out = child.stdout.read()  # to its end: the child has exited or closed it
-    _pid, status, usage = os.wait4(child.pid, 0)
-    child.returncode = os.waitstatus_to_exitcode(status)
-    return child.returncode, out, usage.ru_maxrss / 1024
+    """`doit run ARGS` in a child: its exit code, output and own peak RSS, MB."""
+    got = measured([sys.executable, "-m", "doit", "-f", str(ROOT / "dodo.py"), "run", *args])
+    return got.code, got.out, got.peak_mb
 
 
 @pytest.fixture(scope="module")

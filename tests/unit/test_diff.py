@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import ROOT, World
+from conftest import ROOT, World, copy_code
 
 from kiln.commands import diffing
 from kiln.commands.diff import markdown
@@ -20,7 +20,7 @@ from kiln.plan import plan, toolchain
 from kiln.plan.step import Plan
 from kiln.schema import Manifest, StepLock
 
-COPIED = ("recipes", "thresholds", "prompts", "manifests", "catalog", "builders", "runtime")
+COPIED = ("recipes", "thresholds", "prompts", "manifests", "catalog")  # and copy_code's
 
 
 def git(root: Path, *args: str) -> str:
@@ -35,6 +35,7 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("diff") / "repo"
     for folder in COPIED:
         shutil.copytree(ROOT / folder, root / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    copy_code(root)
     git(root, "init", "-q")
     git(root, "add", "-A")
     git(root, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "base")
@@ -178,8 +179,12 @@ def test_a_recipe_that_moves_cell_loses_its_evidence_there_and_gains_a_planned_e
     repo: World,
 ) -> None:
     edit(repo, "tiny-llama-int8-wo", "  weights: int8-wo\n", "  weights: int4-awq\n")
+    edit(repo, "tiny-llama-int8-wo", "quantized-int8\n", "quantized-int4\n")  # its gates move too
     [r] = compare(repo).recipes
-    assert [str(c) for c in r.fields] == ["precision.weights: int8-wo -> int4-awq"]
+    assert [str(c) for c in r.fields] == [
+        "precision.weights: int8-wo -> int4-awq",
+        "validation.thresholds: quantized-int8 -> quantized-int4",
+    ]
     assert [str(c.cell) for c in r.loses] == ["LlamaForCausalLM × int8-wo × ordinary × onnxruntime"]
     assert [(str(c.cell), c.evidence) for c in r.gains] == [
         ("LlamaForCausalLM × int4-awq × ordinary × onnxruntime", "planned")
