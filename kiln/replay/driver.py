@@ -126,10 +126,13 @@ def _plan_all(
         except KilnError as exc:
             early[name] = Outcome(name, "unsupported-here", brief(exc))
             continue
-        if not build.fetchable_here(p):
+        if not build.fetchable_here(p):  # a checkpoint missing is a failure, as in build
             pins = ", ".join(s.name.removeprefix("fetch ") for s in p.steps if s.kind == "fetch")
-            why = f"{pins} is not in the hub cache and the Hub is not reachable here"
-            early[name] = Outcome(name, "unsupported-here", f"{why}; set KILN_HUB_ONLINE=1")
+            why = f"{pins} is not in the hub cache {cat.paths.hub}, and KILN_HUB_ONLINE is unset"
+            fix = (
+                f"fetch it once (KILN_HUB_ONLINE=1 doit build recipe={name}), or replay without it"
+            )
+            early[name] = Outcome(name, "build-fail", f"{why}; {fix}")
             continue
         need = resources(cat.recipes[name])
         if opts.executor == "local" and need.gpus:

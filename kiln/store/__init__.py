@@ -510,6 +510,21 @@ class Store:
         fsync_dir(target.parent)
         remove_tree(trash)
 
+    def built_here(self) -> set[str]:
+        """The keys of every artifact this store built (log/builds.jsonl): what it can
+        miss. A line that does not read as a journal entry is passed over."""
+        path = self.root / "log" / "builds.jsonl"
+        if not plain_file(self.root, "log", "builds.jsonl"):
+            return set()
+        keys = set()
+        with path.open("rb") as fh:
+            for line in fh:
+                with contextlib.suppress(ValueError):
+                    key = json.loads(line).get("key")
+                    if isinstance(key, str):
+                        keys.add(key)
+        return keys
+
     def journal(self, entry: dict[str, Any]) -> None:
         """Append one line to log/builds.jsonl: who built what, when, in how long.
         One O_APPEND write per line, so lines from concurrent builds never interleave."""

@@ -94,8 +94,9 @@ def audit(
     report = Report(manifests=len(manifests))
     _check_links(store, report)
     _check_objects(store, report)
+    built = store.built_here()
     for where, m in sorted(manifests.items()):
-        _check_manifest(store, where, m, report)
+        _check_manifest(store, where, m, report, built)
         if hub is not None:
             _check_hub(hub, where, m, report)
     keep = set(referenced) | {s.key for m in manifests.values() for s in m.lock.steps}
@@ -154,13 +155,19 @@ def _check_entry(store: Store, entry: Path, report: Report) -> None:
         report.damaged.add(key)
 
 
-def _check_manifest(store: Store, where: str, m: Manifest, report: Report) -> None:
+def _check_manifest(
+    store: Store, where: str, m: Manifest, report: Report, built: set[str]
+) -> None:
+    """Missing: a step this store built (its journal says so) whose artifact is gone.
+    A step it never built is not damage, even beside shared steps it did build (a
+    build of tiny-llama fetches what tiny-llama-fp8's lock names too; issue 43)."""
     absent = [s for s in m.lock.steps if not store.has(s.key)]
-    if absent and len(absent) == len(m.lock.steps):
+    gone = [s for s in absent if s.key in built]
+    if absent and not gone and not any(s.key in built for s in m.lock.steps):
         # A fresh clone, or a lock of another toolchain or host: never built here.
         report.not_here.append(where)
         return
-    for s in absent:  # part of a chain is here and part is gone: something removed it
+    for s in gone:  # built here, and removed since
         report.missing.append(f"{where}: {s.kind} [{s.key[:12]}] is not in the store")
     fetch = next((s for s in m.lock.steps if s.kind == "fetch"), None)
     if fetch is None or not store.has(fetch.key):
