@@ -155,9 +155,7 @@ def _check_entry(store: Store, entry: Path, report: Report) -> None:
         report.damaged.add(key)
 
 
-def _check_manifest(
-    store: Store, where: str, m: Manifest, report: Report, built: set[str]
-) -> None:
+def _check_manifest(store: Store, where: str, m: Manifest, report: Report, built: set[str]) -> None:
     """Missing: a step this store built (its journal says so) whose artifact is gone.
     A step it never built is not damage, even beside shared steps it did build (a
     build of tiny-llama fetches what tiny-llama-fp8's lock names too; issue 43)."""
