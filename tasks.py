@@ -86,6 +86,12 @@ PLAN = Verb(
     (Var("recipe", str, None, RECIPES, metavar="NAMES"), FORMAT),
     "Show what `doit build` would run: steps, keys, and why each is stale.",
 )
+STATUS = Verb(
+    "status",
+    (Var("recipe", str, None, RECIPES, metavar="NAMES"), FORMAT),
+    "Where each recipe stands: its verdict on this host class and on others (scope, "
+    "date), stale or not, built here or not; format=json for bots.",
+)
 DIFF = Verb(
     "diff",
     (
@@ -268,7 +274,7 @@ NEW = Verb(
     "Write a recipe for a checkpoint from its config: `doit new name=NAME model=SOURCE` "
     "(pinned by content, with the thresholds its precision needs; `doit check` accepts it).",
 )
-ALL = (BUILD, CHECK, PLAN, DIFF, RUN, NEW, SITE, SERVE, SCHEMA, VERIFY, GC, REPLAY)
+ALL = (BUILD, CHECK, PLAN, STATUS, DIFF, RUN, NEW, SITE, SERVE, SCHEMA, VERIFY, GC, REPLAY)
 VERBS = {v.name: v for v in ALL}
 # `doit serve` runs `site` first: site accepts serve's variables without using them.
 ALSO = {"site": [v.name for v in SERVE.vars]}
@@ -336,6 +342,10 @@ def command(verb: str) -> Callable[..., Any]:
         from kiln.commands import plan
 
         return plan.show_plan
+    if verb == "status":
+        from kiln.commands import status
+
+        return status.show_status
     if verb == "diff":
         from kiln.commands import diff
 
@@ -555,6 +565,10 @@ def task_check() -> Task:
 
 def task_plan() -> Task:
     return _verb_task(PLAN)
+
+
+def task_status() -> Task:
+    return _verb_task(STATUS)
 
 
 def task_diff() -> Task:

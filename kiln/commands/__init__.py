@@ -7,6 +7,7 @@ summary.py    what one `doit build` did, per recipe: verdict, steps run and reus
 plancache.py  what a build planned, cached in the store by everything planning reads
 check.py      the catalog, its manifests and its rules, every problem at once
 plan.py       what a build would run, with step keys and why each is stale
+status.py     where each recipe stands: verdict here and elsewhere, stale, built here
 diff.py       what a PR changes, as Markdown or JSON; fails when it adds problems
 run.py        run a recipe's bundle (runtime.open, imported inside the function)
 new.py        write a recipe for a checkpoint from its config, as `doit check` accepts it

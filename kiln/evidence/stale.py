@@ -93,12 +93,17 @@ def _short(reasons: list[str], limit: int = 3) -> str:
     return shown + (f"; +{len(reasons) - limit} more" if len(reasons) > limit else "")
 
 
-def find(cat: Catalog, manifests: list[Path] | None = None) -> list[Stale]:
+def find(
+    cat: Catalog,
+    manifests: list[Path] | None = None,
+    parsed: dict[str, Manifest | None] | None = None,
+) -> list[Stale]:
     """Every stale manifest of the catalog (`manifests`: those to consider, default
     every manifests/*.json), sorted by recipe: its lock no longer matches, or its
     verdict was judged under other gates. Plans (and the toolchain's digests) only
     when there are manifests; a manifest that does not parse is not stale here (it
-    is a problem, which `doit check` reports first)."""
+    is a problem, which `doit check` reports first). `parsed`: the manifests already
+    read, by recipe (`doit status` reads them for their evidence too)."""
     from kiln.errors import KilnError
     from kiln.evidence import manifest, review
     from kiln.plan import toolchain
@@ -107,8 +112,10 @@ def find(cat: Catalog, manifests: list[Path] | None = None) -> list[Stale]:
         manifests = sorted(cat.paths.manifests.glob("*.json"))
     if not manifests:
         return []
-    parsed: dict[str, Manifest | None] = {}
+    parsed = dict(parsed or {})
     for path in manifests:
+        if path.stem in parsed:
+            continue
         try:
             parsed[path.stem] = manifest.read(path)
         except KilnError:
