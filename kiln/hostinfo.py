@@ -15,7 +15,7 @@ import platform
 import re
 import shutil
 from collections.abc import Mapping
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 from kiln import proc
 
@@ -84,7 +84,7 @@ def host_class(host: Any) -> HostClass:
     )
 
 
-def scope(environ: Mapping[str, str] | None = None) -> str:
+def scope(environ: Mapping[str, str] | None = None) -> Literal["ci", "local"]:
     """The scope of a record this process makes: 'ci' where the environment says CI
     (CI set to anything but '', '0' or 'false', as CI services set it), else 'local'.
     `doit replay` records 'nightly' itself."""

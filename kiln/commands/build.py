@@ -390,6 +390,7 @@ def _reads(paths: Paths, artifacts: Store, name: str, p: Plan) -> str | None:
             "steps": [s.key for s in p.steps],
             "manifest": stats.digest(manifest_file),
             "read": read,
+            "scope": hostinfo.scope(),  # a record of another scope is not this one's
         }
     )
 

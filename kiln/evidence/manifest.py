@@ -12,9 +12,8 @@ from pathlib import Path
 
 from kiln.canonical import pretty
 from kiln.catalog.yaml import load_json_model
-from kiln.errors import KilnError
 from kiln.fsio import atomic_write
-from kiln.schema import Evidence, GatesRef, Lock, Manifest
+from kiln.schema import Evidence, Lock, Manifest
 
 
 def read(path: Path, display: str | None = None) -> Manifest | None:
@@ -53,29 +52,6 @@ def scope(evidence: Evidence) -> str:
 
 def write(path: Path, manifest: Manifest) -> None:
     atomic_write(path, pretty(manifest.model_dump(mode="json")))
-
-
-def find_evidence(
-    path: Path, step_key: str, date: str, lock: Lock, gates: GatesRef
-) -> Evidence | None:
-    """The record of this validation run (its step key and the date it ran) under this
-    exact lock, judged under these gates, if the manifest has one. Evidence is one
-    record per run and judgement: a fresh clone that validates again on another
-    machine appends its own record, and so does a run re-judged under edited gates."""
-    try:
-        current = read(path)
-    except KilnError:
-        return None
-    if current is None or current.lock != lock:
-        return None
-    return next(
-        (
-            e
-            for e in reversed(current.evidence)
-            if (e.step_key, e.date, e.thresholds) == (step_key, date, gates)
-        ),
-        None,
-    )
 
 
 def record(path: Path, recipe: str, lock: Lock, evidence: Evidence) -> Manifest:

@@ -7,6 +7,7 @@ last, under a lock, and only when every artifact it names is in the store.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from kiln import hostinfo
@@ -18,7 +19,7 @@ from kiln.evidence import gates as gates_mod
 from kiln.evidence import manifest
 from kiln.evidence.lock import lock
 from kiln.plan.step import Plan, Step
-from kiln.schema import Evidence, GatesRef
+from kiln.schema import Evidence, GatesRef, Lock
 from kiln.store import Store, unsupported
 
 
@@ -43,32 +44,27 @@ def _gates(cat: Catalog, name: str) -> GatesRef:
 
 
 def find_recorded(cat: Catalog, store: Store, name: str, p: Plan) -> Evidence | None:
-    """The manifest's record of the run in the store, under this exact lock and judged
-    under the recipe's current gates; None when it has none (then record() appends
-    one: for edited gates, the same metrics judged again, no step rerun)."""
+    """The manifest's record of the run in the store, or of one it would repeat: under
+    this exact lock and the recipe's current gates, for this validate step, on this
+    host class and scope, with the same verdict and the same gates passed (issue 43: a
+    rebuild of an unchanged recipe on the same kind of host rewrites nothing tracked;
+    its timings alone never do). None when there is none: then record() appends one
+    (for edited gates, the same metrics judged again, no step rerun)."""
     if not all(store.has(s.key) for s in p.steps):
         return None
-    validate = p.step("validate")
-    date = measured(cat, store, validate, name)["date"]
-    return manifest.find_evidence(
-        cat.paths.manifest(name), validate.key, date, lock(store, p), _gates(cat, name)
-    )
+    return _recorded(cat.paths.manifest(name), lock(store, p), _judged(cat, store, name, p))
 
 
-def record(
-    cat: Catalog, store: Store, name: str, p: Plan, extra: dict[str, Any] | None = None
-) -> Evidence:
-    """Judge the validation against the recipe's gates and append the evidence.
-    `extra`: what a replay adds (attempt, step durations, scope "nightly"); otherwise
-    the scope is the environment's (kiln.hostinfo.scope: "ci" in CI, else "local")."""
+def _judged(cat: Catalog, store: Store, name: str, p: Plan) -> Evidence:
+    """The evidence record of the validation in the store, judged by the recipe's gates
+    (not written anywhere)."""
     validate = p.step("validate")
     found = measured(cat, store, validate, name)
-    judged_by = _gates(cat, name)
     thresholds = cat.thresholds[cat.recipe(name).validation.thresholds]
     gates, verdict, reason = gates_mod.judge(thresholds, found["metrics"])
     if "unsupported" in found:  # no metrics were measured, and none are claimed
         gates, verdict, reason = [], "unsupported-here", found["unsupported"]
-    evidence = Evidence(
+    return Evidence(
         date=found["date"],
         host=found["host"],
         backend=found["backend"],
@@ -77,24 +73,69 @@ def record(
         gates=gates,
         verdict=verdict,
         reason=reason,
-        thresholds=judged_by,
+        thresholds=_gates(cat, name),
         features=found.get("features"),
-        **{"scope": hostinfo.scope(), **(extra or {})},  # a replay says "nightly"
+        scope=hostinfo.scope(),  # "ci" or "local" (a replay's "nightly" is extra)
     )
+
+
+def _recorded(
+    path: Path, current_lock: Lock, run: Evidence, equivalent: bool = True
+) -> Evidence | None:
+    """The manifest's record of `run` (or, `equivalent`, of one it repeats), if its lock
+    is this lock."""
+    try:
+        current = manifest.read(path)
+    except KilnError:
+        return None
+    if current is None or current.lock != current_lock:
+        return None
+    return next((e for e in reversed(current.evidence) if _same(e, run, equivalent)), None)
+
+
+def _same(old: Evidence, new: Evidence, equivalent: bool = True) -> bool:
+    """The same run, or (`equivalent`) one that says nothing new: same step, gates, host
+    class, scope and verdict, and the same gates passed. Timings and the date are not
+    compared."""
+    if (old.step_key, old.thresholds) != (new.step_key, new.thresholds):
+        return False
+    if old.date == new.date:
+        return True  # this very run
+    return equivalent and (
+        hostinfo.host_class(old.host).key == hostinfo.host_class(new.host).key
+        and (old.scope or "local") == (new.scope or "local")
+        and old.verdict == new.verdict
+        and [(g.metric, g.passed) for g in old.gates] == [(g.metric, g.passed) for g in new.gates]
+    )
+
+
+def record(
+    cat: Catalog, store: Store, name: str, p: Plan, extra: dict[str, Any] | None = None
+) -> Evidence:
+    """Judge the validation against the recipe's gates and append the evidence, unless
+    the manifest holds an equivalent record (_same). `extra`: what a replay adds
+    (attempt, step durations, scope "nightly"); otherwise the scope is the
+    environment's (kiln.hostinfo.scope: "ci" in CI, else "local")."""
+    evidence = _judged(cat, store, name, p)
+    if extra:
+        evidence = evidence.model_copy(update=extra)
     path = cat.paths.manifest(name)
     # Concurrent builds of one recipe record one run once (issue 7), and a manifest
     # never names an artifact that is not there (it is written last).
     with store.lock(key_of({"manifest": str(path.resolve())}), f"manifest {name}"):
-        done = manifest.find_evidence(path, validate.key, found["date"], lock(store, p), judged_by)
+        # a replay records each run it re-measured (its report compares them)
+        done = _recorded(path, lock(store, p), evidence, equivalent=not extra)
         if done is not None:
-            print(f"   {name}: this run is already recorded in {cat.paths.rel(path)}")
+            when = "this run" if done.date == evidence.date else f"as recorded on {done.date}"
+            print(f"   {name}: {done.verdict}, {when}: {cat.paths.rel(path)} unchanged")
             _decided(done)
             return done
         absent = [s.name for s in p.steps if not store.has(s.key)]
         if absent:
             raise KilnError.one(f"not writing the manifest: {', '.join(absent)} missing")
         manifest.record(path, name, lock(store, p), evidence)
-    print(f"   {name}: {verdict}{' (' + reason + ')' if reason else ''} -> {cat.paths.rel(path)}")
+    reason = f" ({evidence.reason})" if evidence.reason else ""
+    print(f"   {name}: {evidence.verdict}{reason} -> {cat.paths.rel(path)}")
     _decided(evidence)
     return evidence
 

@@ -7,6 +7,7 @@ import hashlib
 import json
 import re
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -205,9 +206,14 @@ def test_a_tampered_checkpoint_file_is_refused_with_both_digests(
 
 
 def test_a_new_validation_run_appends_to_a_committed_manifest(tmp_path: Path, built: World) -> None:
-    """A fresh clone carries manifests from elsewhere; its own run adds its own record."""
+    """A fresh clone carries manifests from elsewhere; its own run on another host
+    class adds its own record (on the same class, an equivalent one adds nothing:
+    test_rebuilding_an_unchanged_recipe_leaves_git_clean)."""
     world = make_world(tmp_path, built.hub, ("tiny-llama",))
-    shutil.copy(built.root / "manifests" / "tiny-llama.json", world.root / "manifests")
+    data = built.manifest("tiny-llama")
+    for e in data["evidence"]:
+        e["host"] = {**e["host"], "cpu": "Another CPU", "cores": 64}
+    (world.root / "manifests" / "tiny-llama.json").write_text(json.dumps(data))
     before = world.manifest("tiny-llama")["evidence"]
     world.doit("build", "recipe=tiny-llama", check=True)
     after = world.manifest("tiny-llama")["evidence"]
@@ -262,7 +268,7 @@ def test_edited_gates_rejudge_the_recorded_metrics_and_a_quality_fail_exits_1(
     assert again["thresholds"]["sha256"] != first["thresholds"]["sha256"]
 
     repeat = world.doit("build", "recipe=tiny-llama")  # a recorded fail still fails
-    assert repeat.returncode == 1 and "already recorded" in repeat.stdout
+    assert repeat.returncode == 1 and "manifests/tiny-llama.json unchanged" in repeat.stdout
     assert len(world.manifest("tiny-llama")["evidence"]) == 2
     allowed = world.doit("build", "recipe=tiny-llama", "allow_quality_fail=1")
     assert allowed.returncode == 0, allowed.stdout + allowed.stderr
@@ -421,3 +427,34 @@ def test_shapes_it_cannot_prove_are_left_alone_with_the_reason_and_no_stray_file
     assert moved == 0 and why is not None and "symbolic shape inference" in why
     assert [n.input[:] for n in model.graph.node][-1] == ["s1", "s2"]
     assert list(tmp_path.iterdir()) == []
+
+
+def test_rebuilding_an_unchanged_recipe_leaves_git_clean(tmp_path: Path, hub: Path) -> None:
+    """Issue 43: a build that validates again what the manifest already says (same
+    lock, host class, scope, verdict and gates passed) rewrites nothing tracked, on a
+    fresh store and with another thread count; its timings alone never do."""
+    world = make_world(tmp_path, hub, ("tiny-llama",))
+    world.doit("build", "recipe=tiny-llama", check=True)
+
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", "-C", str(world.root), *args], capture_output=True, text=True, check=True
+        ).stdout
+
+    git("init", "-q")
+    git("add", "-A")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "built")
+    for store, threads in ((tmp_path / "store-2", "2"), (tmp_path / "store-3", "1")):
+        again = World(root=world.root, hub=hub, store=store)
+        env = {**again.env, "OMP_NUM_THREADS": threads}
+        out = subprocess.run(
+            again.argv("build", "recipe=tiny-llama"),
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert "validate" in executed(out.stdout)  # it did validate again
+        assert "manifest" not in executed(out.stdout), out.stdout  # and it is recorded
+        assert git("status", "--porcelain", "manifests/") == ""
