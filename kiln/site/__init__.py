@@ -41,7 +41,7 @@ from kiln.evidence.manifest import scope as scope_of
 from kiln.hostinfo import host_class
 from kiln.paths import ROOT, Paths
 from kiln.schema import METRICS, Evidence
-from kiln.site import api as siteapi
+from kiln.site import api
 from kiln.site import docs as sitedocs
 from kiln.site import plot as siteplot
 from kiln.site import view as siteview
@@ -220,7 +220,7 @@ def _environment() -> Any:
         NAV=NAV,
         SCOPES=SCOPES,
         GUTTER=siteplot.GUTTER,
-        stale_of=siteapi.stale_reason,
+        stale_of=api.stale_reason,
         scope_of=scope_of,
         zip=zip,
     )
@@ -336,12 +336,12 @@ def pages(site: Site) -> Iterator[PageSpec]:
 
 
 def _json(site: Site) -> Iterator[tuple[str, Any]]:
-    yield "api/recipes.json", siteapi.recipes(site.entries)
+    yield "api/recipes.json", api.recipes(site.entries)
     for e in site.entries:
-        yield f"api/recipes/{e.name}.json", siteapi.detail(e)
-    yield "api/matrix.json", siteapi.matrix(site.matrix)
+        yield f"api/recipes/{e.name}.json", api.detail(e)
+    yield "api/matrix.json", api.matrix(site.matrix)
     rows = feature_rows(site.features)
-    features_api = {"api_version": siteapi.API_VERSION, "features": list(LABELS.values())}
+    features_api = {"api_version": api.API_VERSION, "features": list(LABELS.values())}
     yield "api/features.json", {**features_api, "rows": rows}
 
 
