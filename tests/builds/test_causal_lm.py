@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import ROOT, World, heavy, make_world
+from conftest import ROOT, SLOW, World, heavy, make_world
 
 import tinyhub
 from kiln import hostinfo
@@ -452,7 +452,7 @@ def test_rebuilding_an_unchanged_recipe_leaves_git_clean(tmp_path: Path, hub: Pa
             env=env,
             capture_output=True,
             text=True,
-            timeout=600,
+            timeout=SLOW,
         )
         assert out.returncode == 0, out.stdout + out.stderr
         assert "validate" in executed(out.stdout)  # it did validate again

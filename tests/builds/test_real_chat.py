@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import ROOT, World, heavy, make_world
+from conftest import ROOT, SLOW, World, heavy, make_world
 
 pytestmark = heavy
 
@@ -160,7 +160,7 @@ def test_chat_reads_turns_from_standard_input(real: Chat) -> None:
         input="What is the capital of France?\n/exit\n",
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=SLOW,
     )
     assert proc.returncode == 0, proc.stderr
     assert "Paris" in proc.stdout, proc.stdout

@@ -15,7 +15,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from conftest import ROOT, World, copy_catalog, heavy, make_world
+from conftest import ROOT, SLOW, World, copy_catalog, heavy, make_world
 
 BLOCKER = 'raise ImportError("cloudpickle is made unimportable by tests/e2e/test_parallel.py")\n'
 
@@ -44,7 +44,7 @@ def doit(world: World, env: dict[str, str], *args: str) -> subprocess.CompletedP
         env=env,
         capture_output=True,
         text=True,
-        timeout=1800,
+        timeout=SLOW,
     )
 
 

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, World, heavy
+from conftest import ROOT, SLOW, World, heavy
 from replaying import copy_world, junit, outcome, recipes
 
 from kiln.canonical import pretty
@@ -233,7 +233,7 @@ def test_a_killed_step_is_retried_and_the_evidence_says_which_attempt(replay_wor
             killed = children[0]
             os.kill(killed, signal.SIGKILL)  # what the OOM killer does to a worker
         time.sleep(0.01)
-    out, _ = driver.communicate(timeout=300)
+    out, _ = driver.communicate(timeout=SLOW)
     assert killed is not None, "the step was never seen running: the test proved nothing"
     assert driver.returncode == 0, out
     assert "was killed by signal 9 (attempt 1)" in out

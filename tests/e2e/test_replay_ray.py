@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import World, heavy
+from conftest import SLOW, World, heavy
 from replaying import copy_world, junit, outcome, recipes
 
 pytestmark = [heavy, pytest.mark.ray]
@@ -110,7 +110,7 @@ def test_ray_replay_survives_a_killed_worker(tmp_path: Path, built: World, clust
     os.kill(pid, signal.SIGKILL)
     cluster.remove_node(worker, allow_graceful=False)
     cluster.add_node(num_cpus=1, node_ip_address=LOOPBACK)  # what an autoscaler brings
-    out, _ = driver.communicate(timeout=300)
+    out, _ = driver.communicate(timeout=SLOW)
     assert driver.returncode == 0, out
 
     r = recipes(w)

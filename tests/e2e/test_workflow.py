@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import ROOT
+from conftest import ROOT, SLOW
 
 WORKFLOW = ROOT / ".github" / "workflows" / "nightly-replay.yml"
 
@@ -23,7 +23,7 @@ def check_jsonschema(path: Path) -> subprocess.CompletedProcess[str]:
         [exe, "--builtin-schema", "vendor.github-workflows", str(path)],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=SLOW,
     )
 
 

@@ -14,7 +14,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from conftest import ROOT, World, heavy, make_world
+from conftest import ROOT, SLOW, World, heavy, make_world
 
 pytestmark = heavy
 
@@ -35,7 +35,7 @@ def test_four_concurrent_builds_run_each_step_once(tmp_path: Path, hub: Path, bu
         )
         for _ in range(4)
     ]
-    outputs = [p.communicate(timeout=900)[0] for p in procs]
+    outputs = [p.communicate(timeout=SLOW)[0] for p in procs]
     for p, out in zip(procs, outputs, strict=True):
         assert p.returncode == 0, out
         assert "Traceback" not in out

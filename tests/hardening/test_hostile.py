@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, make_world
+from conftest import ROOT, SLOW, make_world
 
 CORPUS = ROOT / "tests" / "hostile"
 GOOD = (ROOT / "recipes" / "tiny-llama.yaml").read_text()
@@ -97,7 +97,7 @@ def test_every_hostile_recipe_fails_fast_small_and_located(corpus: list[Path]) -
         [sys.executable, str(ROOT / "tests" / "hostile_probe.py"), *map(str, corpus)],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=SLOW,
         cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
@@ -213,7 +213,7 @@ def test_doit_reports_hostile_manifests_without_a_traceback_or_a_hang(
     # plan reads the manifest of the recipe it plans: make that one hostile too
     (world.root / "manifests" / "tiny-llama.json").write_text("[" * 100_000 + "]" * 100_000)
     proc = subprocess.run(
-        world.argv(*command), env=world.env, capture_output=True, text=True, timeout=120
+        world.argv(*command), env=world.env, capture_output=True, text=True, timeout=SLOW
     )
     out = proc.stdout + proc.stderr
     assert "Traceback" not in out and "RecursionError" not in out, out[-3000:]

@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, SLOW
 
 from kiln import pins, proc
 
@@ -175,7 +175,7 @@ def _refused(*args: str, **env: str) -> str:
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=SLOW,
         env={**os.environ, **env},
     )
     out = done.stdout + done.stderr

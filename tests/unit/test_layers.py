@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import BANNED, ROOT
+from conftest import BANNED, ROOT, SLOW
 
 # ---------------------------------------------------------------- what Python imports
 
@@ -51,7 +51,7 @@ def imported_modules(*args: str) -> set[str]:
         capture_output=True,
         text=True,
         cwd=ROOT,
-        timeout=120,
+        timeout=SLOW,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     names = set()

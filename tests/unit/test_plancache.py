@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, World, make_world
+from conftest import ROOT, SLOW, World, make_world
 
 from kiln import catalog, statcache
 from kiln.commands import build, plancache, workspace
@@ -194,7 +194,7 @@ def imported(world: World, *args: str) -> tuple[str, set[str]]:
         env={**world.env, "KILN_HUB_ONLINE": "1"},
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=SLOW,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     names = {
