@@ -41,7 +41,7 @@ from kiln.paths import ROOT, Paths
 if TYPE_CHECKING:
     from kiln.catalog import rules as rules_mod
     from kiln.catalog.cache import ParseCache
-    from kiln.catalog.diagnose import Source
+    from kiln.catalog.yaml import Source
     from kiln.schema import PromptSet, Recipe, Thresholds
 
     M = TypeVar("M", Recipe, Thresholds, PromptSet)
@@ -368,7 +368,7 @@ def _local_sources(catalog: Catalog, name: str, recipe: Recipe) -> list[Problem]
     nothing in it linking out (kiln.pins.local_source): refused here, before fetch
     reads a byte. Stat only: the digest is fetch's to check."""
     from kiln import pins
-    from kiln.schema import Source as Pinned  # not diagnose.Source, a YAML file
+    from kiln.schema import Source as Pinned  # not yaml.Source, a YAML file
 
     sources: list[tuple[tuple[str, ...], Pinned]] = [(("model",), recipe.model)]
     sources += [(("companions", role), c) for role, c in sorted(recipe.companions.items())]

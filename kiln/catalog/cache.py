@@ -10,7 +10,7 @@ Only files that parse cleanly are cached, with their text and the plain data the
 guarded parser built from it; a file with a problem is parsed afresh every time, so
 its diagnostics are the parser's own. A hit gives back the text and the data, and
 the node tree that locations need is composed again from the text only when an
-error asks for it (diagnose.Source); a file parsed afresh keeps no tree either.
+error asks for it (yaml.Source); a file parsed afresh keeps no tree either.
 
 Never trusted blindly: the file is written atomically (kiln.fsio; not durably: a
 crash may lose it, never mix it) with the sha256 of
@@ -35,7 +35,7 @@ from typing import Any
 import yaml
 
 from kiln.catalog import yaml as guarded
-from kiln.catalog.diagnose import Source
+from kiln.catalog.yaml import Source
 from kiln.errors import KilnError
 from kiln.fsio import atomic_write
 from kiln.paths import Paths

@@ -12,13 +12,16 @@ from __future__ import annotations
 import re
 import typing
 from collections.abc import Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import yaml
 from pydantic import BaseModel, ValidationError
 
 from kiln.errors import MAX_PROBLEMS, KilnError, Location, Problem, capped, did_you_mean, one_of
 from kiln.schema import PATTERN_HELP
+
+if TYPE_CHECKING:  # a type only: kiln.catalog.yaml reads files and imports this module
+    from kiln.catalog.yaml import Source
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -34,31 +37,6 @@ def snippet(text: str, line: int, column: int) -> str:
         src, column = src[start : start + 120], column - start
     gutter = f"{line:>5} | "
     return f"{gutter}{src}\n{' ' * (len(gutter) + column - 1)}^"
-
-
-class Source:
-    """One YAML file as composed: where its keys are.
-
-    A file read from the parse cache (kiln/catalog/cache.py) comes with its text
-    only; its node tree is composed from that text the first time a location is
-    asked for, which only an error does."""
-
-    __slots__ = ("_node", "file", "text")
-
-    def __init__(self, file: str, text: str, node: yaml.Node | None = None) -> None:
-        self.file, self.text, self._node = file, text, node
-
-    @property
-    def node(self) -> yaml.Node:
-        if self._node is None:
-            from kiln.catalog.yaml import compose
-
-            self._node = compose(self.file, self.text)
-        return self._node
-
-    def location(self, node: yaml.Node, path: tuple[str | int, ...] = ()) -> Location:
-        line, col = node.start_mark.line + 1, node.start_mark.column + 1
-        return Location(self.file, line, col, path, snippet(self.text, line, col))
 
 
 def find(node: yaml.Node, loc: Sequence[Any]) -> tuple[yaml.Node, yaml.Node | None, int]:

@@ -18,7 +18,7 @@ from kiln.catalog import RULES_FILE
 from kiln.errors import Problem
 
 if TYPE_CHECKING:
-    from kiln.catalog.diagnose import Source
+    from kiln.catalog.yaml import Source
 
 MISSING = object()
 

@@ -23,7 +23,7 @@ import yaml
 from pydantic import BaseModel
 
 from kiln import pins
-from kiln.catalog.diagnose import Source, find, snippet, validate
+from kiln.catalog.diagnose import find, snippet, validate
 from kiln.catalog.indent import misindented
 from kiln.errors import MAX_PROBLEMS, KilnError, Location, Problem, capped
 
@@ -371,6 +371,29 @@ def read_yaml(file: str, raw: bytes) -> tuple[str, yaml.Node, Any]:
     if builder.problems:
         raise KilnError(capped(builder.problems, file))
     return text, node, data
+
+
+class Source:
+    """One YAML file as composed: where its keys are.
+
+    A file read from the parse cache (kiln/catalog/cache.py) comes with its text
+    only; its node tree is composed from that text the first time a location is
+    asked for, which only an error does."""
+
+    __slots__ = ("_node", "file", "text")
+
+    def __init__(self, file: str, text: str, node: yaml.Node | None = None) -> None:
+        self.file, self.text, self._node = file, text, node
+
+    @property
+    def node(self) -> yaml.Node:
+        if self._node is None:
+            self._node = compose(self.file, self.text)
+        return self._node
+
+    def location(self, node: yaml.Node, path: tuple[str | int, ...] = ()) -> Location:
+        line, col = node.start_mark.line + 1, node.start_mark.column + 1
+        return Location(self.file, line, col, path, snippet(self.text, line, col))
 
 
 def read_source(path: Path, display: str | None = None) -> tuple[Source, Any]:
