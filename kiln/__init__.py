@@ -3,7 +3,7 @@
 The core, one sub-package per stage of the data flow; each imports only the ground
 floor and the stages to its left (tests/unit/test_layers.py):
 
-  schema.py errors.py canonical.py fsio.py hostinfo.py paths.py   the ground floor
+  schema/ errors.py canonical.py fsio.py hostinfo.py paths.py   the ground floor
   statcache.py   file digests cached by stat in the store (git's index rule), on the ground floor
   pins.py        what a pin may be: names, versions, digests, local sources, wheels (stdlib)
   proc.py        every process kiln starts; user values after `--` (stdlib)

@@ -63,7 +63,7 @@ PageSpec = tuple[str, str, dict[str, Any]]
 def sources() -> list[Path]:
     """Every file rendering reads besides the catalog's data: doit's file_dep for `site`."""
     here = Path(__file__).parent  # this package renders: every module of it counts
-    code = [*here.glob("*.py"), here.parent / "schema.py"]
+    code = [*here.glob("*.py"), *(here.parent / "schema").glob("*.py")]
     files = [*TEMPLATES.rglob("*"), *STATIC.rglob("*")]
     files += [SCHEMAS / f"{n}.schema.json" for n in API_SCHEMA_FILES]
     files += sitedocs.sources()  # the manual's pages

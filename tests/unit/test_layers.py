@@ -240,6 +240,7 @@ def violations(folder: str, allowed: Rule, files: list[Path] | None = None) -> l
 
 
 GROUND = {"kiln", "kiln.schema", "kiln.errors", "kiln.canonical", "kiln.fsio", "kiln.hostinfo"}
+GROUND |= {f"kiln.schema.{m}" for m in ("vocabulary", "recipe", "thresholds", "manifest")}
 GROUND |= {"kiln.paths", "kiln.statcache", "kiln.pins", "kiln.proc", "kiln.headers"}
 # The pure-stdlib leaves builders may import beside the contract (kiln.plan.toolchain
 # LEAVES: followed into their steps' keys).

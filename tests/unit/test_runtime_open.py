@@ -84,7 +84,7 @@ def test_an_unknown_variant_is_refused(tmp_path: Path, task: str | None, variant
 
 
 def test_every_task_and_text_generation_variant_has_a_runner() -> None:
-    """The table covers what recipes can declare (kiln/schema.py), no more, no less."""
+    """The table covers what recipes can declare (kiln/schema/recipe.py), no more, no less."""
     assert set(runtime.RUNNERS) == set(TASKS)
     text = runtime.RUNNERS["text-generation"]
     assert set(text) == set(VARIANTS)
