@@ -7,8 +7,8 @@ drafter.py    the drafter engines of speculative variants (MTP, EAGLE-3, DFlash/
 bundle.py     engines + tokenizer + bundle.json
 reference.py  the independent fp32 transformers reference
 validate.py   runs the bundle through runtime/ and measures it against the reference
-backends/     the engine step, one builder per backend: onnxruntime (fp32 and quantized;
-              onnxruntime_half for fp16|bf16), aoti, inductor, tensorrt; a graph (or the
+backends/     the engine step, one builder per backend: onnxruntime (fp32, quantized,
+              and fp16|bf16 through _half.py), aoti, inductor, tensorrt; a graph (or the
               checkpoint) -> an engine
 _adapter _attention _bundle_variants _cache _capture _drafters _features _nbits _ort_attention
 _qdq _text _tracefix

@@ -33,7 +33,7 @@ BUILDABLE: dict[tuple[str, str], tuple[Any, ...]] = {
 }
 # Who builds precision.compute fp16|bf16: the inductor engine computes in the recipe's
 # dtype; the onnxruntime engine converts the fp32 graph to it (weights cast once) and
-# asks onnxruntime to run it (builders/causal_lm/backends/onnxruntime_half.py), for an
+# asks onnxruntime to run it (builders/causal_lm/backends/_half.py), for an
 # ordinary text-generation recipe of fp32 weights. aoti and tensorrt refuse it.
 HALF_COMPUTE = ("inductor", "onnxruntime")
 # Who honours build.prefill_chunk_len: the inductor engine exports a prefill program of

@@ -244,7 +244,7 @@ class Report:
 
 def compare(rev: str, repo: Path, head_root: Path) -> Report:
     """What changes between `rev` of `repo` and the working tree at `head_root`."""
-    versions = current().versions
+    versions = current().versions  # one environment: the two sides share its versions
     with checkout(rev, repo) as base_root:  # planned inside: the digests read its files
         base = side(base_root, Toolchain(versions, base_root), cache=False)
         head = side(head_root, Toolchain(versions, head_root))

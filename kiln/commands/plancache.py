@@ -12,9 +12,9 @@ pydantic; it stats files.
 The inputs key (`inputs()`) is the sha256 of every file planning could read, each by
 its path and its bytes' digest: the catalog's recipes/, thresholds/, prompts/ and
 catalog/ folders, and at the code root the code that reads, checks and plans them
-and whose digests go into step keys (kiln/, builders/, runtime/, catalog/); with the
-library versions in step keys and locks, those of the libraries that read recipes
-(pydantic, PyYAML), and Python's. Folders are listed afresh, so an added or removed
+and whose digests go into step keys (kiln/, builders/, runtime/, catalog/); what is
+installed (every distribution's name and version: those in step keys and locks, and
+those that read recipes), and Python's version. Folders are listed afresh, so an added or removed
 file is a change; the files' digests come from the stat cache (kiln.statcache), so
 an unchanged tree is read by stat alone. Over-approximating is the safe direction:
 any other change is a miss, and the build plans as it always did.
@@ -53,7 +53,6 @@ FORMAT = 1
 MAX_BYTES = 256 << 20
 CATALOG = ("recipes", "thresholds", "prompts", "catalog")  # at the catalog root
 CODE = ("kiln", "builders", "runtime", "catalog")  # at the code root
-READERS = ("pydantic", "pydantic-core", "PyYAML")  # what turns recipe files into recipes
 
 
 def _files(base: Path, folders: tuple[str, ...]) -> list[str]:
@@ -82,16 +81,14 @@ def _digest(stats: statcache.StatCache, path: Path) -> str:
 def inputs(paths: Paths, code: Path = ROOT) -> str:
     """The key of everything planning the catalog at `paths` reads (module docstring)."""
     stats = statcache.shared(paths.store)
-    tools = toolchain.current(code)
     material: dict[str, Any] = {"format": FORMAT, "root": os.path.abspath(paths.root)}
     for name, base, folders in (("catalog", paths.root, CATALOG), ("code", code, CODE)):
         material[name] = [
             [rel, "folder" if rel.endswith("/") else _digest(stats, base / rel)]
             for rel in _files(base, folders)
         ]
-    material["versions"] = {
-        **tools.lock(),
-        **{d: toolchain.version(d) for d in READERS},
+    material["versions"] = {  # what is installed, by name and version, and Python
+        "installed": toolchain.installed(),
         "python-full": platform.python_version(),
     }
     return key_of(material)

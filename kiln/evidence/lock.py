@@ -60,5 +60,11 @@ def lock(store: Store, p: Plan) -> Lock:
             if s.kind == "fetch" and s.role != "model"
         },
         steps=[StepLock(name=s.name, role=s.role, key=s.key, **s.material) for s in p.steps],
-        toolchain=toolchain.current().lock(),
+        toolchain=_toolchain(p),
     )
+
+
+def _toolchain(p: Plan) -> dict[str, str]:
+    """Every library a step of the plan uses, at the version its key has, and Python."""
+    libraries = {lib: v for s in p.steps for lib, v in s.material["libraries"].items()}
+    return {**dict(sorted(libraries.items())), "python": toolchain.python()}

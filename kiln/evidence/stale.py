@@ -125,7 +125,7 @@ def find(
         found = parsed.get(name)
         return found.evidence[-1].host.gpu if found and found.evidence else None
 
-    here = toolchain.current().lock()["python"]
+    here = toolchain.python()
     out = []
     for s in review.manifest_staleness(cat, toolchain.current()):
         if s.recipe not in parsed:

@@ -6,6 +6,11 @@ output (its kind, options, the keys of its inputs, the library versions and the
 code it runs) and nothing else, so steps of different recipes with equal keys
 are one step, and run once.
 
+One key rule: a step writes every option its builder takes, each with its value or
+its default (None, 0, {}), whether or not the recipe sets it. Which options a step
+has follows from its kind, task and backend only. Keys may change at any commit;
+the manifests are rebuilt in the same change (kiln/plan/toolchain.py).
+
   __init__.py   plan(): one recipe -> its steps, in dependency order
   step.py       Step and Plan; a step's key is computed from its material
   variants.py   what each execution variant adds: companions, export options, drafters
@@ -110,9 +115,9 @@ def quantize_step(
         "samples": cal.samples,
         "max_tokens": cal.max_tokens,
         "task": task,
-        **({"block_size": precision.block_size} if precision.block_size else {}),
-        **({"awq_alpha_step": cal.awq_alpha_step} if cal.awq_alpha_step else {}),
-        **({"lm_head_outliers": n} if (n := precision.lm_head_outliers) else {}),
+        "block_size": precision.block_size,
+        "awq_alpha_step": cal.awq_alpha_step,
+        "lm_head_outliers": precision.lm_head_outliers,
     }
     return _step(
         "quantize",
@@ -149,10 +154,14 @@ def lm_head_quantization(precision: Precision | None) -> dict[str, int] | None:
     return {"bits": 8, **outliers}
 
 
-def scoring(recipe: Recipe) -> dict[str, int]:
-    """Text metrics (perplexity, next-token agreement) when the recipe asks for them."""
-    n = recipe.validation.scored_positions
-    return {"scored_positions": n} if n else {}
+def text_checks(recipe: Recipe) -> dict[str, Any]:
+    """What a text-generation reference and validation also take: the positions of
+    the shipped text to score (perplexity, next-token agreement; 0: none) and whether
+    each prompt is a chat turn."""
+    if recipe.task != CAUSAL_LM:
+        return {}
+    validation = recipe.validation
+    return {"scored_positions": validation.scored_positions or 0, "chat": validation.chat}
 
 
 def _fetch(role: str, checkpoint: Checkpoint | Companion, tools: Toolchain) -> Step:
@@ -248,7 +257,7 @@ def _engine_chain(
             "optimize": True,
             "qdq": qdq_form(quantize, build),
             "task": task,
-            **({"lm_head": lm_head} if (lm_head := lm_head_quantization(precision)) else {}),
+            **({"lm_head": lm_head_quantization(precision)} if task == CAUSAL_LM else {}),
         },
         {"export": export},
         tools,
@@ -263,7 +272,7 @@ def attention_form(build: Build) -> str:
     onnxruntime CPU engine (builders/causal_lm/_ort_attention.py; the export falls
     back to the standard form, with the reason, where the installed onnxruntime lacks
     them), ONNX's own ops for every other engine. An fp16|bf16 engine converts the
-    same fp32 graph (builders/causal_lm/backends/onnxruntime_half.py)."""
+    same fp32 graph (builders/causal_lm/backends/_half.py)."""
     return "onnxruntime" if build.backend == "onnxruntime" and build.target == "cpu" else "standard"
 
 
@@ -279,13 +288,10 @@ def _engine(
     verify_len: int = 0,
 ) -> Step:
     """`quantized`: the graph stores quantized weights, which an onnxruntime engine keeps.
-    An inductor engine also takes the compute dtype (a companion's is fp32) and the
-    prefill chunk length, and for a drafting variant the verify length (its program's
-    tokens; absent otherwise, so an ordinary engine's key is as before); an onnxruntime
-    engine takes the compute dtype only when it is not fp32 (its builder converts the
-    graph: kiln.plan.toolchain.builder_module), so every fp32 engine's options, and so
-    its key, stay as they were."""
-    options = {
+    A text-generation engine also takes the compute dtype (a companion's is fp32); an
+    inductor engine the prefill chunk length, the verify length (a drafting variant's
+    program tokens, else 0) and the compile mode (None: the runtime's default)."""
+    options: dict[str, Any] = {
         "task": task,
         "backend": build.backend,
         "max_batch_size": build.max_batch_size,
@@ -294,17 +300,14 @@ def _engine(
         "max_input_len": build.max_input_len or build.max_seq_len,
         "quantized": quantize is not None,
     }
+    compute = precision.compute if precision is not None else "fp32"
+    if task == CAUSAL_LM:
+        options["compute"] = compute
     if build.backend == "inductor":
-        options["compute"] = precision.compute if precision is not None else "fp32"
         options["prefill_chunk_len"] = build.prefill_chunk_len
-        if verify_len:
-            options["verify_len"] = verify_len
-        if build.compile_mode is not None:  # unset: the runtime's default, key as before
-            options["compile_mode"] = build.compile_mode
-    name = f"engine {at} {build.backend}"
-    if build.backend == "onnxruntime" and precision is not None and precision.compute != "fp32":
-        options["compute"] = precision.compute
-        name += f" {precision.compute}"
+        options["verify_len"] = verify_len
+        options["compile_mode"] = build.compile_mode
+    name = f"engine {at} {build.backend}" + ("" if compute == "fp32" else f" {compute}")
     return _step("engine", name, options, inputs, tools, role)
 
 
@@ -341,9 +344,7 @@ def plan(name: str, recipe: Recipe, prompts: PromptSet, tools: Toolchain) -> Pla
     )
     if recipe.task in GENERATES:  # a classifier generates nothing: no tokens to count
         check["max_new_tokens"] = recipe.validation.max_new_tokens
-    check.update({**scoring(recipe), "task": recipe.task})
-    if recipe.validation.chat:
-        check["chat"] = True
+    check.update({**text_checks(recipe), "task": recipe.task})
     reference = _step(
         "reference",
         f"reference {recipe.model.label} fp32",
@@ -351,18 +352,19 @@ def plan(name: str, recipe: Recipe, prompts: PromptSet, tools: Toolchain) -> Pla
         {"checkpoint": fetch, **variants.reference_inputs(recipe, companions)},
         tools,
     )
-    options = {
+    options: dict[str, Any] = {
         "variant": recipe.execution.variant,
         "precision": recipe.precision.model_dump(exclude_none=True),
         "task": recipe.task,
     }
-    speculative = variants.speculative(recipe)
-    if speculative:
-        options["speculative"] = speculative
-    if recipe.prompt_policy is not None:
-        options["prompt_policy"] = recipe.prompt_policy.model_dump(exclude_none=True)
-    if recipe.build.backend == "onnxruntime" and recipe.build.prefill_chunk_len:
-        options["prefill_chunk_len"] = recipe.build.prefill_chunk_len  # read by the runtime
+    if recipe.task == CAUSAL_LM:
+        policy = recipe.prompt_policy
+        options["speculative"] = variants.speculative(recipe) or {}
+        options["prompt_policy"] = {} if policy is None else policy.model_dump(exclude_none=True)
+        # the runtime chunks an onnxruntime engine's prefill; an inductor engine's own
+        # prefill program does (its engine step's prefill_chunk_len)
+        onnxruntime = recipe.build.backend == "onnxruntime"
+        options["prefill_chunk_len"] = recipe.build.prefill_chunk_len if onnxruntime else 0
     bundle = _step(
         "bundle",
         f"bundle {name}",

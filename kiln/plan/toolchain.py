@@ -1,6 +1,13 @@
 """What a step's output depends on besides its options: library versions and our code.
 
-Versions come from package metadata, so nothing heavy is imported. A step's code is
+Keys may change at any commit. Nothing here, nor in the planner, keeps an old key:
+a change that re-keys steps rebuilds the manifests it makes stale in the same change
+(`doit check` names them), so no option, branch or module exists to preserve one.
+
+A step's libraries are the distributions of the third-party packages its code
+imports (the closure below, mapped by importlib.metadata.packages_distributions()),
+and those INDIRECT names for what they load on its behalf, each at its installed
+version (package metadata: nothing heavy is imported). A step's code is
 the static import closure of its builder module (`builder_module`, the one dispatch
 rule, which kiln.store.execute runs by), read with `ast`; nothing is imported:
 
@@ -33,10 +40,13 @@ is seen the next time.
 from __future__ import annotations
 
 import ast
+import contextlib
 import hashlib
+import os
 import platform
+import sys
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from importlib import metadata
 from pathlib import Path
@@ -46,33 +56,14 @@ from kiln import statcache
 from kiln.canonical import key_of
 from kiln.paths import ROOT, Paths
 
-# Libraries whose version can change a step's output, by step kind.
-LIBRARIES: dict[str, tuple[str, ...]] = {
-    "fetch": (),
-    "import": ("torch", "transformers", "gguf", "safetensors", "tokenizers", "accelerate"),
-    "reference": ("torch", "transformers", "tokenizers", "safetensors", "peft"),
-    "quantize": ("nvidia-modelopt", "torch", "transformers", "safetensors"),
-    # onnxruntime: the export writes its fused attention where its schema has it
-    "export": ("torch", "transformers", "onnx", "onnxruntime", "safetensors", "peft"),
-    "onnx": ("onnx", "onnxscript", "onnxruntime"),
-    "engine": ("onnxruntime",),
-    "drafter": ("torch", "transformers", "onnx", "onnxruntime", "safetensors"),
-    "bundle": (),
-    "validate": ("onnxruntime", "numpy", "tokenizers"),
+# What a library loads on a step's behalf, whose version can change the step's output
+# although no file of the step imports it: transformers reads tokenizers with
+# `tokenizers`, weights with `safetensors` and GGUF files with `gguf`; onnxscript
+# writes its graphs with `onnx`.
+INDIRECT: dict[str, tuple[str, ...]] = {
+    "transformers": ("tokenizers", "safetensors", "gguf"),
+    "onnxscript": ("onnx",),
 }
-
-# What an engine built by a backend other than onnxruntime also depends on.
-BACKEND_LIBRARIES: dict[str, tuple[str, ...]] = {
-    "onnxruntime": (),
-    "aoti": ("torch",),
-    "inductor": ("torch", "transformers", "safetensors"),
-    "tensorrt": ("tensorrt",),
-}
-
-# What an onnxruntime engine converted to fp16|bf16 also depends on (onnx's types and
-# shape inference), and the module that builds it (builder_module).
-HALF_LIBRARIES = ("onnx",)
-HALF_ENGINE = "builders.causal_lm.backends.onnxruntime_half"
 
 # The packages whose files are a step's code: the builders and the runtime they run;
 # and the core's pure-stdlib leaves that builders import beside the contract (the
@@ -83,8 +74,7 @@ LEAVES = ("kiln.pins", "kiln.proc")
 
 def builder_module(kind: str, options: Mapping[str, Any]) -> str:
     """The module whose build() runs a step: builders.fetch for the one shared step;
-    a text-generation engine's backend module (an onnxruntime engine of compute fp16 or
-    bf16: HALF_ENGINE); else builders.<family>.<kind>."""
+    a text-generation engine's backend module; else builders.<family>.<kind>."""
     if kind == "fetch":
         return "builders.fetch"
     if kind == "import":
@@ -93,8 +83,6 @@ def builder_module(kind: str, options: Mapping[str, Any]) -> str:
 
     family = FAMILY[options["task"]]
     if kind == "engine" and family == "causal_lm":
-        if options["backend"] == "onnxruntime" and options.get("compute", "fp32") != "fp32":
-            return HALF_ENGINE  # its own module: fp32 engines' code digests stay as they were
         return f"builders.causal_lm.backends.{options['backend']}"
     return f"builders.{family}.{kind}"
 
@@ -122,21 +110,29 @@ def version_of(found: metadata.Distribution) -> str:
     return str(found.version)
 
 
+def python() -> str:
+    """The Python a key's code digests were made by (its major.minor: `ast.dump`)."""
+    return ".".join(platform.python_version_tuple()[:2])
+
+
 @dataclass(frozen=True)
 class Toolchain:
     """Everything outside the recipe that step keys depend on: library versions, and
-    the code at `root`."""
+    the code at `root`. `versions` caches what steps asked for (two toolchains of one
+    environment, as `doit diff` plans the base and the head, may share it)."""
 
-    versions: dict[str, str]
+    versions: dict[str, str] = field(default_factory=dict)
     root: Path = ROOT
 
-    def libraries(
-        self, kind: str, backend: str | None = None, compute: str = "fp32"
-    ) -> dict[str, str]:
-        extra = BACKEND_LIBRARIES.get(backend or "", ()) if kind == "engine" else ()
-        if kind == "engine" and backend == "onnxruntime" and compute != "fp32":
-            extra += HALF_LIBRARIES
-        return {lib: self.versions[lib] for lib in (*LIBRARIES[kind], *extra)}
+    def version(self, dist: str) -> str:
+        if dist not in self.versions:
+            self.versions[dist] = version(dist)
+        return self.versions[dist]
+
+    def libraries(self, kind: str, options: Mapping[str, Any]) -> dict[str, str]:
+        """The step's libraries (module docstring), each with its installed version."""
+        module = builder_module(kind, options)
+        return {dist: self.version(dist) for dist in libraries(module, self.root)}
 
     def code(self, kind: str, options: Mapping[str, Any]) -> str:
         """The digest of the step's builder's import closure."""
@@ -149,23 +145,77 @@ class Toolchain:
     def material(self, kind: str, options: Mapping[str, Any]) -> dict[str, Any]:
         """What outside the recipe goes into a step's key: its libraries' versions and
         its builder code's digest."""
-        return {
-            "libraries": self.libraries(
-                kind, options.get("backend"), options.get("compute", "fp32")
-            ),
-            "code": self.code(kind, options),
-        }
-
-    def lock(self) -> dict[str, str]:
-        """What the manifest's lock records: every library a step uses, and Python."""
-        return {**self.versions, "python": ".".join(platform.python_version_tuple()[:2])}
+        return {"libraries": self.libraries(kind, options), "code": self.code(kind, options)}
 
 
 @cache
 def current(root: Path = ROOT) -> Toolchain:
-    groups = (*LIBRARIES.values(), *BACKEND_LIBRARIES.values(), HALF_LIBRARIES)
-    libs = sorted({lib for group in groups for lib in group})
-    return Toolchain(versions={lib: version(lib) for lib in libs}, root=root)
+    return Toolchain(root=root)
+
+
+# ---------------------------------------------------------------- libraries
+
+
+@cache
+def imported(module: str, root: Path = ROOT) -> frozenset[str]:
+    """The top-level packages outside the standard library and this repository that
+    the closure's Python files import, anywhere in them (lazy imports count; imports
+    under TYPE_CHECKING never run and do not)."""
+    ours = {*CODE_PACKAGES, "kiln", "tinyhub", "__future__"}
+    names = {
+        base.split(".")[0]
+        for rel in closure(module, root)
+        if rel.endswith(".py")
+        for level, base, _ in _file_imports(root / rel)
+        if not level and base
+    }
+    return frozenset(n for n in names if n not in ours and n not in sys.stdlib_module_names)
+
+
+@cache
+def libraries(module: str, root: Path = ROOT) -> tuple[str, ...]:
+    """The distributions whose versions are in the key of a step `module` runs: those
+    of the packages its closure imports, and what they load (INDIRECT), sorted. A
+    package that is not installed here is named as imported (its version: absent)."""
+    owners = _owners()
+    todo = [dist for name in imported(module, root) for dist in owners.get(name, [name])]
+    found: set[str] = set()
+    while todo:
+        dist = todo.pop()
+        if dist not in found:
+            found.add(dist)
+            todo += INDIRECT.get(dist, ())
+    return tuple(sorted(found))
+
+
+def installed() -> tuple[str, ...]:
+    """The distributions installed on sys.path, as their metadata folders are named
+    (name and version): what an install, upgrade or removal changes."""
+    found: list[str] = []
+    for entry in sys.path:
+        with contextlib.suppress(OSError):
+            found += sorted(
+                n for n in os.listdir(entry or ".") if n.endswith((".dist-info", ".egg-info"))
+            )
+    return tuple(found)
+
+
+OWNERS = "toolchain.owners/1"
+
+
+@cache
+def _owners() -> dict[str, list[str]]:
+    """importlib.metadata.packages_distributions(): top-level package -> distributions.
+    It reads every installed distribution's file list (0.13 s here), so it is kept in
+    the stat cache under what is installed."""
+    key = key_of(installed())
+    stats = _stat_cache()
+    found = stats.recall(OWNERS, key)
+    if isinstance(found, dict):
+        return found
+    owners = {k: sorted(set(v)) for k, v in metadata.packages_distributions().items()}
+    stats.remember(OWNERS, key, owners)
+    return owners
 
 
 # ---------------------------------------------------------------- code digests
@@ -303,10 +353,10 @@ def _statements(body: list[ast.stmt]) -> Iterator[ast.stmt]:
     needs visiting)."""
     for stmt in body:
         yield stmt
-        for field in ("body", "orelse", "finalbody"):
-            if field == "body" and _type_checking_only(stmt):
+        for part in ("body", "orelse", "finalbody"):
+            if part == "body" and _type_checking_only(stmt):
                 continue  # never runs: a type's import cannot change an output
-            yield from _statements(getattr(stmt, field, []))
+            yield from _statements(getattr(stmt, part, []))
         for handler in getattr(stmt, "handlers", []):
             yield from _statements(handler.body)
         for case in getattr(stmt, "cases", []):

@@ -11,13 +11,11 @@ library, so the core still imports neither (issue 38).
 
 from __future__ import annotations
 
-import ast
 import importlib
 import os
 import sys
 from collections import defaultdict
 from collections.abc import Iterable
-from functools import cache
 from pathlib import Path
 
 from kiln.paths import ROOT
@@ -121,29 +119,9 @@ def shared_libraries(steps: Iterable[Step], root: Path = ROOT) -> list[str]:
     model imports first anyway."""
     kinds: dict[str, set[str]] = defaultdict(set)
     for kind, module in {(s.kind, toolchain.builder_module(s.kind, s.options)) for s in steps}:
-        for rel in toolchain.closure(module, root):
-            if rel.endswith(".py"):
-                kinds[kind] |= _libraries(root / rel)
+        kinds[kind] |= toolchain.imported(module, root)
     count: dict[str, int] = defaultdict(int)
     for libraries in kinds.values():
         for name in libraries:
             count[name] += 1
     return sorted(name for name, n in count.items() if n >= 2)
-
-
-@cache
-def _libraries(path: Path) -> frozenset[str]:
-    """The top-level packages outside the standard library and this repository that
-    a Python file imports, anywhere in it (relative imports are ours)."""
-    try:
-        tree = ast.parse(path.read_bytes(), str(path))
-    except (OSError, SyntaxError, ValueError):
-        return frozenset()  # its step reports it
-    names: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            names |= {alias.name.split(".")[0] for alias in node.names}
-        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
-            names.add(node.module.split(".")[0])
-    ours = {*toolchain.CODE_PACKAGES, "kiln"}
-    return frozenset(n for n in names if n not in ours and n not in sys.stdlib_module_names)

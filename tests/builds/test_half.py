@@ -1,6 +1,6 @@
 """precision.compute fp16|bf16 on the onnxruntime CPU backend (issue 18, item 2): the
 engine step converts the onnx step's fp32 graph with onnxruntime's float16 converter
-(builders/causal_lm/backends/onnxruntime_half.py) and onnxruntime decides what runs.
+(builders/causal_lm/backends/_half.py) and onnxruntime decides what runs.
 
 bf16: onnxruntime's CPU provider has no bf16 kernels, and the recipe says so with
 onnxruntime's own message. fp16: the CPU provider of onnxruntime's x86 builds has no
@@ -67,7 +67,7 @@ def test_the_converted_graph_holds_fp16_weights_and_cache_and_fp32_logits(half: 
     """What the fp16 engine step hands onnxruntime, from the tiny-llama onnx step."""
     import onnx
 
-    from builders.causal_lm.backends.onnxruntime_half import convert
+    from builders.causal_lm.backends._half import convert
     from builders.common import graph
 
     model = convert(graph.load(half.artifact(FP16, "onnx") / "model.onnx"), "fp16")
@@ -100,7 +100,7 @@ def test_the_runtime_feeds_the_cache_in_the_dtype_io_json_names(
     makes fp16 caches from bundle.json's io, and greedy decoding keeps the fp32
     reference's tokens (fp16 rounding of the weights and cache only)."""
     import runtime
-    from builders.causal_lm.backends.onnxruntime_half import convert
+    from builders.causal_lm.backends._half import convert
     from builders.common import graph
 
     bundle = tmp_path / "bundle"

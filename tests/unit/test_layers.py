@@ -470,7 +470,7 @@ KEPT: list[tuple[Rule, Path, str]] = [
     (
         _core_rule,
         ROOT / "kiln" / "plan" / "toolchain.py",
-        'HALF = "builders.causal_lm.backends.onnxruntime_half"\n',
+        'HALF = "builders.causal_lm.backends.onnxruntime"\n',
     ),
     (
         _core_rule,

@@ -110,7 +110,7 @@ def test_an_fp32_recipe_plans_no_quantize_step_and_writes_every_option(tmp_path:
         "hidden": "none",
         "attention": "onnxruntime",
     }
-    assert options["onnx"] == {"optimize": True, "qdq": "none", "task": task}
+    assert options["onnx"] == {"optimize": True, "qdq": "none", "task": task, "lm_head": None}
     assert options["engine"] == {
         "task": task,
         "backend": "onnxruntime",
@@ -119,15 +119,23 @@ def test_an_fp32_recipe_plans_no_quantize_step_and_writes_every_option(tmp_path:
         "target": "cpu",
         "max_input_len": 256,
         "quantized": False,
+        "compute": "fp32",
     }
     assert options["bundle"] == {
         "variant": "ordinary",
         "precision": {"weights": "fp32", "kv_cache": "auto", "compute": "fp32"},
         "task": task,
+        "speculative": {},
+        "prompt_policy": {},
+        "prefill_chunk_len": 0,
     }
-    assert set(options["reference"]) == {"prompts", "max_new_tokens", "dtype", "task"}
-    assert set(options["validate"]) == {"prompts", "max_new_tokens", "task"}
-    assert got["engine"].material["libraries"] == {"onnxruntime": current().versions["onnxruntime"]}
+    checks = {"prompts", "max_new_tokens", "task", "scored_positions", "chat"}
+    assert set(options["reference"]) == {*checks, "dtype"}
+    assert set(options["validate"]) == checks
+    # the engine's libraries are what its builder's code imports: onnxruntime, not torch
+    libraries = got["engine"].material["libraries"]
+    assert "onnxruntime" in libraries and "torch" not in libraries
+    assert libraries["onnxruntime"] == current().version("onnxruntime")
     assert got["export"].inputs == {"checkpoint": got["fetch"].key}
 
 
@@ -151,12 +159,20 @@ def test_a_quantized_recipe_quantizes_before_export(tmp_path: Path) -> None:
         "samples": 32,
         "max_tokens": 64,
         "task": "text-generation",
+        "block_size": None,
+        "awq_alpha_step": None,
+        "lm_head_outliers": None,
     }
     assert q.inputs == {"checkpoint": got["fetch"].key}
     assert "nvidia-modelopt" in q.material["libraries"]
     assert got["export"].inputs == {"checkpoint": got["fetch"].key, "quantized": q.key}
     assert got["export"].options["opset"] == 19
-    assert got["onnx"].options == {"optimize": True, "qdq": "standard", "task": "text-generation"}
+    assert got["onnx"].options == {
+        "optimize": True,
+        "qdq": "standard",
+        "task": "text-generation",
+        "lm_head": None,
+    }
     assert got["engine"].options["quantized"] is True
     # the checkpoint is the same: fetch and the fp32 reference are shared
     assert got["fetch"].key == fp32["fetch"].key
@@ -205,13 +221,13 @@ def test_inductor_builds_fp8_for_gpus_from_the_quantize_step(tmp_path: Path) -> 
         steps(quantized("int8-wo", backend="aoti"), tmp_path, "aoti")
 
 
-def test_compile_mode_is_the_inductor_engines_and_absent_unless_set(tmp_path: Path) -> None:
+def test_compile_mode_is_the_inductor_engines_none_unless_set(tmp_path: Path) -> None:
     data = base()
     data["build"].update(backend="inductor")
     plain = steps(data, tmp_path, "a")["engine"]
     data["build"]["compile_mode"] = "reduce-overhead"
     chosen = steps(data, tmp_path, "b")["engine"]
-    assert "compile_mode" not in plain.options  # an unset mode keys as before
+    assert plain.options["compile_mode"] is None  # unset: the runtime's default
     assert chosen.options == {**plain.options, "compile_mode": "reduce-overhead"}
     assert chosen.key != plain.key
     data["build"]["backend"] = "onnxruntime"

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from kiln.store.api import Request, Writer
 
-from builders.causal_lm.backends import Options
+from builders.causal_lm.backends import Options, fp32_only
 
 
 def _dynamic_shapes(entries: list[dict[str, Any]]) -> tuple[Any, ...]:
@@ -45,6 +45,7 @@ def build(request: Request, writer: Writer) -> None:
     from builders.common.ort import check_limits
 
     opts = Options.model_validate(request.options)
+    fp32_only(request, opts)
     device = "cpu" if opts.target == "cpu" else "cuda"
     if device == "cuda" and not torch.cuda.is_available():
         raise request.unsupported(f"aoti for {opts.target} needs a CUDA device; this host has none")

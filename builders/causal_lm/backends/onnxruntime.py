@@ -21,6 +21,9 @@ builders/common/weights.py), the rest from engine.onnx.data (ort.share_weights).
 
 GPU targets use the CUDA provider, which only onnxruntime-gpu has; where it is not
 installed the step ends `unsupported-here`.
+
+A `compute` of fp16 or bf16 converts the fp32 graph to that dtype first
+(builders/causal_lm/backends/_half.py), where onnxruntime can compute it.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ import json
 import shutil
 from typing import Any
 
-from builders.causal_lm.backends import Options
+from builders.causal_lm.backends import Options, _half
 from builders.common import ort
 
 # onnxruntime 1.32 graph transformers (graph_transformer_utils.cc) that fuse, move or
@@ -52,6 +55,9 @@ QDQ_TRANSFORMERS = (
 
 def build(request: Any, writer: Any) -> None:
     opts = Options.model_validate(request.options)
+    if opts.compute != "fp32":
+        _half.build(request, writer, opts)
+        return
     source = request.inputs["onnx"]
     io = json.loads((source / "io.json").read_text())
     ort.check_limits(request, opts.max_seq_len, io)

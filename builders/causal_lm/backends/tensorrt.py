@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from kiln.store.api import Request, Writer
 
-from builders.causal_lm.backends import Options
+from builders.causal_lm.backends import Options, fp32_only
 from builders.common.ort import check_limits
 
 WORKSPACE = 1 << 30
@@ -83,6 +83,7 @@ def builder_flags(trt: Any, weights: str, strongly_typed: bool) -> list[Any]:
 
 def build(request: Request, writer: Writer) -> None:
     opts = Options.model_validate(request.options)
+    fp32_only(request, opts)
     try:
         import tensorrt as trt
     except ImportError as exc:

@@ -1,8 +1,7 @@
-"""onnxruntime in fp16 or bf16 (precision.compute): the onnx step's fp32 graph converted
-to the half dtype, then what builders/causal_lm/backends/onnxruntime.py does for fp32
-(onnxruntime's offline optimization, saved; a smoke run at the largest batch). Its own
-module, which only half-precision engine steps run (kiln.plan.toolchain.builder_module),
-so the fp32 engines' code digests, and their keys, do not depend on it.
+"""onnxruntime in fp16 or bf16 (the engine step's `compute`): the onnx step's fp32 graph
+converted to the half dtype, then what builders/causal_lm/backends/onnxruntime.py does
+for fp32 (onnxruntime's offline optimization, saved; a smoke run at the largest batch).
+onnxruntime.build() calls build() here for every compute but fp32.
 
 The conversion is onnxruntime's own (onnxruntime.transformers.float16, the converter
 its transformer optimizer uses): weights cast once from fp32, activations and the KV
@@ -32,9 +31,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pydantic import Field
-
-from builders.causal_lm.backends import Options as BaseOptions
+from builders.causal_lm.backends import Options
 from builders.common import graph, ort
 
 if TYPE_CHECKING:
@@ -50,14 +47,9 @@ ELEMENT = {"fp16": FLOAT16, "bf16": BFLOAT16}
 MATMULS = ("MatMul", "Gemm", "FusedMatMul", "GroupQueryAttention")
 
 
-class Options(BaseOptions):
-    compute: str = Field(pattern="^(fp16|bf16)$", description="Compute and KV-cache dtype.")
-
-
-def build(request: Request, writer: Writer) -> None:
+def build(request: Request, writer: Writer, opts: Options) -> None:
     import onnxruntime
 
-    opts = Options.model_validate(request.options)
     if opts.quantized:
         raise request.error(
             f"compute {opts.compute} on onnxruntime converts an fp32 graph; this one is quantized",
