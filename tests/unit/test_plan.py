@@ -3,12 +3,11 @@ changing an input that matters changes exactly the steps downstream of it."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import yaml
-from conftest import ROOT, copy_code, make_world
+from conftest import ROOT, copy_code
 from samples import PROMPTS, base, quantized, steps
 
 from kiln.catalog.yaml import load_yaml_model
@@ -241,15 +240,3 @@ def test_scored_positions_enter_reference_and_validate(tmp_path: Path) -> None:
     got = steps(data, tmp_path)
     assert got["reference"].options["scored_positions"] == 256
     assert got["validate"].options["scored_positions"] == 256
-
-
-def test_doit_plan_format_json_is_one_document_for_a_bot(tmp_path: Path) -> None:
-    world = make_world(tmp_path, tmp_path / "hub", ("tiny-llama",))
-    proc = world.doit("plan", "recipe=tiny-llama", "format=json", check=True)
-    (found,) = json.loads(proc.stdout)  # stdout is only the document
-    assert found["recipe"] == "tiny-llama" and found["manifest"] == "manifests/tiny-llama.json"
-    assert found["steps"][0]["kind"] == "fetch"
-    assert {s["state"] for s in found["steps"]} == {"will run"}
-    assert all(len(s["key"]) == 64 for s in found["steps"])
-    bad = world.doit("plan", "format=yaml")
-    assert bad.returncode != 0 and "'yaml' is not one of text, json" in bad.stdout + bad.stderr
