@@ -1,6 +1,6 @@
 """Load each YAML file given on the command line in its own forked child, as a recipe,
-and print one JSON line per file: the error, the seconds the load took, and the
-child's peak RSS (from wait4, so it is that child's own figure).
+and print one JSON line per file: the error, the seconds the load took (wall-clock and
+the child's CPU time) and the child's peak RSS (both from wait4, so the child's own).
 
 Run as a script by tests/hardening/test_hostile.py, so nothing pytest or torch loaded inflates
 the numbers. The parent imports the loader once; children only load."""
@@ -19,7 +19,7 @@ from kiln.catalog.yaml import load_yaml_model
 from kiln.errors import KilnError
 from kiln.schema import Recipe
 
-HANG = 10.0  # seconds; a child still running then is killed and reported as hung
+HANG = 120.0  # seconds; a child still running then is killed and reported as hung
 
 
 def child(path: Path, out: int) -> None:
@@ -56,7 +56,8 @@ def probe(path: Path) -> dict[str, object]:
     with os.fdopen(read, "rb") as fh:
         raw = fh.read()
     result = json.loads(raw) if raw else {"outcome": "hung", "message": "", "seconds": HANG}
-    return {"file": path.name, "rss_mb": usage.ru_maxrss / 1024, **result}
+    cpu = usage.ru_utime + usage.ru_stime  # the child's own CPU time, whatever the load
+    return {"file": path.name, "rss_mb": usage.ru_maxrss / 1024, "cpu_seconds": cpu, **result}
 
 
 if __name__ == "__main__":

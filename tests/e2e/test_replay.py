@@ -226,7 +226,7 @@ def test_a_killed_step_is_retried_and_the_evidence_says_which_attempt(replay_wor
         text=True,
     )
     killed = None
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + SLOW
     while killed is None and driver.poll() is None and time.monotonic() < deadline:
         children = _step_children(driver.pid)
         if children:

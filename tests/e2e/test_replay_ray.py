@@ -92,13 +92,13 @@ def test_ray_replay_survives_a_killed_worker(tmp_path: Path, built: World, clust
 
     env = {**w.env, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
     driver = subprocess.Popen(
-        w.argv("replay", "executor=ray", f"address={cluster.address}", "ray_timeout=240"),
+        w.argv("replay", "executor=ray", f"address={cluster.address}", f"ray_timeout={SLOW}"),
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
     )
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + SLOW
     while not _running(w.store) and driver.poll() is None and time.monotonic() < deadline:
         time.sleep(0.01)
     running = _running(w.store)

@@ -14,7 +14,7 @@ from pathlib import Path
 import jsonschema
 import yaml
 from browser import tags_of
-from conftest import ROOT, copy_catalog
+from conftest import ROOT, SLOW, copy_catalog
 from site_api import api_validator
 
 from kiln import catalog, schema
@@ -168,11 +168,11 @@ def test_doit_serve_previews_the_site_on_localhost(tmp_path: Path) -> None:
         assert len(api["recipes"]) == len(list((world.root / "recipes").glob("*.yaml")))
     finally:
         proc.terminate()
-        out, _ = proc.communicate(timeout=30)
+        out, _ = proc.communicate(timeout=SLOW)
     assert f"http://127.0.0.1:{port}/" in out
 
 
-def fetch_when_up(url: str, proc: subprocess.Popen[str], timeout: float = 60) -> str:
+def fetch_when_up(url: str, proc: subprocess.Popen[str], timeout: float = SLOW) -> str:
     deadline = time.monotonic() + timeout
     while True:
         try:

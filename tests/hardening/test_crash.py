@@ -27,7 +27,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from conftest import ROOT, World, heavy, make_world
+from conftest import ROOT, SLOW, World, heavy, make_world
 
 from kiln.store import Store
 
@@ -130,7 +130,7 @@ class Crasher:
                     started.append((at, m.group(1)))
             return True
 
-        deadline = time.monotonic() + 300
+        deadline = time.monotonic() + SLOW  # a hang detector
         ended = False
         while not ended and not any(kind == target for _, kind in started):
             ended = drain(time.monotonic() + 0.05)

@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import ROOT
+from conftest import ROOT, SLOW
 
 from kiln.canonical import key_of
 from kiln.store import Store
@@ -48,7 +48,7 @@ def test_a_waiter_names_the_holder_and_a_killed_holder_does_not_block_it(
     lock = Store(tmp_path).lock_path(KEY)
     assert f'"pid": {holder.pid}' in holder_path(lock).read_text()
 
-    waiter = locker(tmp_path, 120, 0)
+    waiter = locker(tmp_path, SLOW, 0)
     assert waiter.stdout is not None
     waiting = waiter.stdout.readline()
     assert f"waiting for {WHAT}: lock {lock} is held by pid {holder.pid}" in waiting
@@ -56,7 +56,7 @@ def test_a_waiter_names_the_holder_and_a_killed_holder_does_not_block_it(
 
     os.kill(holder.pid, signal.SIGKILL)  # no chance to release anything itself
     holder.wait()
-    rest, _ = waiter.communicate(timeout=60)  # a liveness guard, not a timing claim
+    rest, _ = waiter.communicate(timeout=SLOW)  # a hang detector, not a timing claim
     assert waiter.returncode == 0
     assert rest.splitlines() == ["holding", "released"]
     assert not holder_path(lock).exists()  # the waiter took over and cleaned up
@@ -69,5 +69,5 @@ def test_a_stale_holder_file_does_not_make_anyone_wait(tmp_path: Path) -> None:
     holder.wait()
     assert holder_path(Store(tmp_path).lock_path(KEY)).exists()  # left behind by the kill
     after = locker(tmp_path, 0.5, 0)
-    out, _ = after.communicate(timeout=60)
+    out, _ = after.communicate(timeout=SLOW)
     assert after.returncode == 0 and "waiting" not in out, out
