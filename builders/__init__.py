@@ -17,9 +17,8 @@ A step's key covers that module's import closure, so a new helper needs no table
 
 fetch.py     the one step every family shares: a Hub repo, a packaged file, a local path
 gguf.py      the import step: a GGUF file becomes a transformers checkpoint
-preload.py   what doit -n's parent imports once before forking the workers
 common/      what the families share (loading, encoder helpers, ONNX graph, measuring)
-causal_lm/   text-generation, with backends/ (onnxruntime, aoti, tensorrt)
+causal_lm/   text-generation, with backends/ (onnxruntime, aoti, inductor, tensorrt)
 classify/    text-classification
 embed/       feature-extraction
 seq2seq/     text2text-generation and automatic-speech-recognition

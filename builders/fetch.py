@@ -67,6 +67,12 @@ def _resolve(request: Request, opts: Options) -> Path:
             )
         )
     except (LocalEntryNotFoundError, RevisionNotFoundError, FileNotFoundError) as exc:
+        unreachable = _network_cause(exc) if online else None
+        if unreachable is not None:  # the pin is not to blame: the Hub was never asked
+            raise request.error(
+                f"the Hub is not reachable: {unreachable}",
+                "check the network connection, or build from the hub cache: unset KILN_HUB_ONLINE",
+            ) from None
         snapshots = hub / ("models--" + opts.repo.replace("/", "--")) / "snapshots"
         known = sorted(p.name for p in snapshots.glob("*"))
         where = "the Hub" if online else f"the hub cache {hub}"
@@ -88,6 +94,23 @@ def _resolve(request: Request, opts: Options) -> Path:
             if not online
             else "check the revision on the Hub",
         ) from None
+
+
+def _network_cause(exc: BaseException) -> str | None:
+    """The connection failure behind huggingface_hub's error, in its own words, if one
+    is: huggingface_hub reports a Hub it could not reach as an entry missing from the
+    cache, the network error as its cause."""
+    seen: set[int] = set()
+    found: BaseException | None = exc
+    while found is not None and id(found) not in seen:
+        seen.add(id(found))
+        name = type(found).__name__
+        if isinstance(found, ConnectionError | TimeoutError) or any(
+            word in name for word in ("Connect", "Timeout", "NetworkError", "gaierror")
+        ):
+            return f"{name}: {found}"
+        found = found.__cause__ or found.__context__
+    return None
 
 
 def build(request: Request, writer: Writer) -> None:

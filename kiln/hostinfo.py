@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from typing import Any, Literal, NamedTuple
 
 from kiln import proc
+from kiln.errors import KilnError, Location
 
 
 def cpu_name() -> str:
@@ -90,6 +91,28 @@ def scope(environ: Mapping[str, str] | None = None) -> Literal["ci", "local"]:
     `doit replay` records 'nightly' itself."""
     value = (os.environ if environ is None else environ).get("CI", "")
     return "ci" if value.strip().lower() not in ("", "0", "false", "no") else "local"
+
+
+PUBLISH = "KILN_PUBLISH"
+PUBLISHED_SCOPES = ("nightly", "ci")  # the registered jobs: theirs publish by default
+_FLAGS = {"1": True, "true": True, "yes": True, "0": False, "false": False, "no": False}
+
+
+def publishes(scope: str, environ: Mapping[str, str] | None = None) -> bool:
+    """Does a record of this scope go into manifests/ (kiln.evidence.record)? KILN_PUBLISH
+    (what `doit build publish=` sets) decides where it is set; else the ci and nightly
+    scopes do, and a person's build (local) records into the store."""
+    env = os.environ if environ is None else environ
+    value = env.get(PUBLISH, "").strip().lower()
+    if value in _FLAGS:
+        return _FLAGS[value]
+    if value:
+        raise KilnError.one(
+            f"{PUBLISH}={env[PUBLISH]!r} is not 1 or 0",
+            Location("environment"),
+            f"{PUBLISH}=1 publishes into manifests/, {PUBLISH}=0 records into the store only",
+        )
+    return scope in PUBLISHED_SCOPES
 
 
 def stamp() -> dict[str, Any]:

@@ -13,6 +13,7 @@ Nothing else in kiln or builders reads os.environ for these.
 
 from __future__ import annotations
 
+import hashlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -76,6 +77,12 @@ class Paths:
 
     def manifest(self, recipe: str) -> Path:
         return self.manifests / f"{recipe}.json"
+
+    def local_evidence(self, recipe: str) -> Path:
+        """Where a build here records what it does not publish: the store's, per catalog
+        (a store may serve several checkouts), in a manifest's shape."""
+        catalog = hashlib.sha256(os.path.abspath(self.root).encode()).hexdigest()[:24]
+        return self.store / "evidence" / catalog / f"{recipe}.json"
 
     def rel(self, path: Path) -> str:
         try:

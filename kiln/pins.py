@@ -184,9 +184,10 @@ def within(path: Path, roots: Sequence[Path], what: str) -> Path:
     resolved = path.resolve()
     bases = [r.resolve() for r in roots]
     if not any(resolved == b or resolved.is_relative_to(b) for b in bases):
-        link = " is a symbolic link to" if resolved != Path(os.path.abspath(path)) else " is"
+        linked = resolved != Path(os.path.abspath(path))
+        where = f" is a symbolic link to {resolved}," if linked else " is"
         raise PinError(
-            f"{what}{link} {resolved}, outside {' and '.join(map(str, bases))}",
+            f"{what}{where} outside {' and '.join(map(str, bases))}",
             "give a file inside the repository (copy it there, not a link to it)",
         )
     try:

@@ -43,12 +43,16 @@ class World:
 
     @property
     def env(self) -> dict[str, str]:
+        """The world's catalog and store. Its builds publish into its own manifests/
+        (KILN_PUBLISH=1) whatever the scope, CI or not: what most tests read. Tests of
+        a person's build recording into the store set KILN_PUBLISH=0 (or remove it)."""
         env = dict(os.environ)
         env.update(
             KILN_ROOT=str(self.root),
             KILN_STORE=str(self.store),
             KILN_HUB_CACHE=str(self.hub),
             KILN_SITE=str(self.root / "_site"),
+            KILN_PUBLISH="1",
         )
         return env
 

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from builders.common import encoder as _encoder
+from builders.common import encoder
 
 if TYPE_CHECKING:
     from kiln.store.api import Request, Writer
@@ -22,4 +22,4 @@ class Options(BaseModel):
 
 def build(request: Request, writer: Writer) -> None:
     opts = Options.model_validate(request.options)
-    _encoder.bundle(request, writer, opts, ("labels",))
+    encoder.bundle(request, writer, opts, ("labels",))

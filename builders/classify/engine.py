@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from builders.common import encoder as _encoder
+from builders.common import encoder
 
 if TYPE_CHECKING:
     from kiln.store.api import Request, Writer
@@ -28,4 +28,4 @@ class Options(BaseModel):
 def build(request: Request, writer: Writer) -> None:
     opts = Options.model_validate(request.options)
     io = json.loads((request.inputs["onnx"] / "io.json").read_text())
-    _encoder.engine(request, writer, opts, "logits", (-1, len(io["labels"])))
+    encoder.engine(request, writer, opts, "logits", (-1, len(io["labels"])))

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from builders.common import encoder as _encoder
+from builders.common import encoder
 
 if TYPE_CHECKING:
     from kiln.store.api import Request, Writer
@@ -22,13 +22,13 @@ class Options(BaseModel):
 
 
 def load_classifier(checkpoint: Any) -> Any:
-    return _encoder.load(checkpoint, "AutoModelForSequenceClassification")
+    return encoder.load(checkpoint, "AutoModelForSequenceClassification")
 
 
 def build(request: Request, writer: Writer) -> None:
     opts = Options.model_validate(request.options)
     model = load_classifier(request.inputs["checkpoint"] / "checkpoint")
-    names = _encoder.export(request, writer, model, "logits", {0: "batch"}, opts.opset)
+    names = encoder.export(request, writer, model, "logits", {0: "batch"}, opts.opset)
     config = model.config
     writer.write_json(
         "export.json",

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from builders.common import encoder as _encoder
+from builders.common import encoder
 
 if TYPE_CHECKING:
     from kiln.store.api import Request, Writer
@@ -31,7 +31,7 @@ class Options(BaseModel):
 
 
 def load_encoder(checkpoint: Any) -> Any:
-    return _encoder.load(checkpoint, "AutoModel")
+    return encoder.load(checkpoint, "AutoModel")
 
 
 def pooling(request: Request, checkpoint: Path) -> dict[str, Any]:
@@ -65,7 +65,7 @@ def build(request: Request, writer: Writer) -> None:
     pool = pooling(request, checkpoint)
     model = load_encoder(checkpoint)
     axes = {0: "batch", 1: "seq"}
-    names = _encoder.export(request, writer, model, "last_hidden_state", axes, opts.opset)
+    names = encoder.export(request, writer, model, "last_hidden_state", axes, opts.opset)
     config = model.config
     writer.write_json(
         "export.json",

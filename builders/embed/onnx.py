@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from builders.common import encoder as _encoder
+from builders.common import encoder
 
 if TYPE_CHECKING:
     from kiln.store.api import Request, Writer
@@ -21,4 +21,4 @@ class Options(BaseModel):
 
 def build(request: Request, writer: Writer) -> None:
     opts = Options.model_validate(request.options)
-    _encoder.check_graph(request, writer, opts.optimize, "last_hidden_state", "embed")
+    encoder.check_graph(request, writer, opts.optimize, "last_hidden_state", "embed")

@@ -365,9 +365,12 @@ def recorded(name: str, p: Plan, allow_quality_fail: bool = False) -> bool:
 
 
 def _reads(paths: Paths, artifacts: Store, name: str, p: Plan) -> str | None:
-    """The key of what find_recorded reads; None when the manifest is missing."""
+    """The key of what find_recorded reads; None when the manifest it reads (the
+    published one, or the store's evidence: kiln.evidence.record.target) is missing."""
     stats = statcache.shared(paths.store)
-    manifest_file = paths.manifest(name)
+    scope = hostinfo.scope()
+    publish = hostinfo.publishes(scope)
+    manifest_file = paths.manifest(name) if publish else paths.local_evidence(name)
     if not manifest_file.is_file():
         return None
     validate = p.step("validate")
@@ -390,7 +393,8 @@ def _reads(paths: Paths, artifacts: Store, name: str, p: Plan) -> str | None:
             "steps": [s.key for s in p.steps],
             "manifest": stats.digest(manifest_file),
             "read": read,
-            "scope": hostinfo.scope(),  # a record of another scope is not this one's
+            "scope": scope,  # a record of another scope is not this one's
+            "publish": publish,
         }
     )
 

@@ -338,12 +338,19 @@ def _evidence(change: RecipeChange, base: Side, head: Side) -> None:
         # host's library versions, say) is still made stale by this change.
         stops = after is None or bool(after - before)
         if stops:
-            latest = (new if new is not None and new.evidence else old).evidence[-1]
+            latest = manifest.headline(new if new is not None and new.evidence else old)
+            assert latest is not None  # old.evidence is not empty
             where = base.catalog.paths.rel(base.catalog.paths.manifest(name))
             change.stale_evidence.append(StaleEvidence(where, latest, bool(before)))
         if base_cell is not None and (stops or base_cell != head_cell):
-            change.loses.append(CellEntry(base_cell, name, old.evidence[-1].verdict))
+            change.loses.append(CellEntry(base_cell, name, _verdict(old)))
     if head_cell is not None and head_cell != base_cell:
         measured = new is not None and bool(new.evidence) and after == set()
-        verdict = new.evidence[-1].verdict if new is not None and measured else "planned"
+        verdict = _verdict(new) if new is not None and measured else "planned"
         change.gains.append(CellEntry(head_cell, name, verdict))
+
+
+def _verdict(found: Manifest) -> str:
+    """The verdict of a manifest that holds evidence (kiln.evidence.manifest.headline)."""
+    latest = manifest.headline(found)
+    return latest.verdict if latest else "planned"

@@ -125,6 +125,7 @@ def generate(
     if stats:
         print(_stats_line(bundle, out.tokens[0]))
         print(_timing_line(bundle, out))
+        print(_evidence_line(name))
 
 
 def _grammar(json_schema: str | None, regex: str | None, grammar: str | None) -> Any:
@@ -360,3 +361,35 @@ def reuses_exactly(meta: dict[str, Any]) -> bool:
     from runtime.causal_lm import prefix_reuse_refusal
 
     return prefix_reuse_refusal(meta) is None
+
+
+def _evidence_line(name: str) -> str:
+    """What this checkout knows of the recipe's validation on this host class: the
+    deciding record, published or kept in this store (`doit build` records a person's
+    build there unless publish=1), with its decode rate."""
+    from kiln import hostinfo
+    from kiln.evidence import manifest
+    from kiln.paths import Paths
+
+    paths = Paths.from_env()
+    try:
+        found = manifest.known(paths, name)
+        published = manifest.read(paths.manifest(name))
+    except KilnError:
+        return f"evidence: {paths.rel(paths.manifest(name))} is unreadable (doit check says why)"
+    here = hostinfo.host_class(hostinfo.host())
+    mine = [e for e in (found.evidence if found else []) if hostinfo.host_class(e.host) == here]
+    chosen = manifest.best(mine)
+    if chosen is None:
+        return f"evidence: none on this host class ({here.label}); doit build recipe={name}"
+    where = (
+        paths.rel(paths.manifest(name))
+        if published is not None and chosen in published.evidence
+        else f"this store only ({paths.rel(paths.local_evidence(name))})"
+    )
+    rate = chosen.metrics.get("decode_tokens_per_s")
+    speed = f", decode {rate:.1f} tokens/s" if rate is not None else ""
+    return (
+        f"evidence: {chosen.verdict} on {here.label} ({manifest.scope(chosen)}, "
+        f"{chosen.date[:10]}{speed}): {where}"
+    )

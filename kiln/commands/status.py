@@ -1,8 +1,11 @@
 """`doit status`: where each recipe stands, one line each (issue 43), instead of
 reading `doit plan`'s hundreds of lines.
 
-Per recipe: its latest verdict on this host class (with the scope and date of that
-record), its latest verdict on every other host class, whether its manifest is stale
+Per recipe: its verdict on this host class (with the scope and date of that record,
+and whether it is published in manifests/ or only in this store's evidence: a
+person's build records there unless published, kiln.evidence.record), its verdict on
+every other host class (each the newest of the heaviest scope,
+kiln.evidence.manifest.best), whether its manifest is stale
 (kiln.evidence.stale: the lock or the gates no longer match) and whether it is built
 here (every step its lock names is in this store). `format=json` prints the same as
 one JSON document for bots. Host classes are named as the site names them
@@ -30,10 +33,17 @@ class Row:
     elsewhere: dict[str, Evidence] = field(default_factory=dict)  # host class label -> latest
     stale: str | None = None  # why, in one line
     built_here: bool = False
+    unpublished: list[Evidence] = field(default_factory=list)  # the store's records
+
+    def published(self, e: Evidence | None) -> bool:
+        return e is not None and e not in self.unpublished
 
     def as_dict(self) -> dict[str, Any]:
         def record(e: Evidence | None) -> dict[str, Any] | None:
-            return None if e is None else {"verdict": e.verdict, "scope": e.scope, "date": e.date}
+            if e is None:
+                return None
+            shown = {"verdict": e.verdict, "scope": manifest.scope(e), "date": e.date}
+            return {**shown, "published": self.published(e)}
 
         return {
             "recipe": self.recipe,
@@ -55,16 +65,19 @@ def rows(recipe: str | None) -> tuple[str, list[Row]]:
     for name in names:
         path = cat.paths.manifest(name)
         try:
-            found = manifest.read(path)
+            published = manifest.read(path)
+            found = manifest.known(cat.paths, name)
         except KilnError:
             out[name] = Row(name, "unreadable")
             parsed[name] = None
             continue
+        if published is not None:
+            parsed[name] = published  # what is stale is what is published
         if found is None:
             out[name] = Row(name, "none")
             continue
-        parsed[name] = found
-        out[name] = _row(name, found, this.key, artifacts)
+        ours = [e for e in found.evidence if published is None or e not in published.evidence]
+        out[name] = _row(name, found, this.key, artifacts, ours)
     paths = [cat.paths.manifest(n) for n in parsed]
     for s in stale.find(cat, paths, parsed):
         if s.recipe in out:
@@ -72,14 +85,21 @@ def rows(recipe: str | None) -> tuple[str, list[Row]]:
     return this.label, [out[n] for n in names]
 
 
-def _row(name: str, found: Manifest, here: str, artifacts: Any) -> Row:
-    row = Row(name, "ok", built_here=all(artifacts.has(s.key) for s in found.lock.steps))
-    for e in found.evidence:  # oldest first: the last of each host class stays
+def _row(name: str, found: Manifest, here: str, artifacts: Any, ours: list[Evidence]) -> Row:
+    built = all(artifacts.has(s.key) for s in found.lock.steps)
+    row = Row(name, "ok", built_here=built, unpublished=ours)
+    by_class: dict[str, list[Evidence]] = {}
+    labels: dict[str, str] = {}
+    for e in found.evidence:  # oldest first
         cls = hostinfo.host_class(e.host)
-        if cls.key == here:
-            row.here = e
-        else:
-            row.elsewhere[cls.label] = e
+        by_class.setdefault(cls.key, []).append(e)
+        labels[cls.key] = cls.label
+    for key, records in by_class.items():
+        chosen = manifest.best(records)
+        if key == here:
+            row.here = chosen
+        elif chosen is not None:
+            row.elsewhere[labels[key]] = chosen
     return row
 
 
@@ -104,13 +124,14 @@ def _here(r: Row) -> str:
         return "manifest unreadable" if r.manifest == "unreadable" else "no manifest"
     if r.here is None:
         return "not validated on this host class"
-    return f"{r.here.verdict} ({r.here.scope or 'local'}, {r.here.date[:10]})"
+    where = "" if r.published(r.here) else ", this store only"
+    return f"{r.here.verdict} ({manifest.scope(r.here)}, {r.here.date[:10]}{where})"
 
 
 def _elsewhere(r: Row) -> str:
     return (
         "; ".join(
-            f"{e.verdict} on {label} ({e.scope or 'local'}, {e.date[:10]})"
+            f"{e.verdict} on {label} ({manifest.scope(e)}, {e.date[:10]})"
             for label, e in sorted(r.elsewhere.items())
         )
         or "-"

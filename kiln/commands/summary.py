@@ -80,7 +80,7 @@ def _verdict(p: Plan) -> str:
     from kiln.evidence import manifest
 
     try:
-        found = manifest.read(Paths.from_env().manifest(p.recipe))
+        found = manifest.known(Paths.from_env(), p.recipe)
     except KilnError:
         return "manifest unreadable"
     key = p.step("validate").key

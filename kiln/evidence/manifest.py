@@ -4,16 +4,38 @@ Canonical JSON with a schema_version. The lock holds nothing that varies between
 two clean builds (no dates, no hosts), so they give identical locks; provenance
 lives in the evidence records. A manifest is written last, atomically, after every
 artifact it names exists.
+
+A manifest is the current state, not a log (as dvc.lock is): at most one record per
+(host class, scope), the newest; recording one replaces the record of the same host
+class and scope, whatever build it was of. History is git's, and for the ci and
+nightly scopes a capped line per run in manifests/history/<recipe>.jsonl (HISTORY),
+which the site plots.
+
+The same file shape holds what a build here did not publish: the store's
+evidence/<catalog>/<recipe>.json (kiln.paths.Paths.local_evidence). `known()` is
+what this checkout knows of a recipe, the two together; `headline()` the record that
+decides its verdict: of the lock's build, the best scope (nightly, then ci, then
+local), the newest of that scope.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
+from kiln import hostinfo
 from kiln.canonical import pretty
 from kiln.catalog.yaml import load_json_model
+from kiln.errors import KilnError
 from kiln.fsio import atomic_write
+from kiln.paths import Paths
 from kiln.schema import Evidence, Lock, Manifest
+
+# Scopes by the weight of their evidence: a headline never goes to a lighter one while
+# a heavier one holds a record of the same build.
+SCOPES = ("nightly", "ci", "local")
+HISTORY_LINES = 60  # per recipe: about two months of nightlies
 
 
 def read(path: Path, display: str | None = None) -> Manifest | None:
@@ -54,10 +76,112 @@ def write(path: Path, manifest: Manifest) -> None:
     atomic_write(path, pretty(manifest.model_dump(mode="json")))
 
 
+def slot(evidence: Evidence) -> tuple[str, str]:
+    """What a manifest holds one record of: (host class, scope)."""
+    return hostinfo.host_class(evidence.host).key, scope(evidence)
+
+
 def record(path: Path, recipe: str, lock: Lock, evidence: Evidence) -> Manifest:
-    """Append one evidence record, refreshing the lock."""
+    """Record one evidence record, refreshing the lock: it replaces the record of its
+    host class and scope, and goes last (the newest)."""
     current = read(path)
-    history = list(current.evidence) if current else []
-    manifest = Manifest(schema_version=1, recipe=recipe, lock=lock, evidence=[*history, evidence])
+    kept = [e for e in (current.evidence if current else []) if slot(e) != slot(evidence)]
+    manifest = Manifest(schema_version=1, recipe=recipe, lock=lock, evidence=[*kept, evidence])
     write(path, manifest)
     return manifest
+
+
+def validate_key(lock: Lock) -> str | None:
+    """The key of the lock's validate step: which build the lock is."""
+    return next((s.key for s in lock.steps if s.kind == "validate"), None)
+
+
+def headline(found: Manifest | None) -> Evidence | None:
+    """The record that decides a recipe's verdict: of the lock's build (its validate
+    step), the one of the heaviest scope, the newest of that scope; with none of the
+    lock's build, the newest record."""
+    if found is None or not found.evidence:
+        return None
+    key = validate_key(found.lock)
+    return best([e for e in found.evidence if e.step_key == key] or found.evidence)
+
+
+def best(records: list[Evidence]) -> Evidence | None:
+    """Of these records (oldest first), the newest of the heaviest scope."""
+    if not records:
+        return None
+    rank = {name: i for i, name in enumerate(SCOPES)}
+    weight = min(rank.get(scope(e), len(SCOPES)) for e in records)
+    return [e for e in records if rank.get(scope(e), len(SCOPES)) == weight][-1]
+
+
+def known(paths: Paths, recipe: str, display: str | None = None) -> Manifest | None:
+    """What this checkout knows of a recipe: its published manifest and the records of
+    builds here that were not published (the store's), those last. The lock is the
+    published one unless the newest record is a build here of another lock (the
+    working tree's recipe, built and not published). Raises KilnError for an
+    unreadable published manifest; an unreadable local one is left out (the store's
+    own file: a later build rewrites it)."""
+    published = read(paths.manifest(recipe), display)
+    try:
+        local = read(paths.local_evidence(recipe))
+    except KilnError:
+        local = None
+    if local is None:
+        return published
+    if published is None:
+        return local
+    ours = [e for e in local.evidence if e not in published.evidence]
+    newest = max([*published.evidence, *ours], key=lambda e: e.date, default=None)
+    lock = local.lock if newest is not None and newest in ours else published.lock
+    return published.model_copy(update={"lock": lock, "evidence": [*published.evidence, *ours]})
+
+
+def history_path(paths: Paths, recipe: str) -> Path:
+    return paths.manifests / "history" / f"{recipe}.jsonl"
+
+
+def history_line(evidence: Evidence) -> dict[str, Any]:
+    """One run, compactly: when, where (host class), scope, which build, the verdict
+    and every metric."""
+    return {
+        "date": evidence.date,
+        "host": evidence.host.model_dump(mode="json", exclude_none=True),
+        "scope": scope(evidence),
+        "step_key": evidence.step_key,
+        "thresholds": evidence.thresholds.sha256[:16] if evidence.thresholds else None,
+        "verdict": evidence.verdict,
+        "metrics": evidence.metrics,
+    }
+
+
+def append_history(paths: Paths, recipe: str, evidence: Evidence) -> None:
+    """Append the run to the recipe's history (ci and nightly scopes only), keeping the
+    newest HISTORY_LINES lines."""
+    path = history_path(paths, recipe)
+    lines = read_history_lines(path)
+    lines = [*lines, json.dumps(history_line(evidence), sort_keys=True)][-HISTORY_LINES:]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, "".join(f"{line}\n" for line in lines).encode())
+
+
+def read_history_lines(path: Path) -> list[str]:
+    """The history file's lines that parse as JSON objects; a damaged line is dropped
+    (the file is a plot's data, never a verdict's)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return []
+    out = []
+    for line in text.splitlines()[-2 * HISTORY_LINES :]:
+        try:
+            ok = isinstance(json.loads(line), dict)
+        except ValueError:
+            ok = False
+        if ok:
+            out.append(line)
+    return out[-HISTORY_LINES:]
+
+
+def history(paths: Paths, recipe: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in read_history_lines(history_path(paths, recipe))]

@@ -1,8 +1,14 @@
-"""Judge a validation against the recipe's gates and append it to manifests/<recipe>.json.
+"""Judge a validation against the recipe's gates and record it.
 
 The one writer of evidence: `doit build` records the run it built, `doit replay`
 the run it re-measured (with the attempt and step durations). A manifest is written
 last, under a lock, and only when every artifact it names is in the store.
+
+Where a record goes is its scope's (`publishes`): a ci or nightly run publishes it
+into manifests/<recipe>.json (and its history line); a person's build (scope local)
+records into the store's evidence, which `doit status`, `doit run stats=1` and the
+local site read, unless asked to publish (`doit build publish=1`, KILN_PUBLISH=1).
+KILN_PUBLISH=0 keeps any scope's record in the store.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from kiln.errors import KilnError, Location
 from kiln.evidence import gates as gates_mod
 from kiln.evidence import manifest
 from kiln.evidence.lock import lock
+from kiln.paths import Paths
 from kiln.plan.step import Plan, Step
 from kiln.schema import Evidence, GatesRef, Lock
 from kiln.store import Store, unsupported
@@ -38,6 +45,11 @@ def measured(cat: Catalog, store: Store, validate: Step, name: str) -> dict[str,
     return data
 
 
+def target(paths: Paths, name: str, scope: str) -> Path:
+    """Where a record of this scope goes: the manifest, or the store's evidence."""
+    return paths.manifest(name) if hostinfo.publishes(scope) else paths.local_evidence(name)
+
+
 def _gates(cat: Catalog, name: str) -> GatesRef:
     which = cat.recipe(name).validation.thresholds
     return gates_mod.ref(which, cat.thresholds[which])
@@ -52,7 +64,8 @@ def find_recorded(cat: Catalog, store: Store, name: str, p: Plan) -> Evidence | 
     (for edited gates, the same metrics judged again, no step rerun)."""
     if not all(store.has(s.key) for s in p.steps):
         return None
-    return _recorded(cat.paths.manifest(name), lock(store, p), _judged(cat, store, name, p))
+    run = _judged(cat, store, name, p)
+    return _recorded(target(cat.paths, name, manifest.scope(run)), lock(store, p), run)
 
 
 def _judged(cat: Catalog, store: Store, name: str, p: Plan) -> Evidence:
@@ -102,8 +115,7 @@ def _same(old: Evidence, new: Evidence, equivalent: bool = True) -> bool:
     if old.date == new.date:
         return True  # this very run
     return equivalent and (
-        hostinfo.host_class(old.host).key == hostinfo.host_class(new.host).key
-        and (old.scope or "local") == (new.scope or "local")
+        manifest.slot(old) == manifest.slot(new)
         and old.verdict == new.verdict
         and [(g.metric, g.passed) for g in old.gates] == [(g.metric, g.passed) for g in new.gates]
     )
@@ -112,14 +124,17 @@ def _same(old: Evidence, new: Evidence, equivalent: bool = True) -> bool:
 def record(
     cat: Catalog, store: Store, name: str, p: Plan, extra: dict[str, Any] | None = None
 ) -> Evidence:
-    """Judge the validation against the recipe's gates and append the evidence, unless
-    the manifest holds an equivalent record (_same). `extra`: what a replay adds
-    (attempt, step durations, scope "nightly"); otherwise the scope is the
-    environment's (kiln.hostinfo.scope: "ci" in CI, else "local")."""
+    """Judge the validation against the recipe's gates and record the evidence where
+    its scope goes (`target`), replacing the record of its host class and scope, unless
+    that is an equivalent record (_same). `extra`: what a replay adds (attempt, step
+    durations, scope "nightly"); otherwise the scope is the environment's
+    (kiln.hostinfo.scope: "ci" in CI, else "local")."""
     evidence = _judged(cat, store, name, p)
     if extra:
         evidence = evidence.model_copy(update=extra)
-    path = cat.paths.manifest(name)
+    scope = manifest.scope(evidence)
+    path = target(cat.paths, name, scope)
+    published = path == cat.paths.manifest(name)
     # Concurrent builds of one recipe record one run once (issue 7), and a manifest
     # never names an artifact that is not there (it is written last).
     with store.lock(key_of({"manifest": str(path.resolve())}), f"manifest {name}"):
@@ -133,9 +148,17 @@ def record(
         absent = [s.name for s in p.steps if not store.has(s.key)]
         if absent:
             raise KilnError.one(f"not writing the manifest: {', '.join(absent)} missing")
+        path.parent.mkdir(parents=True, exist_ok=True)
         manifest.record(path, name, lock(store, p), evidence)
+        if published and scope in hostinfo.PUBLISHED_SCOPES:
+            manifest.append_history(cat.paths, name, evidence)
     reason = f" ({evidence.reason})" if evidence.reason else ""
-    print(f"   {name}: {evidence.verdict}{reason} -> {cat.paths.rel(path)}")
+    where = cat.paths.rel(path)
+    if not published:
+        where += (
+            f" ({scope}, in the store; publish=1 writes {cat.paths.rel(cat.paths.manifest(name))})"
+        )
+    print(f"   {name}: {evidence.verdict}{reason} -> {where}")
     _decided(evidence)
     return evidence
 

@@ -51,14 +51,16 @@ def regated(cat: Catalog, parsed: dict[str, Manifest | None]) -> list[tuple[str,
     """(recipe, why) for each manifest (parsed, by recipe name) whose latest verdict
     was judged under other gates than its recipe's thresholds file holds now
     (kiln/evidence/gates.py)."""
-    from kiln.evidence import gates
+    from kiln.evidence import gates, manifest
 
     out = []
     for name, found in parsed.items():
         recipe = cat.recipes.get(name)
         if recipe is None or found is None or not found.evidence:
             continue
-        latest = found.evidence[-1]
+        latest = manifest.headline(found)
+        if latest is None:
+            continue
         which = recipe.validation.thresholds
         now = gates.ref(which, cat.thresholds[which])
         if latest.thresholds == now:
@@ -123,7 +125,8 @@ def find(
 
     def gpu_of(name: str) -> str | None:
         found = parsed.get(name)
-        return found.evidence[-1].host.gpu if found and found.evidence else None
+        latest = manifest.headline(found)
+        return latest.host.gpu if latest else None
 
     here = toolchain.python()
     out = []

@@ -213,6 +213,7 @@ def _environment() -> Any:
     env.filters["num"] = lambda v: "—" if v is None else f"{v:.6g}"
     env.filters["when"] = _when
     env.filters["slug"] = siteview.slug
+    env.filters["scope_of"] = scope_of
     env.filters["breakable"] = _breakable
     env.globals.update(
         FACETS=siteview.FACETS,
@@ -302,7 +303,7 @@ def _recipe_page(e: siteview.Entry) -> dict[str, Any]:
     return {
         "e": e,
         "gates": gate_rows(e),
-        "plots": siteplot.plots(e.history),
+        "plots": siteplot.plots(siteplot.runs(e.history, e.past)),
         "plot_size": (siteplot.WIDTH, siteplot.HEIGHT),
         "records": collapsed(e.history),
         "limitations": e.strings("known_limitations"),

@@ -45,7 +45,8 @@ def _cell(cat: Catalog, recipe: str) -> Cell:
         return Cell(recipe, UNREADABLE, why_unreadable(exc), cat.paths.rel(path))
     if found is None or not found.evidence:
         return Cell(recipe, NOT_BUILT, "", None)
-    last = found.evidence[-1]
+    last = manifest.headline(found)
+    assert last is not None  # found.evidence is not empty
     return Cell(recipe, last.verdict, last.reason, cat.paths.rel(path))
 
 

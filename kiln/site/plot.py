@@ -13,16 +13,21 @@ One small plot per metric, because metrics live on unrelated scales (|delta logi
 * a dashed break where the recipe's build changed (another validate step key) or
   its verdict was judged under other gates: the line does not join across it.
 
-x is the evidence date (evenly spaced when the dates cannot be told apart). The
-template draws the SVG; this module only computes coordinates, so the page needs no
+x is the run's date (evenly spaced when the dates cannot be told apart). A plot's
+runs are the recipe's history (the capped lines ci and nightly runs append to
+manifests/history/<recipe>.jsonl) and its manifest's records (at most one per host
+class and scope: kiln/evidence/manifest.py), merged by date (`runs`). The template
+draws the SVG; this module only computes coordinates, so the page needs no
 JavaScript.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from itertools import pairwise
+from typing import Any
 
 from kiln.hostinfo import HostClass, host_class
 from kiln.schema import Evidence
@@ -38,10 +43,49 @@ def shown(value: float) -> str:
 
 
 @dataclass(frozen=True)
+class Run:
+    """One validation a plot shows: a manifest record, or a line of the history."""
+
+    date: str
+    host: Mapping[str, Any]
+    metrics: Mapping[str, float]
+    build: tuple[str, str | None]  # what a line may join across: the build and its gates
+    label: str  # "#3" (the page's record 3) or the scope of a history line
+
+    @classmethod
+    def of(cls, e: Evidence, label: str) -> Run:
+        gates = e.thresholds.sha256[:16] if e.thresholds else None
+        host = e.host.model_dump(mode="json")
+        return cls(e.date, host, e.metrics, (e.step_key, gates), label)
+
+
+def runs(records: Sequence[Evidence], history: Sequence[Mapping[str, Any]] = ()) -> list[Run]:
+    """The manifest's records (labelled by their number on the page) and the history's
+    lines (kiln.evidence.manifest.history_line) that are not those records, by date."""
+    out = [Run.of(e, f"#{i}") for i, e in enumerate(records)]
+    seen = {(r.date, host_class(r.host).key) for r in out}
+    for line in history:
+        try:
+            run = Run(
+                str(line["date"]),
+                dict(line["host"]),
+                {k: float(v) for k, v in dict(line["metrics"]).items()},
+                (str(line["step_key"]), line.get("thresholds")),
+                str(line.get("scope", "")),
+            )
+        except (KeyError, TypeError, ValueError):
+            continue  # a damaged line is left out of a plot (the file is a plot's data)
+        if (run.date, host_class(run.host).key) not in seen:
+            out.append(run)
+    return sorted(out, key=lambda r: r.date)
+
+
+@dataclass(frozen=True)
 class Point:
     x: float
     y: float
-    index: int  # evidence record number (the recipe page's #evidence-<index>)
+    index: int  # the run's position in the plot
+    label: str  # "#3": the recipe page's record 3; else the history line's scope
     date: str
     value: float
 
@@ -97,7 +141,7 @@ class Plot:
         return f"scale {shown(self.low)} – {shown(self.high)}"
 
 
-def _xs(history: list[Evidence]) -> list[float]:
+def _xs(history: list[Run]) -> list[float]:
     left, right = GUTTER, WIDTH - PAD
     try:
         times = [datetime.fromisoformat(e.date).timestamp() for e in history]
@@ -119,18 +163,15 @@ def _ys(values: list[float], flat: bool) -> list[float]:
     return [HEIGHT - PAD - (v - low) / (high - low) * (HEIGHT - 2 * PAD) for v in values]
 
 
-def _build(e: Evidence) -> tuple[str, str | None]:
-    """What a record's line may join across: the same build, judged by the same gates."""
-    return e.step_key, e.thresholds.sha256 if e.thresholds else None
+def breaks(history: list[Run]) -> list[int]:
+    """Indexes i where run i was made of another build (or gates) than run i-1."""
+    return [i for i in range(1, len(history)) if history[i].build != history[i - 1].build]
 
 
-def breaks(history: list[Evidence]) -> list[int]:
-    """Indexes i where record i was made of another build (or gates) than record i-1."""
-    return [i for i in range(1, len(history)) if _build(history[i]) != _build(history[i - 1])]
-
-
-def plots(history: list[Evidence]) -> list[Plot]:
-    """One plot per metric measured in any record, sorted by metric name."""
+def plots(given: Sequence[Run | Evidence]) -> list[Plot]:
+    """One plot per metric measured in any run, sorted by metric name (records given
+    as Evidence are labelled by their position)."""
+    history = [r if isinstance(r, Run) else Run.of(r, f"#{i}") for i, r in enumerate(given)]
     xs = _xs(history)
     cut = breaks(history)
     cut_x = [(xs[i - 1] + xs[i]) / 2 for i in cut]
@@ -142,7 +183,8 @@ def plots(history: list[Evidence]) -> list[Plot]:
         flat = shown(min(values)) == shown(max(values))
         ys = _ys(values, flat)
         points = [
-            Point(xs[i], y, i, e.date, v) for (i, e), y, v in zip(measured, ys, values, strict=True)
+            Point(xs[i], y, i, e.label, e.date, v)
+            for (i, e), y, v in zip(measured, ys, values, strict=True)
         ]
         series = []
         for number, host in enumerate(hosts):

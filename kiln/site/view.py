@@ -187,6 +187,7 @@ class Entry:
     runs_on: list[Entry] = field(default_factory=list, repr=False)
     target_hosts: list[HostClass] = field(default_factory=list)  # GPUs that passed its target
     unreadable: str | None = None  # why its manifest could not be read (then `manifest` is None)
+    past: list[dict[str, Any]] = field(default_factory=list)  # its history's lines (ci, nightly)
 
     @property
     def pin_moved(self) -> bool:
@@ -216,7 +217,23 @@ class Entry:
 
     @property
     def latest(self) -> Evidence | None:
-        return self.history[-1] if self.history and not self.pin_moved else None
+        """The record that decides the verdict (kiln.evidence.manifest.headline): of the
+        lock's build, nightly over ci over a person's build, then the newest."""
+        return None if self.pin_moved else manifest.headline(self.manifest)
+
+    @property
+    def outranked(self) -> list[Evidence]:
+        """Records newer than the headline's, of a lighter scope (a person's build after
+        a ci run): shown in the history, never the headline."""
+        latest = self.latest
+        if latest is None:
+            return []
+        weight = manifest.SCOPES.index(manifest.scope(latest))
+        return [
+            e
+            for e in self.history
+            if e.date > latest.date and manifest.SCOPES.index(manifest.scope(e)) > weight
+        ]
 
     @property
     def host(self) -> HostClass | None:
@@ -267,7 +284,8 @@ class Entry:
     @property
     def evidence_url(self) -> str | None:
         """The evidence record that decides this recipe's verdict, relative to the site root."""
-        return f"{self.url}#evidence-{len(self.history) - 1}" if self.latest else None
+        latest = self.latest
+        return f"{self.url}#evidence-{self.history.index(latest)}" if latest else None
 
     @property
     def architecture(self) -> str | None:
@@ -361,6 +379,7 @@ def entries(catalog: Catalog, stale: list[Stale] | None = None) -> list[Entry]:
         entry = Entry(
             name, recipe, thresholds, found, stale_reason=why.get(name), unreadable=unreadable
         )
+        entry.past = manifest.history(catalog.paths, name)
         entry.facets = _facets(entry)
         out.append(entry)
     _alternatives(out)
@@ -373,7 +392,7 @@ def read_manifest(catalog: Catalog, name: str) -> tuple[Manifest | None, str | N
     path = catalog.paths.manifest(name)
     shown = catalog.paths.rel(path)
     try:
-        found = manifest.read(path, shown)
+        found = manifest.known(catalog.paths, name, shown)  # with what a build here kept
     except KilnError as exc:
         return None, why_unreadable(exc)
     if found is not None and found.recipe != name:

@@ -98,6 +98,7 @@ def test_without_tensorrt_the_engine_step_is_unsupported_not_built(tmp_path: obj
         "target": "sm90",
         "max_input_len": 256,
         "quantized": True,
+        "compute": "fp32",
     }
     request = Request("engine", "0" * 64, "engine", options, {"onnx": Path(str(tmp_path))})
     with pytest.raises(Unsupported, match="import tensorrt"):
