@@ -15,7 +15,8 @@ It also stamps each call: the first stamp is when the prefill's logits arrived
 (time to first token, less one argmax), the rest one per decoded token.
 
 Imported by bench/decode_vs_hf.py and bench/chat_peers.py (run as scripts, so this
-folder is on sys.path).
+folder is on sys.path), and by bench/probes/step_profile.py (as bench._eos) and
+bench/probes/decode_ab.py's child processes.
 """
 
 from __future__ import annotations

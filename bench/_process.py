@@ -1,9 +1,9 @@
 """What the benchmarks share: timing one command, a catalog copy, a built recipe's
 bundle folder, and a process's own peak memory.
 
-Imported by bench/chat_peers.py, check_catalog.py, noop_build.py, parallel_build.py,
-quantized_decode.py and runtime_features.py (run as scripts, so this folder is on
-sys.path).
+Imported by bench/chat_peers.py, check_catalog.py, noop_build.py, parallel_build.py
+and runtime_features.py (run as scripts, so this folder is on sys.path), and as
+bench._process by bench/probes/quantized_decode.py.
 """
 
 from __future__ import annotations

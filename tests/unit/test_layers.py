@@ -396,8 +396,8 @@ def _private_rule(path: Path, imp: Import) -> bool | str:
 # steps). A new place fails the test; one made public must leave the list.
 BENCH_USES_PRIVATE = {
     ("bench/chat_peers.py", "builders.causal_lm._text"): 2,
-    ("bench/lm_head_variants.py", "builders.causal_lm._text"): 2,
-    ("bench/lm_head_variants.py", "builders.causal_lm._nbits"): 2,
+    ("bench/probes/lm_head_variants.py", "builders.causal_lm._text"): 2,
+    ("bench/probes/lm_head_variants.py", "builders.causal_lm._nbits"): 2,
 }
 
 

@@ -1,7 +1,7 @@
 """Does a second load of an inductor bundle recompile? Issue 18: Inductor's compiled
 artifacts are cached beside the bundle (.inductor-cache/<torch>-<device>/).
 
-    python bench/inductor_reload.py RECIPE [--copies DIR]
+    python bench/probes/inductor_reload.py RECIPE [--copies DIR]
 
 Copies the recipe's built bundle (the store seals its own, so the runtime caches
 elsewhere for it) to a writable folder, then opens it with runtime.open in two fresh
@@ -20,7 +20,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 CHILD = """

@@ -1,6 +1,6 @@
 """onnxruntime CPU kernels for one decode step's linear layers, at a real model's shapes.
 
-    PYTHONPATH=$PWD .venv/bin/python bench/matmulnbits_kernels.py [--threads 1]
+    PYTHONPATH=$PWD .venv/bin/python bench/probes/matmulnbits_kernels.py [--threads 1]
 
 For each linear layer shape of SmolLM2-135M (hidden 576, intermediate 1536, 9 query
 and 3 KV heads of 64; 30 layers; the tied lm_head stays fp32 in every precision and
@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 HIDDEN, INTER, KV = 576, 1536, 192
 # (name, K, N, count per layer)

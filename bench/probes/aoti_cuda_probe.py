@@ -1,6 +1,6 @@
 """Does an AOTInductor CUDA package load on this machine? A toy model, no kiln code.
 
-    python bench/aoti_cuda_probe.py
+    python bench/probes/aoti_cuda_probe.py
 
 Exports Linear+ReLU on CUDA, compiles it with `aoti_compile_and_package`, then loads
 and runs it in a child process (a crash or hang there is reported, not fatal).

@@ -1,6 +1,6 @@
 """What an int4 output projection costs SmolLM2's int4-awq bundle on kiln's int4 gates.
 
-    PYTHONPATH=. .venv/bin/python bench/lm_head_variants.py --bundle INT4_AWQ_BUNDLE \\
+    PYTHONPATH=. .venv/bin/python bench/probes/lm_head_variants.py --bundle INT4_AWQ_BUNDLE \\
         --hf HF_DIR [--positions 512]
 
 kiln's int4-awq recipe keeps the output projection (lm_head, 49,152 x 576) in int8;
@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 # name: (bits, block, method, alpha or outlier channels)
@@ -187,7 +187,7 @@ def main() -> None:
     parser.add_argument("--positions", type=int, default=512)
     parser.add_argument("--keep", type=Path, help="keep the copies under this folder")
     parser.add_argument(
-        "--out", type=Path, help="default bench/results/lm_head_variants_<date>.txt"
+        "--out", type=Path, help="default bench/probes/results/lm_head_variants_<date>.txt"
     )
     args = parser.parse_args()
     from kiln.catalog.yaml import load_yaml_model
@@ -200,7 +200,7 @@ def main() -> None:
     ref = reference(args.hf, args.positions)
     lines = [
         f"lm_head variants {time.strftime('%Y-%m-%d %H:%M')}: {args.bundle}",
-        f"command: python bench/lm_head_variants.py --bundle {args.bundle} --hf {args.hf}",
+        f"command: python bench/probes/lm_head_variants.py --bundle {args.bundle} --hf {args.hf}",
         f"against HF fp32 over {args.positions} positions; int4 gates: log-ppl ratio <= "
         f"{ppl:.4f}, agreement >= {agree:.4f}",
         f"{'lm_head':<48} {'log-ppl ratio':>13} {'agreement':>10}  gates",
@@ -220,9 +220,8 @@ def main() -> None:
     if args.keep is None:
         shutil.rmtree(work)
     text = "\n".join(lines) + "\n"
-    out = (
-        args.out or ROOT / "bench" / "results" / f"lm_head_variants_{time.strftime('%Y-%m-%d')}.txt"
-    )
+    dated = f"lm_head_variants_{time.strftime('%Y-%m-%d')}.txt"
+    out = args.out or ROOT / "bench" / "probes" / "results" / dated
     out.write_text(text)
     print(text + f"written to {out}")
 

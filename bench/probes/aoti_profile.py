@@ -1,6 +1,7 @@
 """Where an aoti bundle's per-token decode time goes, and before/after in one run.
 
-    .venv/bin/python bench/aoti_profile.py [--recipe tiny-llama-aoti] [--threads 2] [--rounds 5]
+    .venv/bin/python bench/probes/aoti_profile.py [--recipe tiny-llama-aoti] [--threads 2] \\
+        [--rounds 5]
 
 In one process, interleaved round by round so a shared machine's load hits every
 variant alike: HF `generate`, the bundle through the runtime's AotiEngine as it is
@@ -22,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the hub mirror is local: no network retries
 sys.path.insert(0, str(ROOT))
 

@@ -1,7 +1,7 @@
 """Where one decode step's time goes: a kiln bundle's onnxruntime graph against
 onnxruntime-genai's model of the same checkpoint, op by op.
 
-    PYTHONPATH=. .venv/bin/python bench/step_profile.py --bundle BUNDLE_DIR \\
+    PYTHONPATH=. .venv/bin/python bench/probes/step_profile.py --bundle BUNDLE_DIR \\
         [--og OG_DIR --hf HF_DIR [--bare]] [--threads 1] [--steps 64]
 
 Both run one chat prompt ("What is the capital of France?") and --steps greedy decode
@@ -38,7 +38,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 PROMPT = [{"role": "user", "content": "What is the capital of France?"}]
@@ -73,9 +73,9 @@ def breakdown(profile: Path, name: str) -> str:
 
 def kiln(bundle_dir: Path, threads: int, steps: int, work: Path) -> str:
     import onnxruntime as ort
-    from _eos import NoEos
 
     import runtime
+    from bench._eos import NoEos
 
     bundle = runtime.open(bundle_dir, threads=threads, expect=runtime.Bundle)
     engine = bundle.meta["engines"]["main"]

@@ -1,7 +1,7 @@
 """Decode tokens/s of kiln bundles, each in a fresh process, interleaved: a before/after
 check of one recipe's bundle across code changes, as a user runs one bundle per process.
 
-    .venv/bin/python bench/decode_ab.py NAME=BUNDLE_DIR NAME=BUNDLE_DIR ... [--rounds 4]
+    .venv/bin/python bench/probes/decode_ab.py NAME=BUNDLE_DIR NAME=BUNDLE_DIR ... [--rounds 4]
         [--env NAME:KEY=VALUE ...] [--tree NAME=CHECKOUT] [--threads N]
 
 --env sets a variable in one side's processes (KILN_HUGE_PAGES=0: the same bundle with
@@ -27,7 +27,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PROMPT = "Write a short story about a robot learning to paint."
 CHILD = """
 import statistics, sys

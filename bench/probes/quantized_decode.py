@@ -1,6 +1,6 @@
 """Decode tokens/s of an fp32 bundle and its weight-only quantized bundles, one run.
 
-    PYTHONPATH=$PWD .venv/bin/python bench/quantized_decode.py \\
+    PYTHONPATH=$PWD .venv/bin/python bench/probes/quantized_decode.py \\
         [--recipes tiny-llama,tiny-llama-int8-wo,tiny-llama-int4-awq] \\
         [--new-tokens 64] [--rounds 3] [--threads 1]
 
@@ -25,10 +25,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from _process import bundle_path  # noqa: E402  (bench/ is on sys.path: run as a script)
+from bench._process import bundle_path  # noqa: E402  (the repository root is on sys.path above)
 
 
 def one_pass(bundle: Any, prompts: list[list[int]], new_tokens: int) -> tuple[float, float]:
