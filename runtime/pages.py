@@ -9,7 +9,7 @@ malloc, which on a host whose THP mode is `madvise` (Ubuntu's default, and this
 project's hosts') never gets a huge page; a host in mode `always` mostly gets them
 anyway, and there this changes little. PyTorch, Paddle and MXNet advise their own
 large CPU buffers the same way. Measured through the runtime
-(`bench/decode_ab.py huge=B small=B --env small:KILN_HUGE_PAGES=0`,
+(`bench/probes/decode_ab.py huge=B small=B --env small:KILN_HUGE_PAGES=0`,
 bench/results/huge_pages_2026-12-05.txt), SmolLM2's fp32 bundle decodes 37.4 tokens/s
 against 29.2, its int4-awq-head4-outliers 131.3 against 121.2 (one thread, a fresh
 process per run). Opening costs ~3 ms per MB collapsed on this

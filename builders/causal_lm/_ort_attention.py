@@ -5,7 +5,7 @@ Traced as transformers writes it, one Llama attention layer of a decode step is 
 Concat, the query/key/value Reshape/Transpose, two MatMuls, Softmax and the mask's Add.
 On SmolLM2-135M (30 layers) that is 1,445 nodes per decode step against
 onnxruntime-genai's 309, and the extra nodes' kernels and executor hand-offs are the
-whole of its lead in fp32 (bench/step_profile.py: kiln's weight products take 31.6 ms
+whole of its lead in fp32 (bench/probes/step_profile.py: kiln's weight products take 31.6 ms
 of a step, onnxruntime-genai's 35.0; everything else 17.6 ms against 5.0).
 
 `fused(model)` replaces the forward of each layer whose attention is transformers'

@@ -13,13 +13,13 @@ Three places fuse them:
   (`fold_input_scales`), so the graph multiplies nothing at run time, and down_proj's
   into up's rows of the fused gate_up weight; only o_proj keeps its Mul. Per-linear
   scales left 241 activation Muls in SmolLM2's int4 decode step, 1.4 ms of 16.7
-  (bench/step_profile.py), and kept q, k and v as three MatMulNBits; 61 Muls are
+  (bench/probes/step_profile.py), and kept q, k and v as three MatMulNBits; 61 Muls are
   left, 30 of them AWQ's (o_proj).
   The joint scale costs some quality on SmolLM2 (log-perplexity ratio 0.058 per
   linear, 0.092 joint; next-token agreement 0.799 and 0.773; the gates ask <= 0.130
   and >= 0.739).
   SmolLM2's int4-awq decodes 5% faster fused (97.9 against 93.4 tokens/s, one
-  bundle per process, one thread, 6 interleaved rounds: bench/decode_ab.py).
+  bundle per process, one thread, 6 interleaved rounds: bench/probes/decode_ab.py).
   w4a8-awq keeps per-linear scales: its onnxruntime engine runs Q/DQ, with no fused
   kernel to gain, and joint scales took it past its perplexity gate (0.1305).
   int8-wo stays unfused too: fused, its 8-bit MatMulNBits decoded SmolLM2 slower

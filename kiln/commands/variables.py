@@ -240,6 +240,13 @@ BUILD = Verb(
             False,
             "a recipe that fails its gates is recorded and exits 0 (default: exit 1)",
         ),
+        Var(
+            "publish",
+            bool,
+            None,
+            "record the evidence into manifests/ (default: ci and nightly runs do; a "
+            "person's build records into the store, which doit status and the local site read)",
+        ),
     ),
     "Build recipes incrementally, each step once "
     "(exit 0 built: pass or unsupported-here; 1 a step failed or a recipe failed its gates).",

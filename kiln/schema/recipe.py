@@ -270,7 +270,7 @@ class Precision(Strict):
         "product beside the quantized one, whose weight has them zeroed (LLM.int8()'s "
         "decomposition of outlier features). A few channels of a model's final hidden state "
         "carry most of its magnitude; rounded to int4 they cost most of the lm_head's quality "
-        "(bench/lm_head_variants.py).",
+        "(bench/probes/lm_head_variants.py).",
     )
 
 

@@ -458,3 +458,38 @@ def test_rebuilding_an_unchanged_recipe_leaves_git_clean(tmp_path: Path, hub: Pa
         assert "validate" in executed(out.stdout)  # it did validate again
         assert "manifest" not in executed(out.stdout), out.stdout  # and it is recorded
         assert git("status", "--porcelain", "manifests/") == ""
+
+
+def test_a_persons_build_records_into_the_store_until_published(tmp_path: Path, hub: Path) -> None:
+    """Issue 43: a local build (scope local, KILN_PUBLISH unset) records its evidence
+    into the store, which doit status and doit run stats=1 read, and leaves manifests/
+    untouched; publish=1 is the deliberate act that writes the manifest."""
+    world = make_world(tmp_path, hub, ("tiny-llama",))
+    env = {k: v for k, v in world.env.items() if k != "KILN_PUBLISH"}
+    env["CI"] = ""  # a person's machine
+
+    def doit(*args: str) -> subprocess.CompletedProcess[str]:
+        out = subprocess.run(
+            world.argv(*args), env=env, capture_output=True, text=True, timeout=SLOW
+        )
+        assert out.returncode == 0, out.stdout + out.stderr
+        return out
+
+    built = doit("build", "recipe=tiny-llama")
+    assert "in the store; publish=1 writes manifests/tiny-llama.json" in built.stdout
+    assert not (world.root / "manifests" / "tiny-llama.json").exists()
+    local = list((world.store / "evidence").glob("*/tiny-llama.json"))
+    assert len(local) == 1
+    status = json.loads(doit("status", "recipe=tiny-llama", "format=json").stdout)
+    (row,) = status["recipes"]
+    assert row["here"]["verdict"] == "pass" and row["here"]["scope"] == "local"
+    assert row["here"]["published"] is False and row["built_here"] is True
+    ran = doit("run", "recipe=tiny-llama", "prompt=Hello", "max_new_tokens=4", "stats=1")
+    assert "evidence: pass on" in ran.stdout and "this store only" in ran.stdout
+    published = doit("build", "recipe=tiny-llama", "publish=1")
+    assert "-> manifests/tiny-llama.json" in published.stdout
+    found = world.manifest("tiny-llama")
+    assert [e["scope"] for e in found["evidence"]] == ["local"]
+    assert not (world.root / "manifests" / "history").exists()  # a local record: no history
+    status = json.loads(doit("status", "recipe=tiny-llama", "format=json").stdout)
+    assert status["recipes"][0]["here"]["published"] is True

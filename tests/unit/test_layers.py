@@ -424,7 +424,7 @@ TYPING = "from typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n"
 # (rule, file, text): each text breaks its rule. The holes of issue 38 item 3 first.
 PROBES: list[tuple[Rule, Path, str]] = [
     # modules reached through import_module or __import__ (kiln -> builders, runtime -> kiln)
-    (_core_rule, EXECUTE, 'import importlib\n\nimportlib.import_module("builders.preload")\n'),
+    (_core_rule, EXECUTE, 'import importlib\n\nimportlib.import_module("builders.gguf")\n'),
     (
         _core_rule,
         EXECUTE,
@@ -440,7 +440,7 @@ PROBES: list[tuple[Rule, Path, str]] = [
     (_runtime_rule, RUNTIME, 'def f():\n    return __import__("kiln")\n'),
     # names in RUNNERS-style tables, imported by name elsewhere
     (_runtime_rule, RUNTIME, 'RUNNERS = {"text-generation": {"ordinary": "kiln.store:Store"}}\n'),
-    (_core_rule, EXECUTE, 'PRELOAD = ("builders.preload",)\n'),
+    (_core_rule, EXECUTE, 'PRELOAD = ("builders.gguf",)\n'),
     # lazy imports inside tasks.py
     (_tasks_rule, TASKS, "def task_x():\n    from builders import fetch\n"),
     (_tasks_rule, TASKS, "def task_x():\n    import runtime\n"),

@@ -53,7 +53,7 @@ def build(request: Request, writer: Writer) -> None:
         raise request.unsupported(
             f"AOTInductor's CUDA package loader crashes with torch {torch.__version__}: a toy "
             "Linear+ReLU package segfaults in aoti_load_package on the H200 (torch 2.11+cu130; "
-            "bench/aoti_cuda_probe.py reproduces it); build this model for the GPU with the "
+            "bench/probes/aoti_cuda_probe.py reproduces it); build this model for the GPU with the "
             "inductor backend"
         )
     model = load_for_export(request.inputs["checkpoint"] / "checkpoint")
