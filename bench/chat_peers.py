@@ -57,7 +57,7 @@ with HF's top-1 minus top-2 logit gap there (a small gap explains a flip).
 
 Quality (--score-positions, default 512): every side's teacher-forced logits over the
 first 512 next-token positions of builders/data/texts/eval.txt, in the validate step's
-own windows and scoring (builders/causal_lm/_text.py), against HF fp32's: the
+own windows and scoring (builders/causal_lm/scoring.py), against HF fp32's: the
 log-perplexity ratio and next-token agreement that kiln's quantized gates judge, with
 the bounds of thresholds/quantized-int8.yaml and quantized-int4.yaml beside them. So a
 side that is faster because it quantizes more (onnxruntime-genai's int4 output
@@ -354,7 +354,7 @@ def worker(kind: str, path: str, threads: int, eos: list[int]) -> None:
                 }
             )
         elif op == "score":  # the validate step's own metrics' ingredients, per window
-            from builders.causal_lm._text import next_token_scores
+            from builders.causal_lm.scoring import next_token_scores
 
             nll, top1 = [], []
             for window in req["windows"]:
@@ -694,11 +694,11 @@ def score(
 ) -> dict[str, tuple[float, float]]:
     """Each side's (log-perplexity ratio, next-token agreement) against HF fp32 over the
     first `positions` next-token positions of the shipped evaluation text, in the
-    validate step's own windows and scoring (builders/causal_lm/_text.py): the metrics
+    validate step's own windows and scoring (builders/causal_lm/scoring.py): the metrics
     kiln's quantized gates judge, here for every side."""
     import numpy as np
 
-    from builders.causal_lm._text import TEXT, windows
+    from builders.causal_lm.scoring import TEXT, windows
 
     ids = tokenizer(TEXT.read_text(), add_special_tokens=True)["input_ids"]
     chunks = windows(ids, positions)

@@ -7,7 +7,7 @@ kiln's int4-awq recipe keeps the output projection (lm_head, 49,152 x 576) in in
 onnxruntime-genai's int4 models and the recipe smollm2-135m-instruct-int4-awq-head4 put
 it in int4 and decode faster. This takes the bundle's engine, replaces its lm_head with
 each variant below (everything else unchanged), and scores every copy the way the
-validate step scores (builders/causal_lm/_text.py: teacher-forced log-perplexity ratio
+validate step scores (builders/causal_lm/scoring.py: teacher-forced log-perplexity ratio
 and next-token agreement against HF fp32 over the first --positions positions of the
 shipped evaluation text):
 
@@ -63,7 +63,7 @@ def reference(hf: Path, positions: int) -> dict[str, Any]:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from builders.causal_lm._text import TEXT, next_token_scores, windows
+    from builders.causal_lm.scoring import TEXT, next_token_scores, windows
     from builders.data import texts
 
     tokenizer = AutoTokenizer.from_pretrained(hf)
@@ -168,7 +168,7 @@ def quantize(model: Any, bits: int, block: int, method: str) -> Any:
 
 def score(folder: Path, ref: dict[str, Any]) -> tuple[float, float]:
     import runtime
-    from builders.causal_lm._text import next_token_scores
+    from builders.causal_lm.scoring import next_token_scores
 
     bundle = runtime.open(folder, threads=2, expect=runtime.Bundle)
     nll: list[float] = []

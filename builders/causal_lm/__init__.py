@@ -7,11 +7,13 @@ drafter.py    the drafter engines of speculative variants (MTP, EAGLE-3, DFlash/
 bundle.py     engines + tokenizer + bundle.json
 reference.py  the independent fp32 transformers reference
 validate.py   runs the bundle through runtime/ and measures it against the reference
+scoring.py    the shipped evaluation text, its windows and teacher-forced scores, which
+              reference and validate share (and bench/ measures peers with)
 backends/     the engine step, one builder per backend: onnxruntime (fp32, quantized,
               and fp16|bf16 through _half.py), aoti, inductor, tensorrt; a graph (or the
               checkpoint) -> an engine
 _adapter _attention _bundle_variants _cache _capture _drafters _features _nbits _ort_attention
-_qdq _text _tracefix
+_qdq _tracefix
               private helpers (_features: the runtime features validate exercises;
               _ort_attention: attention as onnxruntime's fused kernels)
 """

@@ -142,7 +142,7 @@ def _window_effect(
 
 
 def _windows(tokenizer: Any, positions: int) -> list[list[int]]:
-    from builders.causal_lm._text import TEXT, windows
+    from builders.causal_lm.scoring import TEXT, windows
 
     ids = tokenizer(TEXT.read_text(), add_special_tokens=True)["input_ids"]
     return windows(ids, positions)
@@ -153,7 +153,7 @@ def _score_text(model: Any, chunks: list[list[int]]) -> dict[str, Any]:
     import numpy as np
     import torch
 
-    from builders.causal_lm._text import next_token_scores
+    from builders.causal_lm.scoring import next_token_scores
 
     nll, top1 = [], []
     with torch.no_grad():

@@ -85,7 +85,7 @@ def score_text(bundle: Any, ref: dict[str, Any], ref_scores: Any) -> dict[str, f
     """Perplexity and top-1 agreement with the fp32 reference on the evaluation text."""
     import numpy as np
 
-    from builders.causal_lm._text import next_token_scores
+    from builders.causal_lm.scoring import next_token_scores
 
     nll, top1 = [], []
     for chunk in ref["text"]["windows"]:

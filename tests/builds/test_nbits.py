@@ -56,7 +56,7 @@ def gamma(m: int) -> float:
 
 def ids_of(w: World, name: str) -> list[int]:
     import runtime
-    from builders.causal_lm._text import TEXT
+    from builders.causal_lm.scoring import TEXT
 
     return runtime.open(w.artifact(name, "bundle")).encode(TEXT.read_text())[:96]
 

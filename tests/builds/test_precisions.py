@@ -71,7 +71,7 @@ def fake_quant_logits(w: World, name: str, ids: list[int]) -> tuple[Any, Any]:
 @pytest.mark.parametrize("name", ["tiny-llama-fp8", "tiny-llama-int4-awq", "tiny-llama-int8-sq"])
 def test_the_onnxruntime_graph_computes_modelopts_fake_quant_model(prec: World, name: str) -> None:
     import runtime
-    from builders.causal_lm._text import TEXT
+    from builders.causal_lm.scoring import TEXT
 
     bundle = runtime.open(prec.artifact(name, "bundle"))
     ids = bundle.encode(TEXT.read_text())[:96]
@@ -116,8 +116,8 @@ def test_the_inductor_fp8_program_computes_modelopts_fake_quant_model(prec: Worl
     from safetensors.torch import load
     from transformers import AutoTokenizer
 
-    from builders.causal_lm._text import TEXT
     from builders.causal_lm.backends import inductor
+    from builders.causal_lm.scoring import TEXT
     from kiln.store.execute import Request
 
     name = "tiny-llama-fp8"

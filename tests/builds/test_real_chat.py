@@ -268,7 +268,7 @@ def test_the_evaluation_positions_table_counts_every_tokenizer(real: Chat) -> No
     what the shipped text gives under each causal LM's tokenizer of the catalog."""
     from transformers import AutoTokenizer
 
-    from builders.causal_lm._text import TEXT
+    from builders.causal_lm.scoring import TEXT
     from kiln import catalog as catalog_mod
     from kiln.catalog.buildable import EVAL_POSITIONS
 
