@@ -16,7 +16,7 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 python3 -c "import torch, transformers; print(torch.__version__, transformers.__version__)"
 list=$(IFS=,; echo "$*")
 timeout "$seconds" python3 -m doit -n "${JOBS:-4}" -f dodo.py build recipe="$list" \
-  allow_quality_fail=1 >/tmp/evidence.log 2>&1
+  allow_quality_fail=1 publish=1 >/tmp/evidence.log 2>&1
 echo "doit exit $?"
 grep -E "verdict|pass|fail|unsupported|Error" /tmp/evidence.log | tail -40
 mkdir -p /tmp/evidence/manifests
