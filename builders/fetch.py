@@ -56,6 +56,12 @@ def _resolve(request: Request, opts: Options) -> Path:
 
     hub: Path = request.context["hub"]
     online = pins.hub_online()
+    unreachable = _unreachable() if online else None
+    if unreachable is not None:  # one request, before huggingface_hub retries for a minute
+        raise request.error(
+            f"the Hub is not reachable: {unreachable}",
+            "check the network connection, or build from the hub cache: unset KILN_HUB_ONLINE",
+        )
     try:
         return Path(
             snapshot_download(
@@ -94,6 +100,19 @@ def _resolve(request: Request, opts: Options) -> Path:
             if not online
             else "check the revision on the Hub",
         ) from None
+
+
+def _unreachable() -> str | None:
+    """Why the Hub's endpoint cannot be reached (one HEAD request, 10 s at most, through
+    huggingface_hub's own session and proxies), or None when it answers at all."""
+    from huggingface_hub import constants
+    from huggingface_hub.utils import get_session
+
+    try:
+        get_session().head(constants.ENDPOINT, timeout=10)
+    except Exception as exc:  # the session's transport errors: whatever stops the request
+        return _network_cause(exc) or f"{type(exc).__name__}: {exc}"
+    return None
 
 
 def _network_cause(exc: BaseException) -> str | None:
