@@ -5,11 +5,13 @@ two clean builds (no dates, no hosts), so they give identical locks; provenance
 lives in the evidence records. A manifest is written last, atomically, after every
 artifact it names exists.
 
-A manifest is the current state, not a log (as dvc.lock is): at most one record per
-(host class, scope), the newest; recording one replaces the record of the same host
-class and scope, whatever build it was of. History is git's, and for the ci and
-nightly scopes a capped line per run in manifests/history/<recipe>.jsonl (HISTORY),
-which the site plots.
+A manifest is the current state, not a log (as dvc.lock is): its lock, and at most
+one record per (host class, scope), the newest. Recording one replaces the record of
+its host class and scope, and drops the records of other builds made on the same kind
+of host (CPU or GPU): they describe a lock this one replaced. A GPU recipe's CPU
+record (unsupported-here) stays beside its GPU records, and the other way round.
+History is git's, and for the ci and nightly scopes a capped line per run in
+manifests/history/<recipe>.jsonl, which the site plots.
 
 The same file shape holds what a build here did not publish: the store's
 evidence/<catalog>/<recipe>.json (kiln.paths.Paths.local_evidence). `known()` is
@@ -83,12 +85,23 @@ def slot(evidence: Evidence) -> tuple[str, str]:
 
 def record(path: Path, recipe: str, lock: Lock, evidence: Evidence) -> Manifest:
     """Record one evidence record, refreshing the lock: it replaces the record of its
-    host class and scope, and goes last (the newest)."""
+    host class and scope and the records of other builds on its kind of host, and goes
+    last (the newest)."""
     current = read(path)
-    kept = [e for e in (current.evidence if current else []) if slot(e) != slot(evidence)]
+    kept = [
+        e
+        for e in (current.evidence if current else [])
+        if slot(e) != slot(evidence) and not superseded(e, evidence)
+    ]
     manifest = Manifest(schema_version=1, recipe=recipe, lock=lock, evidence=[*kept, evidence])
     write(path, manifest)
     return manifest
+
+
+def superseded(old: Evidence, new: Evidence) -> bool:
+    """A record of another build than `new`'s, made on the same kind of host."""
+    kind = hostinfo.host_class(new.host).kind
+    return old.step_key != new.step_key and hostinfo.host_class(old.host).kind == kind
 
 
 def validate_key(lock: Lock) -> str | None:

@@ -47,8 +47,13 @@ def test_a_record_replaces_its_host_class_and_scope_and_goes_last(tmp_path: Path
     assert found.evidence == [ci, other, again]
     slots = [manifest.slot(e) for e in found.evidence]
     assert len(set(slots)) == len(slots)  # one per (host class, scope)
-    rebuilt = run("2026-12-05T00:00:00+00:00", "ci", step_key="f" * 64)  # another build
-    assert recorded(tmp_path, rebuilt).evidence == [other, again, rebuilt]
+    gpu_host = BASE.host.model_copy(update={"gpu": "NVIDIA H100 80GB HBM3"})
+    gpu = run("2026-12-04T12:00:00+00:00", "local", host=gpu_host, step_key="d" * 64)
+    assert recorded(tmp_path, gpu).evidence == [ci, other, again, gpu]
+    # another build on a CPU supersedes every CPU record of the builds before it; the
+    # GPU's record of its own build stays (a CPU cannot replace it)
+    rebuilt = run("2026-12-05T00:00:00+00:00", "ci", step_key="f" * 64)
+    assert recorded(tmp_path, rebuilt).evidence == [gpu, rebuilt]
 
 
 def test_the_headline_is_the_heaviest_scope_of_the_locks_build(tmp_path: Path) -> None:
