@@ -106,7 +106,7 @@ def _unreachable() -> str | None:
     """Why the Hub's endpoint cannot be reached (one HEAD request, 10 s at most, through
     huggingface_hub's own session and proxies), or None when it answers at all."""
     from huggingface_hub import constants
-    from huggingface_hub.utils import get_session
+    from huggingface_hub.utils import get_session  # type: ignore[attr-defined]
 
     try:
         get_session().head(constants.ENDPOINT, timeout=10)

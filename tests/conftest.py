@@ -3,6 +3,7 @@ a private hub mirror, and doit run as a user runs it (a subprocess)."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -31,6 +32,13 @@ def has_build_extra() -> bool:
 SLOW = 1800
 
 heavy = pytest.mark.skipif(not has_build_extra(), reason="needs the build extra")
+
+
+def shipped_gpu() -> str:
+    """The GPU the shipped GPU manifests were last validated on (a GPU run may get an
+    H100 or an H200): what tests of those manifests expect to see named."""
+    data = json.loads((ROOT / "manifests" / "tiny-llama-inductor-h200.json").read_text())
+    return str(data["evidence"][-1]["host"]["gpu"])
 
 
 @dataclass

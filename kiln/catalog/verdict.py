@@ -2,7 +2,13 @@
 not changed since it last passed stats its files and reads one small file.
 
     <store>/cache/verdict/<sha256 of the catalog root>.json
-        {"format", "key", "counts": {"recipes", "thresholds", "prompts", "rules"}}
+        {"format", "key", "counts": {"recipes", "thresholds", "prompts", "rules"},
+         "stale": [kiln.evidence.stale.Stale.as_dict(), ...]}
+
+A catalog with manifests is covered too, with what `doit check` found stale (a stale
+manifest is not a problem): its key adds each manifests/*.json with its lstat, every
+file under builders/ and runtime/ (their code is in step keys, data files included),
+and what is installed (kiln.plan.toolchain.installed: the versions in step keys).
 
 Only a catalog with no problem at all, and no recipe naming a local checkpoint (whose
 files every check stats: kiln.pins.local_source), is recorded: whatever fails is loaded, parsed
@@ -39,15 +45,17 @@ import os
 import stat
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from kiln.catalog import RULES_FILE, rules_file, yaml_entries
 from kiln.errors import KilnError
 from kiln.fsio import atomic_write
 from kiln.paths import Paths
 
-FORMAT = 1
+FORMAT = 2
 RACY_NS = 2_000_000_000  # as the parse cache: coarse file systems stamp 1-2 s
 COUNTS = ("recipes", "thresholds", "prompts", "rules")
 # What validates and parses: pydantic and what it builds on, and PyYAML.
@@ -59,7 +67,7 @@ LIBRARIES = (
     "typing_extensions",
     "yaml",
 )
-_MAX_BYTES = 4096
+_MAX_BYTES = 4 << 20  # a stale list with every step's reasons
 
 
 @dataclass(frozen=True)
@@ -93,13 +101,27 @@ def _folder(folder: Path, since: int, out: list[object]) -> bool:
     return racy
 
 
-def _tree(root: str, since: int, out: list[object]) -> bool:
-    """Every .py file under `root`, with its lstat, in a stable order."""
+def _manifests(folder: Path, since: int, out: list[object]) -> bool:
+    try:
+        with os.scandir(folder) as listed:
+            entries = sorted((e for e in listed if e.name.endswith(".json")), key=lambda e: e.name)
+    except OSError as exc:
+        out.append(f"{folder}: {exc.errno}")
+        return False
+    racy = False
+    for entry in entries:
+        out.append(entry.name)
+        racy |= _stat(entry, since, out)
+    return racy
+
+
+def _tree(root: str, since: int, out: list[object], suffix: str = ".py") -> bool:
+    """Every file under `root` ending in `suffix`, with its lstat, in a stable order."""
     racy = False
     for folder, dirs, files in os.walk(root):
         dirs[:] = sorted(d for d in dirs if d != "__pycache__")
         for name in sorted(files):
-            if name.endswith(".py"):
+            if name.endswith(suffix):
                 out.append(os.path.join(folder, name))
                 racy |= _stat(os.path.join(folder, name), since, out)
     return racy
@@ -126,7 +148,10 @@ def _library(name: str, since: int, out: list[object]) -> bool:
     return racy
 
 
-def inputs(paths: Paths) -> Inputs:
+def inputs(paths: Paths, steps_code: Sequence[Path] = (), installed: Sequence[str] = ()) -> Inputs:
+    """What a verdict is a function of; for a catalog with manifests, the caller adds
+    the folders of the code in step keys (every file) and what is installed
+    (kiln.plan.toolchain, which this stage does not import)."""
     import kiln
 
     since = time.time_ns() - RACY_NS
@@ -149,6 +174,12 @@ def inputs(paths: Paths) -> Inputs:
     for name in LIBRARIES:
         out.append(f"[{name}]")
         racy |= _library(name, since, out)
+    out.append("[manifests]")
+    racy |= _manifests(paths.manifests, since, out)
+    for folder in steps_code:
+        out.append(f"[{folder}]")
+        racy |= _tree(str(folder), since, out, suffix="")
+    out.append(["installed", *installed])
     key = hashlib.sha256(repr(out).encode("utf-8", "surrogateescape")).hexdigest()
     return Inputs(key, racy)
 
@@ -171,27 +202,46 @@ def _small_file(path: Path) -> bytes:
         os.close(fd)
 
 
-def read(paths: Paths, found: Inputs) -> dict[str, int] | None:
-    """The counts of the clean verdict recorded under exactly these inputs, or None."""
+def read(paths: Paths, found: Inputs) -> tuple[dict[str, int], list[dict[str, Any]]] | None:
+    """The counts and the stale manifests (as Stale.as_dict) of the clean verdict
+    recorded under exactly these inputs, or None."""
     try:
         data = json.loads(_small_file(_file(paths)))
     except (OSError, ValueError, RecursionError):
         return None
-    if not isinstance(data, dict) or data.keys() != {"format", "key", "counts"}:
+    if not isinstance(data, dict) or data.keys() != {"format", "key", "counts", "stale"}:
         return None
-    counts = data["counts"]
+    counts, stale = data["counts"], data["stale"]
     if data["format"] != FORMAT or data["key"] != found.key or not isinstance(counts, dict):
         return None
     if counts.keys() != set(COUNTS) or not all(type(counts[k]) is int for k in COUNTS):
         return None
-    return {k: counts[k] for k in COUNTS}
+    if not isinstance(stale, list) or not all(_stale_shape(x) for x in stale):
+        return None
+    return {k: counts[k] for k in COUNTS}, stale
 
 
-def write(paths: Paths, found: Inputs, counts: dict[str, int]) -> None:
+def _stale_shape(x: Any) -> bool:
+    return (
+        isinstance(x, dict)
+        and x.keys() == {"recipe", "cause", "summary", "gpu", "steps"}
+        and all(isinstance(x[k], str) for k in ("recipe", "cause", "summary"))
+        and (x["gpu"] is None or isinstance(x["gpu"], str))
+        and isinstance(x["steps"], list)
+        and all(isinstance(st, dict) for st in x["steps"])
+    )
+
+
+def write(paths: Paths, found: Inputs, counts: dict[str, int], stale: list[dict[str, Any]]) -> None:
     """Record a clean verdict (not when an input is racy); a store that cannot be
     written only makes the next check slower."""
     if found.racy:
         return
-    body = {"format": FORMAT, "key": found.key, "counts": {k: counts[k] for k in COUNTS}}
+    body = {
+        "format": FORMAT,
+        "key": found.key,
+        "counts": {k: counts[k] for k in COUNTS},
+        "stale": stale,
+    }
     with contextlib.suppress(OSError, KilnError):
         atomic_write(_file(paths), json.dumps(body).encode(), durable=False)

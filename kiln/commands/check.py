@@ -4,10 +4,10 @@ A manifest must parse, belong to a recipe and carry keys that hash its lock; a
 manifest whose lock no longer matches its recipe is stale (an error with
 `strict=1`). Only recipes that have a manifest are planned.
 
-A catalog with no manifests that passed, and whose files, kiln's code and the
-libraries have not changed since, passes again without being loaded: its counts
-are cached (kiln/catalog/verdict.py). This module imports the loader only when it
-loads.
+A catalog that passed, and whose files, manifests, kiln's code (the planner's and
+the builders' and runtime's in step keys) and the installed libraries have not
+changed since, passes again without being loaded: its counts and what was stale are
+cached (kiln/catalog/verdict.py). This module imports the loader only when it loads.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from kiln.catalog import verdict
 from kiln.errors import KilnError, Location, Problem
 from kiln.evidence.stale import Stale
 from kiln.evidence.stale import find as find_stale
-from kiln.paths import Paths
+from kiln.paths import ROOT, Paths
 
 if TYPE_CHECKING:
     from kiln.catalog import Catalog
@@ -97,13 +97,19 @@ def check(strict: bool, format: str = "text", verbose: bool = False) -> None:
     as_json = format == "json"
     paths = Paths.from_env()
     manifests = sorted(paths.manifests.glob("*.json"))
-    inputs = None
-    if not manifests:  # the verdict covers the catalog; manifests are checked anew
-        inputs = verdict.inputs(paths)
-        cached = verdict.read(paths, inputs)
-        if cached is not None:
-            _print(as_json, {**cached, "manifests": 0}, [], [], _ok(cached, 0, 0))
-            return
+    from kiln.plan import toolchain  # what step keys hold: only a catalog with manifests
+
+    code = [ROOT / package for package in toolchain.CODE_PACKAGES] if manifests else []
+    inputs = verdict.inputs(paths, code, toolchain.installed() if manifests else ())
+    cached = verdict.read(paths, inputs)
+    if cached is not None:  # nothing it is a function of changed: no catalog is loaded
+        counts, found = cached
+        stale = [Stale(**x) for x in found]
+        ok = _ok(counts, len(manifests), len(stale))
+        _print(as_json, {**counts, "manifests": len(manifests)}, [], stale, ok, verbose)
+        if stale and strict:
+            raise KilnError.one(f"{len(stale)} stale manifests", None, "rebuild them")
+        return
     from kiln.commands.workspace import catalog
 
     cat = catalog()
@@ -120,8 +126,8 @@ def check(strict: bool, format: str = "text", verbose: bool = False) -> None:
         _print(as_json, {**counts, "manifests": len(manifests)}, problems, [], "")
         raise KilnError(problems)
     stale = find_stale(cat, manifests) if manifests else []
-    if inputs is not None and not cat.local:  # a local checkpoint can change unseen
-        verdict.write(paths, inputs, counts)
+    if not cat.local:  # a local checkpoint can change unseen
+        verdict.write(paths, inputs, counts, [x.as_dict() for x in stale])
     ok = _ok(counts, len(manifests), len(stale))
     _print(as_json, {**counts, "manifests": len(manifests)}, [], stale, ok, verbose)
     if stale and strict:

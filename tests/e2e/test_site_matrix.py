@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 from browser import axe_source, launch
-from conftest import ROOT, World, copy_catalog
+from conftest import ROOT, World, copy_catalog, shipped_gpu
 
 from kiln import __version__, catalog
 from kiln import site as sitegen
@@ -159,7 +159,7 @@ def test_which_architectures_pass_at_fp8_and_on_which_host(
             )
             assert record["verdict"] == "pass" and host_class(record["host"]).label == host
     assert answer == fp8_passes_from_manifests(world)
-    assert ("LlamaForCausalLM", "NVIDIA H200") in answer  # the GPU run is its own column
+    assert ("LlamaForCausalLM", shipped_gpu()) in answer  # the GPU run is its own column
     cpus = {h for _, h in answer if not h.startswith("NVIDIA")}
     assert cpus, answer  # and a CPU host class's column too (whichever host built them)
     # a cell says how many of its recipes agree, and never counts unsupported as a pass
@@ -194,7 +194,7 @@ def test_the_matrix_is_one_card_per_architecture_on_a_phone(phone: Loaded) -> No
     labels = [
         c.evaluate("e => getComputedStyle(e, '::before').content").strip('"') for c in shown
     ]  # each line of the card names its precision and host
-    assert "fp8 on NVIDIA H200" in labels, labels
+    assert f"fp8 on {shipped_gpu()}" in labels, labels
     assert any(label.startswith("fp8 on ") and "cores" in label for label in labels), labels
     assert all(c.locator("a").count() for c in shown)  # only cells with evidence
     for card in rows.all()[:5]:
@@ -270,7 +270,7 @@ def test_an_unsupported_page_gives_its_reason_once_and_says_what_would_run_it(
     reason = history[-1]["reason"]
     assert page.inner_text("main").count(reason) == 1
     notice = page.inner_text("#unsupported")
-    assert reason in notice and "NVIDIA H200" in notice and "tiny-llama-aoti" in notice
+    assert reason in notice and shipped_gpu() in notice and "tiny-llama-aoti" in notice
     rows = page.locator("table.evidence tbody tr")
     assert rows.count() < len(history)  # identical records share a row
     assert all(page.locator(f"#evidence-{i}").count() == 1 for i in range(len(history)))

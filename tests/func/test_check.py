@@ -8,7 +8,7 @@ import platform
 from pathlib import Path
 
 import pytest
-from conftest import copy_catalog
+from conftest import copy_catalog, shipped_gpu
 
 from kiln import hostinfo
 
@@ -22,7 +22,7 @@ def test_gpu_host_manifests_are_one_summary_line_and_all_are_in_json(tmp_path: P
     stale = {x["recipe"]: x for x in doc["stale"]}
     assert doc["ok"] and doc["problems"] == [] and doc["counts"]["manifests"] >= 50
     for name in GPU_MANIFESTS:
-        assert stale[name]["gpu"] == "NVIDIA H200", stale.get(name)
+        assert stale[name]["gpu"] == shipped_gpu(), stale.get(name)
         assert stale[name]["cause"] == "toolchain"  # the recipe file is the one recorded
         assert stale[name]["steps"] and all(s["reasons"] for s in stale[name]["steps"])
     out = world.doit("check", check=True).stdout
@@ -40,10 +40,10 @@ def test_gpu_host_manifests_are_one_summary_line_and_all_are_in_json(tmp_path: P
     here = ".".join(platform.python_version_tuple()[:2])
     fetch = next(s for s in stale[GPU_MANIFESTS[0]]["steps"] if s["kind"] == "fetch")
     if lock["toolchain"]["python"] != here:
-        assert fetch["reasons"] == [
+        assert (
             f"builder code for fetch changed, or only Python did (digested under Python "
             f"{lock['toolchain']['python']}; this host runs {here})"
-        ]
+        ) in fetch["reasons"]
 
 
 def test_errors_come_first_and_alone(tmp_path: Path) -> None:

@@ -151,3 +151,31 @@ def test_the_key_follows_the_code_and_every_input(tmp_path: Path) -> None:
     assert key() != after
     os.utime(code / "sub" / "m.py", ns=(0, 0))  # an mtime set back: its ctime moves on
     assert key() != after
+
+
+def test_a_catalog_with_manifests_passes_from_its_verdict_with_what_was_stale(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 43: the shipped catalog's check (83 manifests) is answered from its
+    verdict while nothing it is a function of changed, stale lines included; an edited
+    manifest, or a changed file of the code in step keys, judges it again."""
+    root = tmp_path / "catalog"
+    for folder in ("recipes", "thresholds", "prompts", "manifests"):
+        shutil.copytree(ROOT / folder, root / folder)
+    monkeypatch.setenv("KILN_ROOT", str(root))
+    monkeypatch.setenv("KILN_STORE", str(tmp_path / "store"))
+    monkeypatch.setattr(verdict, "RACY_NS", 0)
+    first, loaded = run(capsys)
+    assert loaded and "stale manifests" in first
+    assert run(capsys) == (first, False)  # the same lines, stale ones too, not loaded
+    manifest = root / "manifests" / "tiny-llama.json"
+    manifest.write_text(manifest.read_text().replace('"pass"', '"quality-fail"', 1))
+    assert run(capsys)[1] is True
+    paths = catalog.Paths(root)
+    code = [tmp_path / "code"]
+    (code[0]).mkdir()
+    (code[0] / "x.py").write_text("x = 1\n")
+    before = verdict.inputs(paths, code, ("a-1.dist-info",)).key
+    (code[0] / "x.py").write_text("x = 2\n")
+    assert verdict.inputs(paths, code, ("a-1.dist-info",)).key != before
+    assert verdict.inputs(paths, code, ("a-2.dist-info",)).key != before
