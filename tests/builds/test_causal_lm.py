@@ -85,12 +85,15 @@ def test_recipes_that_share_a_checkpoint_share_its_steps(built: World) -> None:
 
 def test_changing_max_seq_len_reruns_only_engine_bundle_and_validate(world: World) -> None:
     world.doit("build", "recipe=tiny-llama", check=True)
+    before = world.last("tiny-llama")
     data = world.recipe("tiny-llama")
     data["build"]["max_seq_len"] = 128
     world.write_recipe("tiny-llama", data)
     out = world.doit("build", "recipe=tiny-llama", check=True).stdout
     assert executed(out) == ["engine", "bundle", "validate", "manifest"]
-    assert len(world.manifest("tiny-llama")["evidence"]) == 2
+    # the manifest is the current state: the new build's record replaces the old one's
+    (record,) = world.manifest("tiny-llama")["evidence"]
+    assert record["step_key"] != before["step_key"]
 
 
 def test_two_clean_builds_give_identical_locks(tmp_path: Path, hub: Path, built: World) -> None:
@@ -260,16 +263,14 @@ def test_edited_gates_rejudge_the_recorded_metrics_and_a_quality_fail_exits_1(
     assert executed(failed.stdout) == ["manifest"], out  # judged again: no step reran
     assert "tiny-llama: quality-fail: min_logit_cosine = " in out and "needs >= 1.5" in out
     assert "allow_quality_fail=1" in out
-    evidence = world.manifest("tiny-llama")["evidence"]
-    assert len(evidence) == 2
-    again = evidence[-1]
+    (again,) = world.manifest("tiny-llama")["evidence"]  # re-judged: its slot replaced
     assert again["verdict"] == "quality-fail"
     assert (again["date"], again["metrics"]) == (first["date"], first["metrics"])
     assert again["thresholds"]["sha256"] != first["thresholds"]["sha256"]
 
     repeat = world.doit("build", "recipe=tiny-llama")  # a recorded fail still fails
     assert repeat.returncode == 1 and "manifests/tiny-llama.json unchanged" in repeat.stdout
-    assert len(world.manifest("tiny-llama")["evidence"]) == 2
+    assert world.manifest("tiny-llama")["evidence"] == [again]
     allowed = world.doit("build", "recipe=tiny-llama", "allow_quality_fail=1")
     assert allowed.returncode == 0, allowed.stdout + allowed.stderr
     assert world.doit("build", "recipe=tiny-llama", "allow_quality_fail=1").stdout.count(".  ") == 0

@@ -53,7 +53,43 @@ class Loaded:
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> World:
-    return copy_catalog(tmp_path_factory.mktemp("matrix"))
+    """The shipped catalog, and for tiny-llama a nightly history of its own: five runs
+    on two host classes, the last two of another build (issue 43: the plots read the
+    history ci and nightly runs append beside the manifest's records)."""
+    world = copy_catalog(tmp_path_factory.mktemp("matrix"))
+    record = manifests(world)["tiny-llama"]["evidence"][-1]
+    big = {**record["host"], "cores": 16}
+    lines = []
+    for day, host, key, scale in (
+        (1, record["host"], "a" * 64, 1.0),
+        (2, big, "a" * 64, 1.5),
+        (3, record["host"], "a" * 64, 1.1),
+        (4, record["host"], "b" * 64, 0.9),
+        (5, big, "b" * 64, 1.6),
+    ):
+        metrics = {k: v * scale if "per_s" in k else v for k, v in record["metrics"].items()}
+        lines.append(
+            {
+                "date": f"2026-11-0{day}T00:00:00+00:00",
+                "host": host,
+                "scope": "nightly",
+                "step_key": key,
+                "thresholds": None,
+                "verdict": "pass",
+                "metrics": metrics,
+            }
+        )
+    history = world.root / "manifests" / "history" / "tiny-llama.jsonl"
+    history.parent.mkdir()
+    history.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return world
+
+
+def runs(world: World, name: str) -> list[dict[str, Any]]:
+    """What a recipe page plots: its history's lines and its manifest's records."""
+    path = world.root / "manifests" / "history" / f"{name}.jsonl"
+    past = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+    return sorted([*past, *manifests(world)[name]["evidence"]], key=lambda e: e["date"])
 
 
 @pytest.fixture(scope="module")
@@ -241,7 +277,8 @@ def test_plots_have_a_labelled_scale_one_series_per_host_class_and_breaks(
     laptop: Loaded, world: World
 ) -> None:
     page = laptop.pages["recipes/tiny-llama.html"]
-    history = manifests(world)["tiny-llama"]["evidence"]
+    history = runs(world, "tiny-llama")
+    assert len(history) >= 6
     for figure in page.locator("figure.plot").all():
         metric = figure.locator(".metric").inner_text()
         values = [e["metrics"][metric] for e in history if metric in e["metrics"]]
@@ -272,7 +309,7 @@ def test_an_unsupported_page_gives_its_reason_once_and_says_what_would_run_it(
     notice = page.inner_text("#unsupported")
     assert reason in notice and shipped_gpu() in notice and "tiny-llama-aoti" in notice
     rows = page.locator("table.evidence tbody tr")
-    assert rows.count() < len(history)  # identical records share a row
+    assert rows.count() <= len(history)  # identical records share a row
     assert all(page.locator(f"#evidence-{i}").count() == 1 for i in range(len(history)))
     assert "0 of 0 gates met" not in page.inner_text("main")
 
@@ -297,7 +334,7 @@ def test_the_catalog_puts_evidence_first_shows_verdicts_and_counts_follow_filter
         for r in page.locator("#catalog tbody tr").all()
         if r.is_visible()
     }
-    assert "NVIDIA H200" in hosts  # the H200 run is named where the recipe is listed
+    assert shipped_gpu() in hosts  # the GPU run is named where the recipe is listed
     page.select_option("#f-verdict", "")
     page.select_option("#f-precision", "")
 

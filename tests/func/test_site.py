@@ -231,8 +231,8 @@ def test_a_record_names_its_scope_and_older_records_read_as_local() -> None:
 
     assert scope_here({"CI": "true"}) == "ci" and scope_here({"CI": "1"}) == "ci"
     assert scope_here({}) == "local" and scope_here({"CI": "false"}) == "local"
-    old = json.loads((ROOT / "manifests" / "tiny-llama.json").read_text())["evidence"][0]
-    assert "scope" not in old  # recorded before scopes were: a person's build
+    shipped = json.loads((ROOT / "manifests" / "tiny-llama.json").read_text())["evidence"][0]
+    old = {k: v for k, v in shipped.items() if k != "scope"}  # as recorded before scopes were
     record = schema.Evidence.model_validate(old)
     assert scope(record) == "local" and "scope" not in record.model_dump(mode="json")
     nightly = schema.Evidence.model_validate({**old, "scope": "nightly"})

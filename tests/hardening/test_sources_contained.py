@@ -245,7 +245,7 @@ def test_a_file_variable_is_refused_before_it_is_read(
 def test_a_variable_outside_the_repository_and_temp_is_refused() -> None:
     code, out, _ = _run("recipe=tiny-llama", "chat=1", "messages=/etc/hostname")
     assert code == 1, out
-    assert "command line: messages: /etc/hostname is /etc/hostname, outside" in out, out
+    assert "command line: messages: /etc/hostname is outside" in out, out
 
 
 @pytest.mark.parametrize("folder", ["thresholds", "prompts", "recipes", "manifests"])
