@@ -10,6 +10,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -86,10 +87,13 @@ class World:
             *args,
         ]
 
-    def doit(self, *args: str, check: bool = False) -> subprocess.CompletedProcess[str]:
+    def doit(
+        self, *args: str, check: bool = False, env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        """`doit ARGS` in this world (`env`: the whole environment instead of its own)."""
         proc = subprocess.run(
             self.argv(*args),
-            env=self.env,
+            env=self.env if env is None else env,
             capture_output=True,
             text=True,
             timeout=SLOW,
@@ -271,3 +275,33 @@ def built_site(built: World) -> Path:
     """The site rendered by `doit site` from the freshly built tiny recipes."""
     built.doit("site", check=True)
     return built.root / "_site"
+
+
+# ---------------------------------------------------------------- a planning world
+
+PLANNED = ("tiny-llama", "tiny-qwen3", "tiny-bert-classifier", "tiny-t5")
+
+
+def new_process() -> None:
+    """Forget what this process computed: only the store's caches are left."""
+    from kiln import statcache
+    from kiln.commands import plancache, workspace
+
+    for cached in (workspace._catalog, workspace._plan, plancache.inputs):
+        cached.cache_clear()
+    statcache._SHARED.clear()
+
+
+@pytest.fixture
+def planning_world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
+    """A world of PLANNED whose KILN_* this process uses, planned as if online (no
+    mirror is needed to plan), with nothing remembered from earlier tests."""
+    w = make_world(tmp_path, tmp_path / "hub", PLANNED)
+    for name, value in w.env.items():
+        if name.startswith("KILN_"):
+            monkeypatch.setenv(name, value)
+    monkeypatch.setenv("KILN_HUB_ONLINE", "1")
+    w.store.mkdir()
+    new_process()
+    yield w
+    new_process()

@@ -90,23 +90,24 @@ def _stat(path: str | os.DirEntry[str], since: int, out: list[object]) -> bool:
 
 
 def _folder(folder: Path, since: int, out: list[object]) -> bool:
-    entries = yaml_entries(folder)
-    if entries is None:
-        out.append(f"{folder}: cannot be listed")
-        return False
-    racy = False
-    for entry in entries:
-        out.append(entry.name)
-        racy |= _stat(entry, since, out)
-    return racy
+    return _entries(folder, yaml_entries(folder), since, out)
 
 
 def _manifests(folder: Path, since: int, out: list[object]) -> bool:
     try:
         with os.scandir(folder) as listed:
-            entries = sorted((e for e in listed if e.name.endswith(".json")), key=lambda e: e.name)
-    except OSError as exc:
-        out.append(f"{folder}: {exc.errno}")
+            found = sorted((e for e in listed if e.name.endswith(".json")), key=lambda e: e.name)
+    except OSError:
+        return _entries(folder, None, since, out)
+    return _entries(folder, found, since, out)
+
+
+def _entries(
+    folder: Path, entries: list[os.DirEntry[str]] | None, since: int, out: list[object]
+) -> bool:
+    """Each entry's name and lstat; True when one changed after `since`."""
+    if entries is None:
+        out.append(f"{folder}: cannot be listed")
         return False
     racy = False
     for entry in entries:

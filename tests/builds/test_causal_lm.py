@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import ROOT, SLOW, World, heavy, make_world
+from conftest import ROOT, World, heavy, make_world
 
 import tinyhub
 from kiln import hostinfo
@@ -447,13 +447,8 @@ def test_rebuilding_an_unchanged_recipe_leaves_git_clean(tmp_path: Path, hub: Pa
     git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "built")
     for store, threads in ((tmp_path / "store-2", "2"), (tmp_path / "store-3", "1")):
         again = World(root=world.root, hub=hub, store=store)
-        env = {**again.env, "OMP_NUM_THREADS": threads}
-        out = subprocess.run(
-            again.argv("build", "recipe=tiny-llama"),
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=SLOW,
+        out = again.doit(
+            "build", "recipe=tiny-llama", env={**again.env, "OMP_NUM_THREADS": threads}
         )
         assert out.returncode == 0, out.stdout + out.stderr
         assert "validate" in executed(out.stdout)  # it did validate again
@@ -470,11 +465,7 @@ def test_a_persons_build_records_into_the_store_until_published(tmp_path: Path, 
     env["CI"] = ""  # a person's machine
 
     def doit(*args: str) -> subprocess.CompletedProcess[str]:
-        out = subprocess.run(
-            world.argv(*args), env=env, capture_output=True, text=True, timeout=SLOW
-        )
-        assert out.returncode == 0, out.stdout + out.stderr
-        return out
+        return world.doit(*args, check=True, env=env)
 
     built = doit("build", "recipe=tiny-llama")
     assert "in the store; publish=1 writes manifests/tiny-llama.json" in built.stdout

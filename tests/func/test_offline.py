@@ -5,10 +5,9 @@ not reachable" and the connection error, and no "check the revision"."""
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
-from conftest import SLOW, make_world
+from conftest import make_world
 
 
 def test_an_unreachable_hub_is_named_not_the_revision(tmp_path: Path) -> None:
@@ -22,13 +21,7 @@ def test_an_unreachable_hub_is_named_not_the_revision(tmp_path: Path) -> None:
         "NO_PROXY": "",
         "HF_HUB_OFFLINE": "0",
     }
-    out = subprocess.run(
-        world.argv("build", "recipe=real-flan-t5-small"),
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=SLOW,
-    )
+    out = world.doit("build", "recipe=real-flan-t5-small", env=env)
     said = out.stdout + out.stderr
     assert out.returncode == 1, said
     assert "the Hub is not reachable: ConnectError" in said, said

@@ -10,39 +10,22 @@ import json
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-from conftest import ROOT, SLOW, World, make_world
+from conftest import PLANNED, ROOT, SLOW, World
 
-from kiln import catalog, statcache
-from kiln.commands import plancache, workspace
+from kiln import catalog
+from kiln.commands import workspace
 from kiln.paths import Paths
 from kiln.store import Store
 
 RUN = re.compile(r"^\.  ", re.MULTILINE)  # doit prints ".  title" for a task it runs
-RECIPES = ("tiny-llama", "tiny-qwen3", "tiny-bert-classifier", "tiny-t5")
+RECIPES = PLANNED
 
 
 @pytest.fixture
-def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
-    w = make_world(tmp_path, tmp_path / "hub", RECIPES)
-    for name, value in w.env.items():
-        if name.startswith("KILN_"):
-            monkeypatch.setenv(name, value)
-    monkeypatch.setenv("KILN_HUB_ONLINE", "1")  # plans only: no mirror is needed
-    w.store.mkdir()
-    _new_process()
-    yield w
-    _new_process()
-
-
-def _new_process() -> None:
-    """Forget what this process computed: only the store's caches are left."""
-    for cached in (workspace._catalog, workspace._plan, plancache.inputs):
-        cached.cache_clear()
-    statcache._SHARED.clear()
+def world(planning_world: World) -> World:
+    return planning_world
 
 
 def test_read_only_commands_write_no_build_cache(world: World) -> None:

@@ -10,38 +10,22 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, World, make_world
+from conftest import PLANNED, ROOT, World, new_process
 
-from kiln import catalog, statcache
+from kiln import catalog
 from kiln.commands import build, plancache, workspace
 from kiln.paths import Paths
 from kiln.plan import toolchain
 
-RECIPES = ("tiny-llama", "tiny-qwen3", "tiny-bert-classifier", "tiny-t5")
+RECIPES = PLANNED
 
 
 @pytest.fixture
-def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
-    w = make_world(tmp_path, tmp_path / "hub", RECIPES)
-    for name, value in w.env.items():
-        if name.startswith("KILN_"):
-            monkeypatch.setenv(name, value)
-    monkeypatch.setenv("KILN_HUB_ONLINE", "1")  # plans only: no mirror is needed
-    w.store.mkdir()
-    _new_process()
-    yield w
-    _new_process()
-
-
-def _new_process() -> None:
-    """Forget what this process computed: only the store's caches are left."""
-    for cached in (workspace._catalog, workspace._plan, plancache.inputs):
-        cached.cache_clear()
-    statcache._SHARED.clear()
+def world(planning_world: World) -> World:
+    return planning_world
 
 
 def _planned(world: World) -> list[build.Plan]:
@@ -53,7 +37,7 @@ def test_a_hit_gives_back_the_plans_planning_gives(world: World) -> None:
     paths = Paths(world.root)
     assert plancache.lookup(paths, None) is None  # nothing cached yet
     build.targets(None)  # plans, and caches
-    _new_process()
+    new_process()
     hit = plancache.lookup(paths, None)
     assert hit is not None
     cached, plans = hit
@@ -74,7 +58,7 @@ def test_a_step_whose_key_does_not_come_out_is_a_miss(world: World) -> None:
     body = json.dumps(entry).encode()
     meta = {"format": plancache.FORMAT, "sha256": hashlib.sha256(body).hexdigest()}
     path.write_bytes(json.dumps(meta).encode() + b"\n" + body)
-    _new_process()
+    new_process()
     assert plancache.lookup(Paths(world.root), None) is None
 
 
@@ -85,7 +69,7 @@ def test_a_step_whose_key_does_not_come_out_is_a_miss(world: World) -> None:
 def test_a_change_to_what_planning_reads_is_a_miss(world: World, edit: str) -> None:
     paths = Paths(world.root)
     build.targets(None)
-    _new_process()
+    new_process()
     assert plancache.lookup(paths, None) is not None
     if edit == "recipe":
         f = world.root / "recipes" / "tiny-llama.yaml"
@@ -100,7 +84,7 @@ def test_a_change_to_what_planning_reads_is_a_miss(world: World, edit: str) -> N
         shutil.copy(ROOT / "recipes" / "tiny-mistral.yaml", world.root / "recipes")
     else:
         (world.root / "recipes" / "x.yaml").mkdir()
-    _new_process()
+    new_process()
     assert plancache.lookup(paths, None) is None
     if edit == "recipe":  # and the build plans the edit
         planned = {p.recipe: p for p in build.targets(None).plans}
