@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from doit import create_after, doit_cmd
+from doit.cmd_help import Help as DoitHelp
 from doit.exceptions import TaskError, TaskFailed
 from doit.reporter import ConsoleReporter
 
@@ -403,3 +404,17 @@ def task_replay() -> Task:
         "uptodate": [False],
         "verbosity": 2,
     }
+
+
+class Help(DoitHelp):  # type: ignore[misc]  # doit ships no types
+    """`doit help`, kiln's verbs first (kiln/commands/help.py); pyproject.toml's
+    `[tool.doit.plugins.command]` puts it in place of doit's own."""
+
+    def execute(self, params: Any, args: list[str]) -> int:
+        from kiln.commands import help as kiln_help
+
+        found = kiln_help.text(args)
+        if found is None:
+            return int(super().execute(params, args))
+        print(found)
+        return 0

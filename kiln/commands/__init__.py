@@ -2,6 +2,7 @@
 
 workspace.py  the catalog and store of this process, plans, errors pinned to recipe lines
 variables.py  command-line variables: every verb's table, typed, no unknown name ignored
+help.py       `doit help`: kiln's verbs first; `doit help VERB`: its variables and examples
 build.py      plan recipes, ready the hub (tinyhub), run steps, record manifests, ensure_bundle
 summary.py    what one `doit build` did, per recipe: verdict, steps run and reused, bundle
 plancache.py  what a build planned, cached in the store by everything planning reads
