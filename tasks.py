@@ -35,6 +35,7 @@ from kiln.commands.variables import (
     BUILD,
     CHECK,
     DIFF,
+    EXPORT,
     GC,
     NEW,
     PLAN,
@@ -136,6 +137,10 @@ def command(verb: str) -> Callable[..., Any]:
         from kiln.commands import new
 
         return new.new
+    if verb == "export":
+        from kiln.commands import export
+
+        return export.export
     if verb == "schema":
         from kiln.commands import schema
 
@@ -383,6 +388,10 @@ def task_serve() -> Task:
 
 def task_new() -> Task:
     return _verb_task(NEW)
+
+
+def task_export() -> Task:
+    return _verb_task(EXPORT)
 
 
 def task_schema() -> Task:

@@ -12,6 +12,7 @@ status.py     where each recipe stands: verdict here and elsewhere, stale, built
 diff.py       what a PR changes, as Markdown or JSON; fails when it adds problems
 run.py        run a recipe's bundle (runtime.open, imported inside the function)
 new.py        write a recipe for a checkpoint from its config, as `doit check` accepts it
+export.py     a validated bundle out of the store: manifest, model card, runtime example
 sources.py    what new reads of a model= source: pinned by content, config, chat template
 verify.py     re-hash the store against its records and the manifests' locks
 gc.py         remove what no manifest and no current plan references

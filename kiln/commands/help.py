@@ -31,6 +31,10 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         'doit run recipe=smollm2-135m-instruct chat=1 prompt="What is the capital of France?"',
     ),
     "new": ("doit new name=my-model model=org/name@<40-hex revision>",),
+    "export": (
+        "doit export recipe=tiny-llama dest=/tmp/tiny-llama",
+        "python /tmp/tiny-llama/run.py Hello",
+    ),
     "site": ("doit site",),
     "serve": ("doit serve", "doit serve port=8080"),
     "schema": ("doit schema",),

@@ -454,4 +454,35 @@ NEW = Verb(
     "Write a recipe for a checkpoint from its config: `doit new name=NAME model=SOURCE` "
     "(pinned by content, with the thresholds its precision needs; `doit check` accepts it).",
 )
-ALL = (BUILD, CHECK, PLAN, STATUS, DIFF, RUN, NEW, SITE, SERVE, SCHEMA, VERIFY, GC, REPLAY)
+EXPORT = Verb(
+    "export",
+    (
+        Var("recipe", str, None, "the recipe whose bundle to export", metavar="NAME"),
+        Var("dest", str, None, "the folder to write (new, or empty)", metavar="DIR"),
+        Var(
+            "allow_unvalidated",
+            bool,
+            False,
+            "export a bundle that did not pass on this host class (the card says so)",
+        ),
+        Var("force", bool, False, "replace a folder that is not empty"),
+    ),
+    "Copy a validated bundle out of the store with its manifest, a model card and a "
+    "runtime.open example (exit 0 exported, 1 refused).",
+)
+ALL = (
+    BUILD,
+    CHECK,
+    PLAN,
+    STATUS,
+    DIFF,
+    RUN,
+    NEW,
+    EXPORT,
+    SITE,
+    SERVE,
+    SCHEMA,
+    VERIFY,
+    GC,
+    REPLAY,
+)
