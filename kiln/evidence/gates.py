@@ -154,11 +154,13 @@ def judge(
 
 
 def material(thresholds: Thresholds) -> dict[str, object]:
-    """What a verdict depends on: the gates and family_alpha; descriptions and `why`
-    are for reviewers and re-judge nothing."""
+    """What a verdict depends on: the gates and family_alpha; descriptions, `why` and
+    `why_by_family` are for reviewers and re-judge nothing."""
     return {
         "family_alpha": thresholds.family_alpha,
-        "gates": [g.model_dump(mode="json", exclude={"why"}) for g in thresholds.gates],
+        "gates": [
+            g.model_dump(mode="json", exclude={"why", "why_by_family"}) for g in thresholds.gates
+        ],
     }
 
 

@@ -180,6 +180,9 @@ from kiln.schema.vocabulary import (
     SAMPLE_SIZE as SAMPLE_SIZE,
 )
 from kiln.schema.vocabulary import (
+    UNITS as UNITS,
+)
+from kiln.schema.vocabulary import (
     VERDICTS as VERDICTS,
 )
 from kiln.schema.vocabulary import (

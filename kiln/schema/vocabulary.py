@@ -110,6 +110,17 @@ METRICS: dict[str, str] = {
     "(informative; timings on shared machines are noisy).",
 }
 
+# The unit of a metric that has one (the site's plot scales print it; issue 44). A
+# metric not listed is a ratio, a rate or a count that its name already says.
+UNITS: dict[str, str] = {
+    "decode_tokens_per_s": "tokens/s",
+    "classify_texts_per_s": "texts/s",
+    "embed_texts_per_s": "texts/s",
+    "first_divergence": "tokens",
+    "log_perplexity_ratio": "nats",
+    "scored_positions": "positions",
+}
+
 # A statistical gate needs the metric's sample size; it is measured alongside it.
 SAMPLE_SIZE: dict[str, str] = {
     "next_token_agreement": "scored_positions",

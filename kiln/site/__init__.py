@@ -41,6 +41,8 @@ from kiln.evidence.manifest import scope as scope_of
 from kiln.hostinfo import host_class
 from kiln.paths import ROOT, Paths
 from kiln.schema import METRICS, Evidence
+from kiln.schema.recipe import family
+from kiln.schema.thresholds import FAMILIES
 from kiln.site import api
 from kiln.site import docs as sitedocs
 from kiln.site import plot as siteplot
@@ -220,7 +222,6 @@ def _environment() -> Any:
         METRICS=METRICS,
         NAV=NAV,
         SCOPES=SCOPES,
-        GUTTER=siteplot.GUTTER,
         stale_of=api.stale_reason,
         scope_of=scope_of,
         zip=zip,
@@ -276,12 +277,12 @@ def gate_rows(e: siteview.Entry) -> list[dict[str, Any]]:
     """Each gate with its statistics (whatever the Gate model carries beyond the bound)
     and what the latest evidence measured against it."""
     measured = {g.metric: g for g in e.latest.gates} if e.latest else {}
+    kind = family(e.recipe.model.pin)
     rows = []
     for gate in e.thresholds.gates:
         data = gate.model_dump(mode="json")
-        skip = ("metric", "direction", "threshold")
+        skip = ("metric", "direction", "threshold", "why", "why_by_family")
         stats = {k: v for k, v in data.items() if k not in skip and v is not None}
-        why = str(stats.pop("why", ""))
         result = measured.get(gate.metric)
         b = bound(gate, e.thresholds)  # a statistical gate's threshold is derived
         derived = f" (z-test; α {b.alpha:.3g}, θ {b.theta:.3g})" if b.theta is not None else ""
@@ -291,7 +292,11 @@ def gate_rows(e: siteview.Entry) -> list[dict[str, Any]]:
                 "meaning": METRICS.get(gate.metric, ""),
                 "rule": f"{'≥' if gate.direction == 'higher' else '≤'} {b.threshold:.6g}{derived}",
                 "stats": stats,
-                "why": why,
+                "why": gate.why,
+                # a rationale of this recipe's model family only (issue 44: a real
+                # model's page never explains its gate with the tiny models)
+                "family_why": gate.why_by_family.get(kind, ""),
+                "family": FAMILIES[kind],
                 "value": result.value if result else None,
                 "passed": result.passed if result else None,
             }
@@ -299,11 +304,16 @@ def gate_rows(e: siteview.Entry) -> list[dict[str, Any]]:
     return rows
 
 
+def _headline_label(e: siteview.Entry) -> str | None:
+    """The plot label ("#3") of the record that decides the verdict."""
+    return next((f"#{i}" for i, ev in enumerate(e.history) if ev is e.latest), None)
+
+
 def _recipe_page(e: siteview.Entry) -> dict[str, Any]:
     return {
         "e": e,
         "gates": gate_rows(e),
-        "plots": siteplot.plots(siteplot.runs(e.history, e.past)),
+        "plots": siteplot.plots(siteplot.runs(e.history, e.past), _headline_label(e)),
         "plot_size": (siteplot.WIDTH, siteplot.HEIGHT),
         "records": collapsed(e.history),
         "limitations": e.strings("known_limitations"),

@@ -4,7 +4,9 @@
 // carry a Content-Security-Policy that forbids it). State lives in the query string
 // (?q=llama&precision=fp32), so a filtered view can be bookmarked and shared.
 // Each option's count follows the other filters: it says how many recipes choosing
-// it would show.
+// it would show. The facet selects fold behind one <details> (issue 44: on a phone
+// they filled the first screen); it opens on a wide screen or when a shared link
+// sets a facet, and its summary counts the facets set.
 "use strict";
 
 (function () {
@@ -16,6 +18,8 @@
   const empty = document.getElementById("empty");
   const selects = Array.from(form.querySelectorAll("select"));
   const search = form.elements.namedItem("q");
+  const fold = document.getElementById("facet-filters");
+  const active = document.getElementById("active");
 
   function matches(row, query, except) {
     if (query && !row.dataset.search.includes(query)) return false;
@@ -56,6 +60,8 @@
         ? "Showing all " + rows.length + " recipes."
         : "Showing " + shown + " of " + rows.length + " recipes.";
     empty.hidden = shown > 0;
+    const set = selects.filter((s) => s.value).length;
+    active.textContent = set ? "(" + set + " set)" : "";
     recount(query);
     remember();
   }
@@ -64,6 +70,7 @@
     const field = form.elements.namedItem(key);
     if (field) field.value = value;
   }
+  fold.open = window.matchMedia("(min-width: 52rem)").matches || selects.some((s) => s.value);
   form.hidden = false;
   form.addEventListener("input", apply);
   form.addEventListener("submit", (event) => {

@@ -249,7 +249,7 @@ def test_host_class_is_the_gpu_or_the_cpu_and_its_cores() -> None:
     assert host_class({"cpu": "AMD EPYC", "cores": 4}).key != cpu.key
 
 
-def test_a_plot_is_flat_below_display_precision_and_breaks_where_the_build_changed() -> None:
+def test_a_plot_is_flat_below_display_precision_and_marks_where_the_build_changed() -> None:
     from kiln.site import plot
 
     old = json.loads((ROOT / "manifests" / "tiny-llama.json").read_text())["evidence"][0]
@@ -258,9 +258,96 @@ def test_a_plot_is_flat_below_display_precision_and_breaks_where_the_build_chang
     c = b.model_copy(update={"metrics": {"m": 0.5}})
     (flat,) = plot.plots([a, b])
     assert flat.flat and len({p.y for p in flat.points}) == 1 and flat.scale.startswith("flat")
-    assert len(flat.breaks) == 1 and [len(s) for s in flat.series[0].segments] == [1, 1]
+    assert [len(s) for s in flat.series[0].segments] == [1, 1]  # no line across the rebuild
+    assert [c.rebuilt for c in flat.changes] == [True]  # ... and one marker for it
     (moved,) = plot.plots([a, b, c])
-    assert not moved.flat and [t for _, t in moved.ticks] == ["0.5", "0.297622"]
+    # rounded outward to two digits of the spread: each label is its tick's exact value
+    assert not moved.flat and [t for _, t in moved.ticks] == ["0.50", "0.29"]
+    assert (moved.low, moved.high) == (0.29, 0.5)
+
+
+def test_plot_scales_are_rounded_in_the_metrics_unit() -> None:
+    from kiln.site import plot
+
+    cases = [
+        ("decode_tokens_per_s", [29564.4, 52559.0], ["53k tokens/s", "29k tokens/s"]),
+        ("max_abs_logit_diff", [1.96695e-06, 2.6226e-06], ["2.63e-6", "1.96e-6"]),
+        ("next_token_agreement", [0.767578, 0.902344], ["0.91", "0.76"]),
+        ("min_logit_cosine", [0.99998, 0.99999], ["0.999990", "0.999980"]),
+        ("first_divergence", [3.0, 32.0], ["32 tokens", "3 tokens"]),
+        ("log_perplexity_ratio", [0.0101, 0.6685], ["0.67 nats", "0.01 nats"]),
+    ]
+    old = json.loads((ROOT / "manifests" / "tiny-llama.json").read_text())["evidence"][0]
+    for metric, values, ticks in cases:
+        runs = [schema.Evidence.model_validate({**old, "metrics": {metric: v}}) for v in values]
+        (p,) = plot.plots(runs)
+        assert [t for _, t in p.ticks] == ticks, metric
+        assert p.low <= min(values) and p.high >= max(values)  # the scale covers every run
+        assert p.gutter >= max(len(t) for t in ticks) * plot.CHAR  # and its labels fit
+    (flat,) = plot.plots(
+        [schema.Evidence.model_validate({**old, "metrics": {"first_divergence": 32.0}})]
+    )
+    assert flat.scale == "flat: 32 tokens (unchanged)"
+
+
+def test_a_plot_has_a_series_per_host_class_and_scope_a_marker_per_build_a_headline() -> None:
+    from kiln.site import plot
+
+    old = json.loads((ROOT / "manifests" / "tiny-llama.json").read_text())["evidence"][0]
+    big = {**old["host"], "cores": 16}
+
+    def run(day: int, host: dict, scope: str, key: str, value: float) -> plot.Run:
+        date = f"2026-11-0{day}T00:00:00+00:00"
+        return plot.Run(date, host, {"m": value}, (key, None), f"#{day}", scope)
+
+    runs = [
+        run(1, old["host"], "nightly", "a" * 64, 1.0),
+        run(2, big, "nightly", "a" * 64, 2.0),
+        run(3, old["host"], "ci", "a" * 64, 1.1),
+        run(4, old["host"], "nightly", "b" * 64, 1.2),  # the new build, first seen here
+        run(5, big, "nightly", "b" * 64, 2.1),  # ... and again on the big host: no 2nd marker
+        run(6, old["host"], "local", "b" * 64, 1.3),
+    ]
+    (p,) = plot.plots(runs, headline="#4")
+    assert sorted(s.name for s in p.series) == sorted(
+        ["Xeon ×2 · nightly", "Xeon ×16 · nightly", "Xeon ×2 · ci", "Xeon ×2 · local"]
+    )
+    assert len(p.changes) == 1 and p.points[2].x < p.changes[0].x < p.points[3].x
+    nightly = next(s for s in p.series if s.name == "Xeon ×2 · nightly")
+    assert [len(seg) for seg in nightly.segments] == [1, 1]
+    assert p.headline.decides and p.headline.point.value == 1.2
+    assert (p.headline.series.host.short, p.headline.series.scope) == ("Xeon ×2", "nightly")
+    (newest,) = plot.plots(runs)  # no deciding record measured it: the newest run, said so
+    assert not newest.headline.decides and newest.headline.point.value == 1.3
+
+
+def test_gate_rationales_are_per_model_family_and_judge_nothing(tmp_path: Path) -> None:
+    """Issue 44: a real model's page never explains its gate with the tiny models; the
+    rationale is prose, outside the gates' digest, so rewording it re-judges nothing."""
+    from kiln.evidence.gates import ref
+    from kiln.schema.recipe import family
+
+    cat = catalog.load(catalog.Paths(ROOT))
+    judged = {
+        r.validation.thresholds for r in cat.recipes.values() if family(r.model.pin) == "real"
+    }
+    for name in judged:
+        for gate in cat.thresholds[name].gates:
+            assert "tiny" not in gate.why.lower(), (name, gate.metric)
+            if gate.statistical:
+                assert gate.why_by_family.get("real"), (name, gate.metric)
+    sitegen.build(cat, tmp_path / "site")
+    page = (tmp_path / "site" / "recipes" / "smollm2-135m-instruct-int4-awq.html").read_text()
+    gates = cat.thresholds["quantized-int4"].gates
+    assert all(g.why_by_family["tiny"] not in page for g in gates if "tiny" in g.why_by_family)
+    assert "For real checkpoints" in page and "random-weight" not in page
+    tiny = (tmp_path / "site" / "recipes" / "tiny-llama-int4-awq.html").read_text()
+    assert "random-weight logits make ties common" in tiny and "For real checkpoints" not in tiny
+    t = cat.thresholds["quantized-int4"]
+    reworded = t.model_copy(
+        update={"gates": [g.model_copy(update={"why": "x", "why_by_family": {}}) for g in t.gates]}
+    )
+    assert ref("quantized-int4", reworded) == ref("quantized-int4", t)
 
 
 def test_the_sliding_window_feature_shows_yes_only_with_its_record(tmp_path: Path) -> None:
