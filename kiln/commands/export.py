@@ -62,13 +62,7 @@ def export(
         )
     known = manifest.known(cat.paths, recipe)
     here = hostinfo.host_class(hostinfo.host())
-    key = p.step("validate").key
-    mine = [
-        e
-        for e in (known.evidence if known else [])
-        if e.step_key == key and hostinfo.host_class(e.host) == here
-    ]
-    record = manifest.best(mine)
+    record = manifest.passed_here(known, p)
     if (record is None or record.verdict != "pass") and not allow_unvalidated:
         said = f"its verdict is {record.verdict}" if record else "it has no validation"
         raise KilnError.one(

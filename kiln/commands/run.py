@@ -22,13 +22,13 @@ def generate(
     recipe: str | None,
     prompt: str | None,
     audio: str | None,
-    max_new_tokens: int,
+    max_new_tokens: int | None,
     temperature: float,
     top_k: int,
     top_p: float,
     seed: int,
     stats: bool,
-    chat: bool = False,
+    chat: bool | None = None,
     system: str | None = None,
     messages: str | None = None,
     thinking: str | None = None,
@@ -71,6 +71,9 @@ def generate(
         raise KilnError.one("name one recipe", None, 'doit run recipe=tiny-llama prompt="Hello"')
     name = names[0]
     task = catalog().recipe(name).task
+    asked = chat
+    if chat is None:  # a chat model chats unless told otherwise (its recipe says it has one)
+        chat = task == "text-generation" and catalog().recipe(name).validation.chat
     if task == "automatic-speech-recognition":
         if not audio:  # a speech recipe reads audio (_transcribe)
             raise KilnError.one(
@@ -80,10 +83,12 @@ def generate(
     elif not chat and (system or messages or thinking):
         given = {"system": system, "messages": messages, "thinking": thinking}
         named = " and ".join(n for n, v in given.items() if v)
-        raise KilnError.one(f"{named} apply to a chat only", None, "add chat=1")
+        fix = "drop chat=0" if asked is False else "add chat=1"
+        raise KilnError.one(f"{named} apply to a chat only", None, fix)
     elif not prompt and not chat:
         raise KilnError.one("no prompt", None, f'doit run recipe={name} prompt="Hello"')
     p = ensure_bundle(name)
+    _warn_unvalidated(name, p)
     try:
         sampler = Sampler(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
         artifact = store().get(p.step("bundle").key).path
@@ -105,7 +110,7 @@ def generate(
                 "name an ordinary text-generation recipe",
             )
         if not isinstance(bundle, runtime.Bundle):  # other tasks' runners answer in their terms
-            print(_run_task(bundle, prompt or "", clips, max_new_tokens, num_beams))
+            print(_run_task(bundle, prompt or "", clips, max_new_tokens or PLAIN, num_beams))
             return
         decoding = _decoding(bundle, constraint, repetition_penalty, banned_ids, bad_words)
         decoding = replace(decoding, min_new_tokens=min_new_tokens, min_length=min_length)
@@ -114,7 +119,9 @@ def generate(
             turns = _conversation(system, earlier, prompt)
             _chat(bundle, turns, think, max_new_tokens, sampler, stats, decoding)
             return
-        out = _generate(bundle, [bundle.encode(prompt or "")], max_new_tokens, decoding, sampler)
+        budget = max_new_tokens or PLAIN
+        out = _generate(bundle, [bundle.encode(prompt or "")], budget, decoding, sampler)
+        _said_if_cut(bundle, out.tokens[0], budget, max_new_tokens)
     except GrammarError as exc:  # llguidance refused it: located at the variable that gave it
         variable = {"json_schema": "json_schema", "regex": "regex", "lark": "grammar"}
         where = Location(WHERE, key_path=(variable[constraint.kind],)) if constraint else None
@@ -126,6 +133,42 @@ def generate(
         print(_stats_line(bundle, out.tokens[0]))
         print(_timing_line(bundle, out))
         print(_evidence_line(name))
+
+
+# The default budgets: a plain completion's, and a chat answer's ceiling (it ends at its
+# end of turn, and within the bundle's max_seq_len).
+PLAIN, CHAT = 32, 256
+
+
+def _said_if_cut(bundle: Any, tokens: list[int], budget: int, asked: int | None) -> None:
+    """Say on stderr when the budget, not an end of sequence or turn, ended the text."""
+    import sys
+
+    if len(tokens) >= budget and (not tokens or tokens[-1] not in bundle.eos):
+        hint = "raise max_new_tokens" if asked else f"max_new_tokens={budget * 2} gives more"
+        print(f"note: stopped after {budget} new tokens, before the end: {hint}", file=sys.stderr)
+
+
+def _warn_unvalidated(name: str, p: Any) -> None:
+    """Say on stderr, before generating, when the bundle's build has not passed here."""
+    import sys
+
+    from kiln import hostinfo
+    from kiln.evidence import manifest
+    from kiln.paths import Paths
+
+    try:
+        record = manifest.passed_here(manifest.known(Paths.from_env(), name), p)
+    except KilnError:
+        record = None
+    if record is None or record.verdict != "pass":
+        label = hostinfo.host_class(hostinfo.host()).label
+        said = f"its verdict is {record.verdict}" if record else "no validation of this build"
+        print(
+            f"note: {name}'s bundle is not validated on this host class ({label}): {said}; "
+            f"doit build recipe={name} validates it",
+            file=sys.stderr,
+        )
 
 
 def _grammar(json_schema: str | None, regex: str | None, grammar: str | None) -> Any:
@@ -218,7 +261,7 @@ def _chat(
     bundle: Any,
     turns: list[dict[str, str]],
     thinking: bool | None,
-    max_new_tokens: int,
+    max_new_tokens: int | None,
     sampler: Any,
     stats: bool,
     decoding: Any = None,
@@ -229,7 +272,9 @@ def _chat(
 
     def answer() -> None:
         ids = bundle.encode_chat(turns, thinking)
-        out = _generate(bundle, [ids], max_new_tokens, decoding, sampler)
+        budget = max_new_tokens or max(1, min(CHAT, bundle.max_seq_len - len(ids)))
+        out = _generate(bundle, [ids], budget, decoding, sampler)
+        _said_if_cut(bundle, out.tokens[0], budget, max_new_tokens)
         reply = bundle.decode(out.tokens[0])
         turns.append({"role": "assistant", "content": reply})
         print(reply, flush=True)
@@ -246,7 +291,7 @@ def _chat(
         bundle.enable_prefix_cache(entries=1)  # each turn prefills only what is new
     interactive = sys.stdin.isatty()
     if interactive:
-        print("chat: a line is a turn; an empty input or /exit ends", file=sys.stderr)
+        print("chat: a line is a turn; /exit or the end of input (Ctrl-D) ends", file=sys.stderr)
     while True:
         if interactive:
             print("> ", end="", file=sys.stderr, flush=True)

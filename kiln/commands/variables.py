@@ -305,7 +305,14 @@ RUN = Verb(
             "a speech recipe's input: a .wav file or a folder of them",
             metavar="PATH",
         ),
-        Var("max_new_tokens", int, 32, "how many tokens to generate", minimum=1),
+        Var(
+            "max_new_tokens",
+            int,
+            None,
+            "how many tokens to generate (default: 32; a chat answer: up to 256, ending at "
+            "its end of turn; a cut answer is said on stderr)",
+            minimum=1,
+        ),
         Var("temperature", float, 0.0, "the sampling temperature; 0 decodes greedily", minimum=0),
         Var("top_k", int, 0, "sample from the k likeliest tokens; 0: from all", minimum=0),
         Var(
@@ -321,9 +328,11 @@ RUN = Verb(
         Var(
             "chat",
             bool,
-            False,
+            None,
             "render the prompt as a user turn through the checkpoint's chat template; "
-            "without prompt or messages, chat turn by turn on standard input",
+            "without prompt or messages, chat turn by turn on standard input (default: on "
+            "for a recipe whose checkpoint has a chat template, validation.chat; chat=0 "
+            "completes plain text)",
         ),
         Var("system", str, None, "with chat=1: the system message", metavar="TEXT"),
         Var(

@@ -128,6 +128,20 @@ def best(records: list[Evidence]) -> Evidence | None:
     return [e for e in records if rank.get(scope(e), len(SCOPES)) == weight][-1]
 
 
+def passed_here(found: Manifest | None, p: Any) -> Evidence | None:
+    """The record that decides the plan's current build (its validate step) on this
+    host class: the heaviest scope's, the newest of it (`best`); None when there is none.
+    `p`: a kiln.plan.step.Plan."""
+    key = p.step("validate").key
+    here = hostinfo.host_class(hostinfo.host())
+    mine = [
+        e
+        for e in (found.evidence if found else [])
+        if e.step_key == key and hostinfo.host_class(e.host) == here
+    ]
+    return best(mine)
+
+
 def known(paths: Paths, recipe: str, display: str | None = None) -> Manifest | None:
     """What this checkout knows of a recipe: its published manifest and the records of
     builds here that were not published (the store's), those last. The lock is the

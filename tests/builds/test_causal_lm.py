@@ -485,3 +485,19 @@ def test_a_persons_build_records_into_the_store_until_published(tmp_path: Path, 
     assert not (world.root / "manifests" / "history").exists()  # a local record: no history
     status = json.loads(doit("status", "recipe=tiny-llama", "format=json").stdout)
     assert status["recipes"][0]["here"]["published"] is True
+
+
+def test_run_says_when_its_bundle_is_unvalidated_and_when_the_budget_cut_it(
+    world: World,
+) -> None:
+    """Issue 41: `doit run` on a recipe never validated here builds its bundle and says,
+    on stderr before generating, that it is not validated; a text the budget ended says
+    so too. Generated text alone goes to stdout."""
+    out = world.doit("run", "recipe=tiny-llama", "prompt=Hello", "max_new_tokens=4", check=True)
+    assert "note: tiny-llama's bundle is not validated on this host class" in out.stderr
+    assert "doit build recipe=tiny-llama validates it" in out.stderr
+    assert "note: stopped after 4 new tokens, before the end: raise max_new_tokens" in out.stderr
+    assert "note:" not in out.stdout
+    world.doit("build", "recipe=tiny-llama", check=True)
+    again = world.doit("run", "recipe=tiny-llama", "prompt=Hello", "max_new_tokens=4", check=True)
+    assert "not validated" not in again.stderr

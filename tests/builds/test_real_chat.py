@@ -128,7 +128,12 @@ def test_doit_run_chat_answers_with_the_template(real: Chat) -> None:
         "run", f"recipe={FP32}", "chat=1", "prompt=What is the capital of France?", check=True
     )
     assert "Paris" in out.stdout, out.stdout
-    raw = real.doit("run", f"recipe={FP32}", "prompt=What is the capital of France?")
+    # a chat model chats by default (issue 41): the same answer without chat=1, its
+    # budget ending at the end of the turn
+    default = real.doit("run", f"recipe={FP32}", "prompt=What is the capital of France?")
+    assert default.returncode == 0 and "Paris" in default.stdout, default.stdout
+    assert "stopped after" not in default.stderr
+    raw = real.doit("run", f"recipe={FP32}", "chat=0", "prompt=What is the capital of France?")
     assert raw.returncode == 0  # the raw prompt runs too (the model may answer nothing)
 
 
@@ -171,7 +176,7 @@ def test_chat_reads_turns_from_standard_input(real: Chat) -> None:
     [
         (("chat=1", "prompt=Où est la gare ?"), "ASCII only"),  # the recipe's prompt policy
         (("chat=1", "prompt=Hi", "thinking=1"), "no thinking switch"),
-        (("prompt=Hi", "system=Be brief."), "add chat=1"),
+        (("chat=0", "prompt=Hi", "system=Be brief."), "drop chat=0"),
     ],
 )
 def test_chat_mistakes_are_clear_errors(real: Chat, args: tuple[str, ...], said: str) -> None:
