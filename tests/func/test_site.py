@@ -222,6 +222,23 @@ def test_recipe_page_and_index_show_limitations_tags_owners_and_companions(tmp_p
     assert '<span class="tag">tiny</span>' in index
 
 
+def test_the_commands_box_gives_the_command_that_works_for_the_task(tmp_path: Path) -> None:
+    """Issue 41: a chat model's run command needs no chat=1 (a chat recipe chats by
+    default), a speech recipe's reads audio, and every page says how to export."""
+    world = copy_catalog(tmp_path)
+    cat = catalog.load(catalog.Paths(world.root))
+    sitegen.build(cat, tmp_path / "site")
+
+    def commands(name: str) -> str:
+        page = (tmp_path / "site" / "recipes" / f"{name}.html").read_text()
+        return page.split('id="commands"')[1].split("</pre>")[0]
+
+    chat = commands("smollm2-135m-instruct")
+    assert "doit run recipe=smollm2-135m-instruct prompt=" in chat and "chat=1" not in chat
+    assert "audio=builders/data/audio" in commands("tiny-whisper")
+    assert "doit export recipe=tiny-llama dest=" in commands("tiny-llama")
+
+
 # ---------------------------------------------------------------- host class and scope
 
 
