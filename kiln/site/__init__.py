@@ -12,7 +12,7 @@ script enhances the index, and a Content-Security-Policy says so.
   __init__.py  build(): render every page into a temp dir, then swap it in
   view.py      what a page shows of a recipe and its manifest (only what evidence proves)
   matrix.py    the support matrix (architecture x precision x host class) and its grid machinery
-  features.py  the runtime-features view (architecture x feature x backend x host class)
+  features.py  the runtime-features pages (architecture x feature x host class, per backend)
   api.py       the JSON API next to the pages
   plot.py      the metric sparklines
   coverage.py  the coverage table (architectures x verdict) in docs/coverage.md
@@ -23,6 +23,7 @@ script enhances the index, and a Content-Security-Policy says so.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -45,6 +46,7 @@ from kiln.schema.recipe import family
 from kiln.schema.thresholds import FAMILIES
 from kiln.site import api
 from kiln.site import docs as sitedocs
+from kiln.site import features as sitefeatures
 from kiln.site import plot as siteplot
 from kiln.site import view as siteview
 from kiln.site.features import LABELS, feature_grid
@@ -141,7 +143,8 @@ class Site:
     architectures: list[siteview.Group]
     matrix: Matrix
     views: list[View]
-    features: Grid
+    features: Grid  # the API's: a column group per feature and backend
+    feature_views: list[sitefeatures.View]  # the pages': every backend, then each alone
     docs: list[sitedocs.Doc]
     made: Made
 
@@ -176,6 +179,7 @@ def view(catalog: Catalog) -> Site:
         matrix=matrix(items),
         views=views(items),
         features=feature_grid(items),
+        feature_views=sitefeatures.views(items),
         docs=sitedocs.load({e.name for e in items}),
         made=Made.now(),
     )
@@ -188,16 +192,18 @@ def _when(date: str) -> str:
         return date
 
 
-def _breakable(name: str) -> Any:
-    """A name that may wrap before each CamelCase word and after each hyphen
-    ("Bart<wbr>For<wbr>Conditional...", "unsupported-<wbr>here"), escaped: the
-    matrix's columns stay narrow."""
-    import re
+# Before a capitalised word (after a lower-case letter or digit, or after an acronym
+# that follows one: "NemotronH|For") and after a hyphen; never inside an acronym, so
+# "CausalLM" stays whole (issue 44: "AfmoeForCausal / LM" read as a broken word).
+_WORD_BREAK = re.compile(r"(?<=[a-z0-9])(?=[A-Z][a-z])|(?<=[a-z0-9][A-Z])(?=[A-Z][a-z])|(?<=-)")
 
+
+def _breakable(name: str) -> Any:
+    """A name that may wrap only between its words ("Afmoe<wbr>For<wbr>CausalLM",
+    "unsupported-<wbr>here"), escaped: the matrix's columns stay narrow."""
     from markupsafe import Markup, escape
 
-    parts = re.split(r"(?<=[a-z0-9])(?=[A-Z])|(?<=-)", name)
-    return Markup("<wbr>").join(escape(p) for p in parts)
+    return Markup("<wbr>").join(escape(p) for p in _WORD_BREAK.split(name))
 
 
 def _environment() -> Any:
@@ -331,7 +337,8 @@ def pages(site: Site) -> Iterator[PageSpec]:
             yield fv.url(facet), "index.html", {"entries": chosen, "selected": (facet, fv)}
     for v in site.views:
         yield v.url, "matrix.html", {"view": v}
-    yield "features.html", "features.html", {}
+    for features in site.feature_views:
+        yield features.url, "features.html", {"view": features}
     yield "models/index.html", "groups.html", {"kind": "models", "groups": site.models}
     for g in site.models:
         yield f"models/{g.slug}.html", "model.html", {"g": g}
@@ -368,9 +375,10 @@ NAV = {
 
 
 def _section(rel: str) -> str:
-    """The nav entry a page belongs to: recipe and browse pages belong to the catalog."""
-    top = rel.split("/")[0]
-    return next((href for href in NAV if href.split("/")[0] == top), "index.html")
+    """The nav entry a page belongs to: matrix/*.html to the matrix, features/*.html to
+    the features; recipe and browse pages belong to the catalog."""
+    top = rel.split("/")[0].removesuffix(".html")
+    return next((h for h in NAV if h.split("/")[0].removesuffix(".html") == top), "index.html")
 
 
 def render(site: Site, out: Path) -> list[Path]:

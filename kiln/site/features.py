@@ -14,7 +14,9 @@ record; everything else reads "untested", never a guess:
   CUDA device replays its decode step in a CUDA graph (runtime/inductor_lm.py
   captures it on every CUDA load), so a passing record there proves it.
 
-A record whose feature check ran and failed makes the cell "fails". The cells reuse
+A record whose feature check ran and failed makes the cell "fails". A page shows
+architecture x feature for every backend, or for one (`views()`, as the support
+matrix's pages do); the API keeps one column group per feature and backend. The cells reuse
 the support matrix's grid (kiln/site/matrix.py): claims are the same latest records of
 each recipe's current build, per host class, so a stale or superseded record proves
 nothing here either.
@@ -22,10 +24,11 @@ nothing here either.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from kiln.site.matrix import Grid, _architecture, grid
+from kiln.site.matrix import Grid, Group, _architecture, grid
 from kiln.site.view import Claim, Entry
 
 # (evidence name, what the reference matrix calls it), in the reference matrix's order
@@ -82,22 +85,55 @@ def backend_of(e: Entry) -> str:
     return str(e.recipe.build.backend)
 
 
-def feature_grid(items: list[Entry]) -> Grid:
-    """Architecture x (feature, backend): one column per host class with evidence."""
-    placed: list[tuple[str, tuple[str, ...], Claim]] = []
-    backends: set[str] = set()
+def feature_claims(items: list[Entry]) -> Iterator[tuple[Entry, FeatureClaim]]:
+    """Each recipe's claims about each runtime feature its records speak of."""
     for e in items:
         for c in e.claims:
             for name, proof in proofs(c).items():
-                if name not in LABELS:
-                    continue
-                fc = FeatureClaim(c.entry, c.index, c.record, c.host, name, proof)
-                placed.append((_architecture(e), (LABELS[name], backend_of(e)), fc))
-                backends.add(backend_of(e))
-    groups: list[tuple[str, ...]] = [(label, b) for _, label in FEATURES for b in sorted(backends)]
+                if name in LABELS:
+                    yield e, FeatureClaim(c.entry, c.index, c.record, c.host, name, proof)
+
+
+def feature_grid(items: list[Entry]) -> Grid:
+    """Architecture x (feature, backend): one column per host class with evidence (the API's)."""
+    found = list(feature_claims(items))
+    backends = sorted({backend_of(e) for e, _ in found})
+    placed = [(_architecture(e), (LABELS[fc.feature], backend_of(e)), fc) for e, fc in found]
+    groups: list[Group] = [(label, b) for _, label in FEATURES for b in backends]
     if not backends:
         groups = [(label,) for _, label in FEATURES]
     return grid("runtime feature × backend", groups, placed)
+
+
+def support(items: list[Entry], backend: str | None = None) -> Grid:
+    """Architecture x feature for one backend or every backend, one column per host class:
+    a page's grid. Every backend in one group per feature made 26 columns, 1,476 px wide
+    at 1366 (issue 44); a cell of every backend is decided as the matrix's cells are."""
+    placed: list[tuple[str, Group, Claim]] = [
+        (_architecture(e), (LABELS[fc.feature],), fc)
+        for e, fc in feature_claims(items)
+        if backend is None or backend_of(e) == backend
+    ]
+    return grid("runtime feature", [(label,) for _, label in FEATURES], placed)
+
+
+@dataclass(frozen=True)
+class View:
+    """One page of the runtime features: every backend, or one."""
+
+    backend: str | None
+    grid: Grid
+
+    @property
+    def url(self) -> str:
+        return "features.html" if self.backend is None else f"features/{self.backend}.html"
+
+
+def views(items: list[Entry]) -> list[View]:
+    """Every backend together first; each backend alone where more than one has evidence."""
+    backends = sorted({backend_of(e) for e, _ in feature_claims(items)})
+    alone = [View(b, support(items, b)) for b in backends] if len(backends) > 1 else []
+    return [View(None, support(items)), *alone]
 
 
 def rows(g: Grid) -> list[dict[str, Any]]:

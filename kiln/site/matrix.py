@@ -20,6 +20,10 @@ A cell says how many of its claims agree ("pass (1 of 2; 1 unsupported-here)") a
 links to the record that decides it. The page's matrix (`support()`) is architecture
 x precision for one variant (and optionally one backend); the API's (`matrix()`)
 covers every precision x variant x backend a recipe declares.
+
+A page lists the architectures with evidence beyond fp32 first (`View.sections`):
+every recipe starts at fp32, so those few rows are the answer to "what passes at
+fp8, and where?", and they were rows 16 and 24 of 29 when sorted by name (issue 44).
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from kiln.site.view import Claim, Entry
 
 UNTESTED = "untested"
 ORDINARY = "ordinary"
+BASELINE = "fp32"  # the precision every recipe is built at first: the reference
 # Deciding order: the first verdict present among a cell's claims decides it.
 PRECEDENCE = ("build-fail", "quality-fail", "pass", "unsupported-here", "not-run")
 Group = tuple[str, ...]  # a column group's key: ("fp8",) or ("fp8", "ordinary", "onnxruntime")
@@ -217,12 +222,33 @@ def _claims(
 
 
 @dataclass(frozen=True)
+class Section:
+    """A run of a page's rows under one heading (a `<tbody>` of its own)."""
+
+    title: str
+    rows: list[Row]
+
+
+def beyond_baseline(row: Row) -> bool:
+    """Some cell of the row holds evidence at a precision other than fp32."""
+    return any(c.claims and c.column.group[0] != BASELINE for c in row.cells)
+
+
+@dataclass(frozen=True)
 class View:
     """One page of the support matrix: a variant, and a backend or every backend."""
 
     variant: str
     backend: str | None
     grid: Grid
+
+    @property
+    def sections(self) -> list[Section]:
+        """The rows with evidence beyond fp32 first, then the rest; by name in each."""
+        first = [r for r in self.grid.rows if beyond_baseline(r)]
+        rest = [r for r in self.grid.rows if not beyond_baseline(r)]
+        found = [(f"Evidence beyond {BASELINE}", first), (f"{BASELINE} evidence only", rest)]
+        return [Section(title, rows) for title, rows in found if rows]
 
     @property
     def url(self) -> str:
