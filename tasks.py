@@ -158,7 +158,7 @@ def command(verb: str) -> Callable[..., Any]:
 
         return site.command
     if verb == "serve":
-        from kiln.site import serve
+        from kiln.serve import command as serve
 
         return serve.command
     if verb == "replay":

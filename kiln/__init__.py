@@ -15,8 +15,10 @@ floor and the stages to its left (tests/unit/test_layers.py):
   site/       catalog + manifests -> _site/ (templates live in site/ at the top)
   commands/   one module per doit verb, with no doit in it (tasks.py wires them)
   replay/     nightly replay, local or on Ray
+  serve/      `doit serve`: the site, and an OpenAI-compatible API for built recipes
 
-It imports only light libraries (pydantic, PyYAML, jinja2, filelock, rich); never
+It imports only light libraries (pydantic, PyYAML, jinja2, filelock, rich, starlette,
+uvicorn); never
 torch, transformers, onnx, onnxruntime, modelopt or tensorrt, never a builder, and
 never doit (only tasks.py and dodo.py do).
 """

@@ -390,8 +390,28 @@ RUN = Verb(
 SITE = Verb("site", (), "Render the Models & Recipes site into _site/.")
 SERVE = Verb(
     "serve",
-    (Var("port", int, 8000, "the port on 127.0.0.1", minimum=1, maximum=65535),),
-    "Preview the site on 127.0.0.1, rendered first when stale.",
+    (
+        Var("port", int, 8000, "the port to listen on", minimum=1, maximum=65535),
+        Var(
+            "recipe",
+            str,
+            None,
+            "built recipes to serve through the OpenAI-compatible API at /v1, comma-separated "
+            "(the model id is the recipe's name; default: the site alone)",
+            metavar="NAMES",
+        ),
+        Var(
+            "host",
+            str,
+            "127.0.0.1",
+            "the address to listen on with recipes (0.0.0.0 exposes the API to the network)",
+        ),
+        Var("max_tokens", int, 1024, "the most new tokens one request may take", minimum=1),
+        Var("max_body", int, 1 << 20, "the largest request body, in bytes", minimum=1024),
+        Var("timeout", float, 300.0, "seconds one request may take, waiting included", minimum=1),
+    ),
+    "Preview the site on 127.0.0.1, rendered first when stale; with recipe=NAMES, also "
+    "an OpenAI-compatible API at /v1 for those built recipes (Ctrl-C or SIGTERM stops it).",
 )
 SCHEMA = Verb(
     "schema",

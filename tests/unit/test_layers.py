@@ -8,11 +8,11 @@ string naming one of our modules ("runtime.causal_lm:Bundle", as runtime's RUNNE
 table holds), which code elsewhere imports by name (issue 38, item 3).
 
   1. The core imports no heavy library, no builder and no runtime module; only the
-     `run` command reaches runtime/, inside its function, and only commands/ reach
-     tinyhub/. kiln.plan.toolchain names builder modules (the dispatch rule), and
+     `run` command and the API server (kiln/serve/) reach runtime/, inside their
+     functions, and only commands/ reach tinyhub/. kiln.plan.toolchain names builder modules (the dispatch rule), and
      kiln.store.execute imports by that rule alone.
   2. Inside the core, each stage imports only the ground floor and the stages to its
-     left: catalog -> plan -> store -> evidence -> {site, commands} -> replay.
+     left: catalog -> plan -> store -> evidence -> {site, commands} -> {replay, serve}.
   3. runtime/ imports nothing from kiln, builders or tasks.
   4. builders/ import from kiln only the contract types (kiln.store.api), under
      TYPE_CHECKING, and kiln's pure-stdlib leaves.
@@ -247,7 +247,7 @@ GROUND |= {"kiln.paths", "kiln.statcache", "kiln.pins", "kiln.proc", "kiln.heade
 LEAVES = {"kiln.pins", "kiln.proc"}
 CONTRACT = "kiln.store.api"  # the builder contract: Request and Writer, nothing else
 STAGES = {"catalog": 0, "plan": 1, "store": 2, "evidence": 3, "site": 4, "commands": 4}
-STAGES["replay"] = 5
+STAGES["replay"] = STAGES["serve"] = 5
 
 
 def _stage(module: str) -> str | None:
@@ -265,8 +265,8 @@ def _core_rule(path: Path, imp: Import) -> bool | str:
     if top == "doit" or top == "tasks" or top == "builders":
         return "the core never imports doit, tasks.py or a builder"
     if top == "runtime":
-        run_command = here == "kiln.commands.run" and imp.in_function
-        return run_command or "only the run command reaches runtime/, inside its function"
+        runs = here in ("kiln.commands.run", "kiln.serve.models", "kiln.serve.app")
+        return (runs and imp.in_function) or "only run and serve reach runtime/, in functions"
     if top == "tinyhub":
         return _stage(here) == "commands" or "only commands/ reach tinyhub/"
     if top != "kiln" or imp.module in GROUND:
@@ -335,7 +335,9 @@ def _tasks_rule(_path: Path, imp: Import) -> bool | str:
         return "tasks.py and dodo.py reach builders, runtime/ and tinyhub only through a command"
     if top != "kiln" or imp.module in GROUND:
         return True
-    return _stage(imp.module) in ("commands", "site", "replay") or "only the command stages"
+    return (
+        _stage(imp.module) in ("commands", "site", "replay", "serve") or "only the command stages"
+    )
 
 
 def test_tasks_and_dodo_reach_the_core_only_through_its_commands() -> None:
@@ -531,7 +533,7 @@ def test_a_package_map_is_read_by_exact_module_name() -> None:
 
 # doit's own `run` command names no task: `doit run ... prompt=` runs task `generate`.
 VERB_OF_TASK = {"generate": "run"}
-STAGE_COMMANDS = {"site": "kiln.site", "serve": "kiln.site.serve", "replay": "kiln.replay"}
+STAGE_COMMANDS = {"site": "kiln.site", "serve": "kiln.serve.command", "replay": "kiln.replay"}
 
 
 def test_each_doit_task_runs_a_function_of_its_command_module() -> None:
