@@ -9,7 +9,7 @@ from pydantic import (
     StringConstraints,
 )
 
-from kiln.schema.recipe import pin_described, pin_label, pin_title
+from kiln.schema.recipe import Pinned, pin_described
 from kiln.schema.vocabulary import (
     Name,
     RepoId,
@@ -50,7 +50,7 @@ class ImportLock(Recorded):
     files: list[FileHash] = Field(description="The checkpoint the import wrote, sorted by path.")
 
 
-class CheckpointLock(Recorded):
+class CheckpointLock(Pinned, Recorded):
     """A resolved checkpoint: its pin (the recipe's source) and every file's hash."""
 
     repo: RepoId | None = Field(None, exclude_if=_unrecorded, description="Hugging Face repo id.")
@@ -85,18 +85,6 @@ class CheckpointLock(Recorded):
     def pin(self) -> dict[str, str]:
         keys = ("repo", "revision", "package", "version", "file", "path", "sha256")
         return {k: v for k in keys if (v := getattr(self, k)) is not None}
-
-    @property
-    def label(self) -> str:
-        return pin_label(self.pin)
-
-    @property
-    def title(self) -> str:
-        return pin_title(self.pin)
-
-    @property
-    def at(self) -> str:
-        return str(self.revision or self.sha256)
 
     @property
     def described(self) -> str:

