@@ -84,6 +84,11 @@ class Paths:
         catalog = hashlib.sha256(os.path.abspath(self.root).encode()).hexdigest()[:24]
         return self.store / "evidence" / catalog / f"{recipe}.json"
 
+    def evidence_file(self, recipe: str, publish: bool) -> Path:
+        """Where a recipe's next record goes: the manifest when it is published
+        (kiln.hostinfo.publishes), else the store's evidence."""
+        return self.manifest(recipe) if publish else self.local_evidence(recipe)
+
     def rel(self, path: Path) -> str:
         try:
             return path.relative_to(self.root).as_posix()

@@ -370,7 +370,7 @@ def _reads(paths: Paths, artifacts: Store, name: str, p: Plan) -> str | None:
     stats = statcache.shared(paths.store)
     scope = hostinfo.scope()
     publish = hostinfo.publishes(scope)
-    manifest_file = paths.manifest(name) if publish else paths.local_evidence(name)
+    manifest_file = paths.evidence_file(name, publish)
     if not manifest_file.is_file():
         return None
     validate = p.step("validate")

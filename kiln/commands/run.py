@@ -418,8 +418,8 @@ def _evidence_line(name: str) -> str:
 
     paths = Paths.from_env()
     try:
-        found = manifest.known(paths, name)
         published = manifest.read(paths.manifest(name))
+        found = manifest.joined(published, paths, name)
     except KilnError:
         return f"evidence: {paths.rel(paths.manifest(name))} is unreadable (doit check says why)"
     here = hostinfo.host_class(hostinfo.host())

@@ -66,7 +66,7 @@ def rows(recipe: str | None) -> tuple[str, list[Row]]:
         path = cat.paths.manifest(name)
         try:
             published = manifest.read(path)
-            found = manifest.known(cat.paths, name)
+            found = manifest.joined(published, cat.paths, name)
         except KilnError:
             out[name] = Row(name, "unreadable")
             parsed[name] = None

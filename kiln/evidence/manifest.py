@@ -143,13 +143,18 @@ def passed_here(found: Manifest | None, p: Any) -> Evidence | None:
 
 
 def known(paths: Paths, recipe: str, display: str | None = None) -> Manifest | None:
-    """What this checkout knows of a recipe: its published manifest and the records of
-    builds here that were not published (the store's), those last. The lock is the
-    published one unless the newest record is a build here of another lock (the
-    working tree's recipe, built and not published). Raises KilnError for an
-    unreadable published manifest; an unreadable local one is left out (the store's
-    own file: a later build rewrites it)."""
-    published = read(paths.manifest(recipe), display)
+    """What this checkout knows of a recipe: its published manifest joined with the
+    store's records of builds here that were not published (`joined`). Raises
+    KilnError for an unreadable published manifest."""
+    return joined(read(paths.manifest(recipe), display), paths, recipe)
+
+
+def joined(published: Manifest | None, paths: Paths, recipe: str) -> Manifest | None:
+    """`published` (the manifest, already read) and the records of builds here that
+    were not published (the store's), those last. The lock is the published one unless
+    the newest record is a build here of another lock (the working tree's recipe, built
+    and not published). An unreadable local file is left out (the store's own file: a
+    later build rewrites it)."""
     try:
         local = read(paths.local_evidence(recipe))
     except KilnError:

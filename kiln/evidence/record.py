@@ -47,7 +47,7 @@ def measured(cat: Catalog, store: Store, validate: Step, name: str) -> dict[str,
 
 def target(paths: Paths, name: str, scope: str) -> Path:
     """Where a record of this scope goes: the manifest, or the store's evidence."""
-    return paths.manifest(name) if hostinfo.publishes(scope) else paths.local_evidence(name)
+    return paths.evidence_file(name, hostinfo.publishes(scope))
 
 
 def _gates(cat: Catalog, name: str) -> GatesRef:
