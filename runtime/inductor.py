@@ -15,17 +15,15 @@ CUDA graph at load and replayed (so is the prefill chunk), and the host reads th
 generated ids once a block (runtime/inductor_lm.py). The same code runs on CPU,
 without the graphs.
 
-Inductor's compiled artifacts are cached beside the bundle, in
-.inductor-cache/<torch version>-<device>/ (TORCHINDUCTOR_CACHE_DIR), when the bundle's
-folder is writable, so a second load does not recompile.
+The engine carries its compiled kernels (runtime/kernels.py): a load installs them
+into this host's Inductor cache and compiles nothing, or refuses where they were built
+for another host (torch, GPU, Triton): it never picks kernels of its own silently.
 """
 
 from __future__ import annotations
 
 import io
 import json
-import os
-import stat
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
@@ -33,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from runtime import kernels
 from runtime.format import BundleError
 
 # torch.compile mode per device when the bundle names none: on CUDA autotuned matmul
@@ -61,7 +60,12 @@ BLOCK = 16
 
 
 class InductorEngine:
-    def __init__(self, file: Path, meta: dict[str, Any], threads: int | None) -> None:
+    """`compile_here`: the engine step's own compile (builders/causal_lm/backends/
+    _kernels.py), which makes the kernels the engine then carries."""
+
+    def __init__(
+        self, file: Path, meta: dict[str, Any], threads: int | None, compile_here: bool = False
+    ) -> None:
         import torch
         from safetensors.torch import load
 
@@ -71,8 +75,14 @@ class InductorEngine:
             raise BundleError(f"{file}: this bundle runs on CUDA; this host has no CUDA device")
         if threads:
             torch.set_num_threads(threads)
-        _cache_dir(file.parent, torch.__version__, self.device)
         with zipfile.ZipFile(file) as archive:
+            names = archive.namelist()
+            carried = json.loads(archive.read(kernels.META)) if kernels.META in names else None
+            if not compile_here:
+                compile_here = not kernels.check(file, carried, self.device)
+            folder = kernels.cache_folder(kernels.host_key(self.device))
+            # what this load installed and compiled (the validation's evidence reads it)
+            self.kernels = {"installed": 0 if compile_here else kernels.install(archive, folder)}
             self.program = json.loads(archive.read("program.json"))
             weights = load(archive.read("weights.safetensors"))
             programs = {
@@ -117,7 +127,16 @@ class InductorEngine:
             )
         self.graphs: dict[int, Any] = {}  # steps per replay -> captured CUDA graph
         self.out: Any = None  # the logits of the last decode step
+        misses = kernels.Misses()
         self._warm()
+        self.kernels["compiled"] = misses.count()
+        if self.kernels["compiled"] and not compile_here:
+            raise BundleError(
+                f"{file}: {self.kernels['compiled']} graphs were compiled afresh on this load, "
+                "although the engine's kernels were installed (is Inductor's FX-graph cache "
+                "off, TORCHINDUCTOR_FX_GRAPH_CACHE=0?): their numerics were not validated; "
+                f"rebuild the bundle on this host, or set {kernels.RECOMPILE}=1"
+            )
 
     def _compile(self, fn: Any, mode: str | None) -> Callable[..., Any]:
         compiled: Callable[..., Any] = self.torch.compile(
@@ -333,24 +352,3 @@ def _mode(name: str) -> str | None:
     if name == "default":
         return None
     return "max-autotune-no-cudagraphs" if name == "max-autotune" else name
-
-
-def _cache_dir(folder: Path, version: str, device: str) -> None:
-    """Inductor's on-disk cache beside the bundle, keyed by torch version and device;
-    left to Inductor's default where the bundle is read-only (the store seals it).
-    Read-only means its folder's write bits are off: root may write anywhere (os.access
-    says yes), and a file added to a sealed store artifact makes it damaged."""
-    if "TORCHINDUCTOR_CACHE_DIR" in os.environ:
-        return
-    try:
-        if not folder.stat().st_mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH):
-            return
-    except OSError:
-        return
-    target = folder / ".inductor-cache" / f"{version}-{device}"
-    try:
-        target.mkdir(parents=True, exist_ok=True)
-    except OSError:
-        return
-    if os.access(target, os.W_OK):
-        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(target)

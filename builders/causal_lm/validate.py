@@ -111,13 +111,29 @@ def _quantized_on(request: Request) -> dict[str, str]:
     return {"quantization": quantization["config"], "quantized_on": quantization["device"]}
 
 
+def _determinism(request: Request, bundle: Any, opts: Options) -> dict[str, Any]:
+    """The determinism feature over the validation's prompts, plain and (where the
+    bundle has a chat template) as chat turns; recorded unproved if it cannot run."""
+    from builders.causal_lm._determinism import determinism
+
+    prompts = {"plain": [bundle.encode(p) for p in opts.prompts]}
+    if bundle.has_chat:
+        prompts["chat"] = [
+            bundle.encode_chat([{"role": "user", "content": p}]) for p in opts.prompts
+        ]
+    try:
+        return determinism(request, request.inputs["bundle"], prompts, opts.max_new_tokens)
+    except Exception as exc:  # recorded, and (unproved) it fails the verdict
+        return {"proved": False, "check": f"raised {type(exc).__name__}: {exc}"}
+
+
 def build(request: Request, writer: Writer) -> None:
     import runtime
     from builders.causal_lm._features import exercise
     from builders.common import measure
     from runtime import Sampler
     from runtime.causal_lm import Bundle
-    from runtime.inductor_lm import InductorBundle  # noqa: F401  (runtime.open resolves it by name; imported here it is in this step's key)
+    from runtime.inductor_lm import InductorBundle
     from runtime.speculative import diagnostics
 
     opts = Options.model_validate(request.options)
@@ -143,6 +159,9 @@ def build(request: Request, writer: Writer) -> None:
     backend = {**m.backend("main"), **_quantized_on(request)}
     # after the timed decode: it times nothing
     features = exercise(bundle, prompt_ids, ref, ref_logits, gen)
+    if isinstance(bundle, InductorBundle):  # compiled code: the same in every process?
+        features = features or {}
+        features["determinism"] = _determinism(request, bundle, opts)
     extra = {"features": features} if features is not None else {}
     writer.evidence(metrics, [bundle.decode(g) for g in gen], backend, **extra)
     request.log(

@@ -26,7 +26,7 @@ from kiln.evidence import manifest
 from kiln.evidence.lock import lock
 from kiln.paths import Paths
 from kiln.plan.step import Plan, Step
-from kiln.schema import Evidence, GatesRef, Lock
+from kiln.schema import Evidence, GatesRef, Lock, Verdict
 from kiln.store import Store, unsupported
 
 
@@ -75,6 +75,7 @@ def _judged(cat: Catalog, store: Store, name: str, p: Plan) -> Evidence:
     found = measured(cat, store, validate, name)
     thresholds = cat.thresholds[cat.recipe(name).validation.thresholds]
     gates, verdict, reason = gates_mod.judge(thresholds, found["metrics"])
+    verdict, reason = _required(found.get("features") or {}, verdict, reason)
     if "unsupported" in found:  # no metrics were measured, and none are claimed
         gates, verdict, reason = [], "unsupported-here", found["unsupported"]
     return Evidence(
@@ -90,6 +91,23 @@ def _judged(cat: Catalog, store: Store, name: str, p: Plan) -> Evidence:
         features=found.get("features"),
         scope=hostinfo.scope(),  # "ci" or "local" (a replay's "nightly" is extra)
     )
+
+
+# Features whose failure fails the verdict: a compiled bundle whose greedy tokens
+# change from one process to the next has no tokens to validate (issue 39). The other
+# features are evidence about the runtime, recorded beside the verdict.
+REQUIRED_FEATURES = ("determinism",)
+
+
+def _required(features: dict[str, Any], verdict: Verdict, reason: str) -> tuple[Verdict, str]:
+    failed = [
+        f"{name}: {features[name].get('check', 'did not hold')}"
+        for name in REQUIRED_FEATURES
+        if name in features and not features[name].get("proved")
+    ]
+    if not failed or verdict not in ("pass", "quality-fail"):
+        return verdict, reason
+    return "quality-fail", "; ".join([*filter(None, [reason]), *failed])
 
 
 def _recorded(

@@ -8,6 +8,10 @@ The engine file is one uncompressed zip (the bundle step copies one file):
                        forward (the last token and max_draft_len drafts), when set
   weights.safetensors  the parameters once, in the engine's dtype
   program.json         what the runtime needs: names, dtype, shapes, chunk length
+  kernels/, kernels.json
+                       the programs compiled (and on CUDA autotuned) on the build host,
+                       as Inductor's cache, with that host's key: a load compiles nothing
+                       (runtime/kernels.py; made by backends/_kernels.py)
 
 Each program takes (weights..., input_ids [B, T], position_ids [B, T], slots [T],
 attention_mask [B, max_seq_len], *cache) and returns logits [B, T, vocab] in fp32; the
@@ -87,24 +91,26 @@ class Options(BaseOptions):
 def build(request: Request, writer: Writer) -> None:
     import torch
 
+    from builders.causal_lm.backends._kernels import compile_kernels
     from builders.causal_lm.export import value_info
 
     opts = Options.model_validate(request.options)
     device = _device(request, opts)
     files, meta, entries = engine_files(request, opts, device)
-    _write_zip(writer.path("engine.zip"), files)
+    engine = {
+        "backend": "inductor",
+        "version": torch.__version__,
+        "provider": device,
+        "file": "engine.zip",
+        "max_batch_size": opts.max_batch_size,
+        "max_seq_len": opts.max_seq_len,
+    }
+    if device == "cuda":
+        torch.cuda.empty_cache()  # the export's model is gone; the compile runs beside
+    engine["kernels"] = compile_kernels(request, files, engine)
+    write_zip(writer.path("engine.zip"), files)
     writer.write_json("io.json", {**meta, **value_info(entries)})
-    writer.write_json(
-        "engine.json",
-        {
-            "backend": "inductor",
-            "version": torch.__version__,
-            "provider": device,
-            "file": "engine.zip",
-            "max_batch_size": opts.max_batch_size,
-            "max_seq_len": opts.max_seq_len,
-        },
-    )
+    writer.write_json("engine.json", engine)
 
 
 def engine_files(
@@ -209,7 +215,9 @@ def _device(request: Request, opts: Options) -> str:
             )
     if opts.target == "cpu":
         if opts.compute != "fp32":
-            flags = _cpu_flags()
+            from runtime.kernels import cpu_flags
+
+            flags = cpu_flags()
             if not any(f in flags for f in CPU_FLAGS[opts.compute]):
                 raise request.unsupported(
                     f"{opts.compute} on this CPU has no native arithmetic (none of "
@@ -232,15 +240,6 @@ def _device(request: Request, opts: Options) -> str:
             f"fp8 matrix multiplies (torch._scaled_mm) need sm89+; this GPU is sm{major}{minor}"
         )
     return "cuda"
-
-
-def _cpu_flags() -> set[str]:
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return set()
-    line = next((ln for ln in text.splitlines() if ln.startswith("flags")), "")
-    return set(line.partition(":")[2].split())
 
 
 def _weights(model: Any) -> tuple[list[str], list[Any]]:
@@ -505,7 +504,7 @@ def _safetensors(names: list[str], weights: list[Any]) -> bytes:
     return bytes(save({n: w.contiguous().cpu() for n, w in zip(names, weights, strict=True)}))
 
 
-def _write_zip(path: Path, files: dict[str, bytes]) -> None:
+def write_zip(path: Path, files: dict[str, bytes]) -> None:
     """Stored, not deflated: the runtime reads members without inflating them, and a
     fixed timestamp keeps the file a function of its contents."""
     with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as archive:

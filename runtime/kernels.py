@@ -1,0 +1,191 @@
+"""The compiled kernels an inductor engine carries (issue 39): Inductor's cache of the
+build host's compile, so a load compiles nothing and autotunes nothing.
+
+The engine step compiles and (on CUDA) autotunes every program once, on the build
+host, into an empty Inductor cache folder (builders/causal_lm/backends/_kernels.py),
+then stores that folder in engine.zip under `kernels/`, with `kernels.json`: the host
+key below and what the build measured. A load installs those files into this host's
+Inductor cache (`cache_folder`: TORCHINDUCTOR_CACHE_DIR when set, else
+$XDG_CACHE_HOME/kiln/inductor/<host key digest>/), where the compile that follows
+finds every graph (Inductor's FX-graph and AOTAutograd caches, with the generated
+C++ libraries on CPU and the Triton binaries on CUDA): the kernels, and the autotuned
+choices among them, are the build's.
+
+Why the cache folder and not AOTInductor: AOTInductor packages do not load on the GPU
+host (FIELD_NOTES); and torch.compiler.save_cache_artifacts alone leaves out the CPU's
+compiled C++ (a load from it alone spent 15 of its 20 s in the C++ compiler:
+bench/probes/results/kernels_2026-12-05.txt).
+
+Inductor keys its caches by the torch version, the GPU's name, CUDA and Triton
+versions (its `CacheBase.get_system`); a host whose key differs from the build's would
+silently compile afresh, with kernels and autotuned choices of its own and so other
+numerics than the validated ones. The load refuses that before compiling, naming both
+keys (`check`), and refuses a load that compiled anything all the same (`Misses`);
+KILN_RECOMPILE=1 compiles on this host instead, and says so on stderr.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import platform
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+from typing import Any
+
+from runtime.format import BundleError
+
+PREFIX = "kernels/"  # engine.zip's members under it are the cache folder's files
+META = "kernels.json"
+RECOMPILE = "KILN_RECOMPILE"
+# Files of the compile that a later load neither needs nor should share.
+SKIPPED = (".lock", ".tmp")
+# The CPU features Inductor's generated C++ may be compiled for (its cpu_vec_isa picks
+# among these; asking it compiles a test program, seconds of every load).
+CPU_FLAGS = (
+    "avx2",
+    "avx512f",
+    "avx512bw",
+    "avx512vl",
+    "avx512_vnni",
+    "avx512_bf16",
+    "avx512_fp16",
+    "amx_tile",
+    "amx_bf16",
+    "amx_fp16",
+)
+
+
+@functools.cache
+def host_key(device: str) -> dict[str, str]:
+    """What Inductor's caches depend on besides the graph: torch, Python, and the
+    device (the GPU's name with CUDA and Triton, or the CPU's vector ISA)."""
+    import torch
+
+    key = {
+        "torch": torch.__version__,
+        "python": f"{sys.version_info.major}.{sys.version_info.minor}",
+        "machine": platform.machine(),
+        "device": device,
+    }
+    if device == "cuda":
+        import triton
+
+        major, minor = torch.cuda.get_device_capability()
+        key |= {
+            "gpu": torch.cuda.get_device_name(),
+            "arch": f"sm{major}{minor}",
+            "cuda": str(torch.version.cuda),
+            "triton": triton.__version__,
+        }
+    else:
+        key["cpu"] = " ".join(f for f in CPU_FLAGS if f in cpu_flags()) or "none"
+    return key
+
+
+def cpu_flags() -> set[str]:
+    """This CPU's feature flags (/proc/cpuinfo); none where it cannot be read."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return set()
+    line = next((ln for ln in text.splitlines() if ln.startswith("flags")), "")
+    return set(line.partition(":")[2].split())
+
+
+def recompile() -> bool:
+    return os.environ.get(RECOMPILE, "") not in ("", "0")
+
+
+def check(file: Path, carried: dict[str, Any] | None, device: str) -> bool:
+    """Whether the engine's kernels load here; raises where they cannot and
+    KILN_RECOMPILE is not set. False: compile here (KILN_RECOMPILE=1, said on stderr)."""
+    here = host_key(device)
+    if carried is None:
+        why = "it carries no compiled kernels (built before kernels were part of engines)"
+    elif carried["key"] != here:
+        differs = ", ".join(
+            f"{k} {carried['key'].get(k, '-')} (here {here.get(k, '-')})"
+            for k in sorted(set(here) | set(carried["key"]))
+            if carried["key"].get(k) != here.get(k)
+        )
+        why = f"its kernels were compiled for another host: {differs}"
+    else:
+        return True
+    if not recompile():
+        raise BundleError(
+            f"{file}: {why}. Compiling here would choose other kernels, with numerics "
+            "nobody validated: rebuild the bundle on this host (doit build recipe=NAME), "
+            f"or set {RECOMPILE}=1 to compile here anyway"
+        )
+    print(f"kiln: {file.name}: {why}; compiling here ({RECOMPILE}=1)", file=sys.stderr)
+    return False
+
+
+def cache_folder(key: dict[str, str]) -> Path:
+    """This process's Inductor cache: TORCHINDUCTOR_CACHE_DIR when set (then it is
+    used as it is), else one per host key under the user's cache, set for Inductor."""
+    given = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    if given:
+        return Path(given)
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+    folder = base / "kiln" / "inductor" / digest
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(folder)
+    return folder
+
+
+def install(archive: zipfile.ZipFile, folder: Path) -> int:
+    """The engine's kernel files into the cache folder, each written whole (a temp
+    file renamed into place) and only where absent: the names are Inductor's content
+    hashes, so a present file is the same file. The files written."""
+    written = 0
+    for info in archive.infolist():
+        if not info.filename.startswith(PREFIX) or info.is_dir():
+            continue
+        rel = Path(info.filename[len(PREFIX) :])
+        if rel.is_absolute() or ".." in rel.parts:
+            raise BundleError(f"engine member {info.filename!r} points outside its folder")
+        target = folder / rel
+        if target.exists():
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".kiln-", suffix=".tmp")
+        with os.fdopen(fd, "wb") as out:
+            out.write(archive.read(info))
+        os.chmod(tmp, 0o755 if rel.suffix == ".so" else 0o644)
+        os.replace(tmp, target)
+        written += 1
+    return written
+
+
+def files(folder: Path) -> dict[str, bytes]:
+    """A cache folder's files as engine.zip members (under PREFIX)."""
+    return {
+        PREFIX + p.relative_to(folder).as_posix(): p.read_bytes()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and not p.name.endswith(SKIPPED)
+    }
+
+
+class Misses:
+    """Inductor's and AOTAutograd's cache misses during a block: each is a graph
+    compiled afresh (and, in a max-autotune mode, autotuned)."""
+
+    def __init__(self) -> None:
+        self.before = self._counts()
+
+    @staticmethod
+    def _counts() -> int:
+        from torch._dynamo.utils import counters
+
+        return int(counters["inductor"]["fxgraph_cache_miss"]) + int(
+            counters["aot_autograd"]["autograd_cache_miss"]
+        )
+
+    def count(self) -> int:
+        return self._counts() - self.before
