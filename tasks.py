@@ -26,6 +26,7 @@ from typing import Any
 
 from doit import create_after, doit_cmd
 from doit.cmd_help import Help as DoitHelp
+from doit.cmd_list import List as DoitList
 from doit.exceptions import TaskError, TaskFailed
 from doit.reporter import ConsoleReporter
 
@@ -425,5 +426,28 @@ class Help(DoitHelp):  # type: ignore[misc]  # doit ships no types
         found = kiln_help.text(args)
         if found is None:
             return int(super().execute(params, args))
-        print(found)
-        return 0
+        return _page(found)
+
+
+class List(DoitList):  # type: ignore[misc]  # doit ships no types
+    """`doit list`: kiln's verbs by the names users type (`run`, not the `generate` task
+    behind it), one line each, as `doit help` shows them; with an option or a task
+    name (`doit list --all`, `doit list build`), doit's own list."""
+
+    def execute(self, params: Any, args: list[str]) -> int:
+        from kiln.commands import help as kiln_help
+
+        options = ("subtasks", "status", "private", "list_deps", "template")
+        if args or any(params.get(k) for k in options):
+            return int(super().execute(params, args))
+        return _page(kiln_help.text([]) or "")
+
+
+def _page(text: str) -> int:
+    """Print help text; a reader that stops early (`| head`) ends it quietly."""
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 0
+

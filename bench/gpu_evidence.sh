@@ -15,12 +15,13 @@ seconds=$1; shift
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 python3 -c "import torch, transformers; print(torch.__version__, transformers.__version__)"
 list=$(IFS=,; echo "$*")
+log=${EVIDENCE_LOG:-/tmp/evidence.log}
 timeout "$seconds" python3 -m doit -n "${JOBS:-4}" -f dodo.py build recipe="$list" \
-  allow_quality_fail=1 publish=1 >/tmp/evidence.log 2>&1
+  allow_quality_fail=1 publish=1 >"$log" 2>&1
 echo "doit exit $?"
-grep -E "verdict|pass|fail|unsupported|Error" /tmp/evidence.log | tail -40
+grep -E "verdict|pass|fail|unsupported|Error" "$log" | tail -40
 mkdir -p /tmp/evidence/manifests
 for r in "$@"; do cp "manifests/$r.json" /tmp/evidence/manifests/ 2>/dev/null || echo "no manifest for $r"; done
-cp /tmp/evidence.log /tmp/evidence/
+cp "$log" /tmp/evidence/
 tar -czf "$OUT/evidence.tar.gz" -C /tmp/evidence .
 touch /tmp/evidence.done

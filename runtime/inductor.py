@@ -73,13 +73,19 @@ class InductorEngine:
         self.device = meta["provider"]
         if self.device == "cuda" and not torch.cuda.is_available():
             raise BundleError(f"{file}: this bundle runs on CUDA; this host has no CUDA device")
-        if threads:
-            torch.set_num_threads(threads)
         with zipfile.ZipFile(file) as archive:
             names = archive.namelist()
             carried = json.loads(archive.read(kernels.META)) if kernels.META in names else None
             if not compile_here:
                 compile_here = not kernels.check(file, carried, self.device)
+            if self.device == "cpu":
+                # Inductor's C++ is generated for a thread count (it splits loops and
+                # reductions by it): the carried kernels' count, else a fixed one
+                torch.set_num_threads(
+                    carried["threads"] if carried and not compile_here else kernels.threads()
+                )
+            elif threads:
+                torch.set_num_threads(threads)
             folder = kernels.cache_folder(kernels.host_key(self.device))
             # what this load installed and compiled (the validation's evidence reads it)
             self.kernels = {"installed": 0 if compile_here else kernels.install(archive, folder)}

@@ -21,6 +21,7 @@ versions (its `CacheBase.get_system`); a host whose key differs from the build's
 silently compile afresh, with kernels and autotuned choices of its own and so other
 numerics than the validated ones. The load refuses that before compiling, naming both
 keys (`check`), and refuses a load that compiled anything all the same (`Misses`);
+on CPU it also runs at the thread count the C++ was generated for (`threads`);
 KILN_RECOMPILE=1 compiles on this host instead, and says so on stderr.
 """
 
@@ -95,6 +96,15 @@ def cpu_flags() -> set[str]:
         return set()
     line = next((ln for ln in text.splitlines() if ln.startswith("flags")), "")
     return set(line.partition(":")[2].split())
+
+
+def threads() -> int:
+    """The intra-op threads a CPU engine's kernels are generated for: the machine's
+    cores up to 4, not OMP_NUM_THREADS (a build sets that to its worker's share of the
+    cores free at the time, so kernels made then would fit no later load). A load uses
+    the count the engine carries, whatever the caller asked: the C++ is written for
+    it, and another count is another cache key (a recompile) and other sums."""
+    return min(4, os.cpu_count() or 1)
 
 
 def recompile() -> bool:

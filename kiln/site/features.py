@@ -40,6 +40,7 @@ FEATURES = (
     ("logits_processors", "Logits post-processor"),
     ("guided_decoding", "Guided decoding"),
     ("beam_search", "Beam search (encoder-decoder)"),
+    ("determinism", "Same greedy tokens in every process"),
 )
 LABELS = dict(FEATURES)
 CUDA_GRAPH_CHECK = (

@@ -240,7 +240,14 @@ def test_the_verify_program_has_the_verify_length_and_reads_the_shared_weights(
         program = json.loads(archive.read("program.json"))
         verify = torch.export.load(io.BytesIO(archive.read("verify.pt2")))
         weights = archive.getinfo("weights.safetensors").file_size
-    assert names == {*PROGRAMS, "verify.pt2", "weights.safetensors", "program.json"}
+    kernels = {n for n in names if n.startswith("kernels/")}
+    assert names - kernels == {
+        *PROGRAMS,
+        "verify.pt2",
+        "weights.safetensors",
+        "program.json",
+        "kernels.json",
+    }
     assert program["verify_len"] == 5  # max_draft_len 4, plus the last committed token
     assert len(verify.state_dict) == 0 and verify.example_inputs is None
     assert sum(t.numel() for t in verify.constants.values()) * 4 < weights / 100
@@ -339,7 +346,7 @@ def test_the_engine_carries_its_kernels_and_a_fresh_process_compiles_nothing(
         members = [n for n in archive.namelist() if n.startswith("kernels/")]
     assert carried["key"] == host_key("cpu")
     assert any(n.endswith(".so") for n in members)  # the compiled C++, not only its source
-    engine = json.loads((bundle / "engine.json").read_text())["kernels"]
+    engine = json.loads((ind.artifact(BUILT, "engine") / "engine.json").read_text())["kernels"]
     assert engine["files"] == len(members) and engine["load_seconds"] > 0
     before = sorted(p.name for p in bundle.rglob("*"))
     done = _open_fresh(bundle, tmp_path / "cache")

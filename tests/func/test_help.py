@@ -13,9 +13,9 @@ from conftest import ROOT, SLOW
 from kiln.commands.variables import ALL
 
 
-def doit_help(*args: str) -> str:
+def doit_help(*args: str, command: str = "help") -> str:
     out = subprocess.run(
-        [sys.executable, "-m", "doit", "help", *args],
+        [sys.executable, "-m", "doit", command, *args],
         cwd=ROOT,  # doit reads pyproject.toml's [tool.doit] where it runs
         capture_output=True,
         text=True,
@@ -50,3 +50,16 @@ def test_every_verb_has_a_table_and_examples(verb: str) -> None:
 def test_doits_own_commands_keep_doits_help() -> None:
     text = doit_help("forget")
     assert "forget" in text and "kiln's commands" not in text
+
+
+def test_doit_list_names_the_verbs_as_users_type_them() -> None:
+    """`doit list` showed the task behind `doit run` as `generate`, each on one line of
+    up to ~2,000 characters; now it lists the verbs as `doit help` does, and doit's own
+    list stays behind an option."""
+    lines = doit_help(command="list").splitlines()
+    listed = [line.split()[0] for line in lines[2:] if line.startswith("  ") and line[2] != " "]
+    assert listed[: len(ALL)] == [v.name for v in ALL] and "run" in listed
+    assert "generate" not in listed
+    assert all(len(line) <= 100 for line in lines), max(lines, key=len)
+    tasks = [line.split()[0] for line in doit_help("--all", command="list").splitlines()]
+    assert "generate" in tasks and "build" in tasks  # doit's own list, as it was

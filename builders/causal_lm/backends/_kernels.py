@@ -53,7 +53,11 @@ def compile_kernels(
 
         kernels = cache_files(work / "compiled")
         files |= kernels
-        files[META] = json.dumps({"key": made["key"]}, sort_keys=True, indent=1).encode()
+        carried = {
+            "key": made["key"],
+            **({"threads": made["threads"]} if "threads" in made else {}),
+        }
+        files[META] = json.dumps(carried, sort_keys=True, indent=1).encode()
         write_zip(work / "engine.zip", files)
         checked = _child(request, "check", work, "checked")
     size = sum(len(b) for b in kernels.values())
@@ -62,7 +66,7 @@ def compile_kernels(
         f"nothing and took {checked['seconds']:.1f} s"
     )
     return {
-        "key": made["key"],
+        **carried,
         "files": len(kernels),
         "bytes": size,
         "compile_seconds": round(made["seconds"], 2),
@@ -101,11 +105,15 @@ def main(verb: str, work: Path) -> None:
     engine = json.loads((work / "engine.json").read_text())
     start = time.perf_counter()
     if verb == "compile":
+        import torch
+
         from runtime.inductor import InductorEngine
         from runtime.kernels import host_key
 
         InductorEngine(work / "engine.zip", engine, None, compile_here=True)
         out = {"key": host_key(engine["provider"])}
+        if engine["provider"] == "cpu":
+            out["threads"] = torch.get_num_threads()
     else:
         from runtime.backends import open_engine
 
