@@ -55,7 +55,8 @@ def overview(width: int) -> str:
         "",
         "doit's own commands: list, info, clean, forget, ignore, dumpdb, strace, reset-dep",
         "(doit help COMMAND for one). A step doit runs is printed '.  NAME'; '-- NAME' is a",
-        "step it found up to date.",
+        "step it found up to date. From a folder below the repository's root: doit -k VERB",
+        "(doit's seek-file flag finds dodo.py above; or export DOIT_SEEK_FILE=1).",
     ]
     return "\n".join(lines)
 
