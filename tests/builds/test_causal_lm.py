@@ -501,3 +501,6 @@ def test_run_says_when_its_bundle_is_unvalidated_and_when_the_budget_cut_it(
     world.doit("build", "recipe=tiny-llama", check=True)
     again = world.doit("run", "recipe=tiny-llama", "prompt=Hello", "max_new_tokens=4", check=True)
     assert "not validated" not in again.stderr
+    # doit's own step line goes to stderr too: stdout is the completion, one line
+    assert ".  generate" in again.stderr and again.stdout.startswith("Hello")
+    assert len(again.stdout.splitlines()) == 1, again.stdout
