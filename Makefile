@@ -70,7 +70,9 @@ clean:
 
 # The nightly job: the whole tiny catalog (every architecture), not just the CI
 # subset (kiln/catalog/architectures.py), about 4 minutes on 2 idle cores
-# (bench/catalog_cost.py); the 604 M-parameter model; and the five SmolLM2 recipes CI
-# does not build, checked against their manifests (tests/builds/test_real_chat.py).
+# (bench/catalog_cost.py); the 604 M-parameter model; the five SmolLM2 recipes CI
+# does not build, checked against their manifests (tests/builds/test_real_chat.py);
+# and Gemma 3 270M from its four chunk wheels, fp32 and int4-awq
+# (tests/builds/test_real_gemma.py).
 nightly: install
-	KILN_NIGHTLY=1 $(BIN)/python -m pytest tests/builds/test_breadth.py tests/builds/test_large_model.py tests/builds/test_real_chat.py -k "nightly or large"
+	KILN_NIGHTLY=1 $(BIN)/python -m pytest tests/builds/test_breadth.py tests/builds/test_large_model.py tests/builds/test_real_chat.py tests/builds/test_real_gemma.py -k "nightly or large"

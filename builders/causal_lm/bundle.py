@@ -104,6 +104,18 @@ def _chat(writer: Writer, ckpt: Any, tok_config: dict[str, Any], tokenizer: Any)
     }
 
 
+def adds_bos(tok_config: dict[str, Any], tokenizer: Any, bos: int | None) -> bool:
+    """Does the reference's tokenizer (transformers, add_special_tokens=True) start a
+    text with BOS? tokenizer_config.json's add_bos_token when it says; else what the
+    tokenizer.json's own post-processor does. transformers 5 saves Gemma 3's GGUF
+    tokenizer with a post-processor that adds <bos> and no add_bos_token: reading the
+    config alone, the gemma-3-270m bundle dropped it and matched no prompt."""
+    if "add_bos_token" in tok_config:
+        return bool(tok_config["add_bos_token"])
+    plain = tokenizer.encode("a", add_special_tokens=False).ids
+    return bos is not None and tokenizer.encode("a").ids == [bos, *plain]
+
+
 def build(request: Request, writer: Writer) -> None:
     from tokenizers import Tokenizer
 
@@ -123,6 +135,7 @@ def build(request: Request, writer: Writer) -> None:
     tokenizer = Tokenizer.from_file(str(ckpt / "tokenizer.json"))
 
     eos = token_ids(generation.get("eos_token_id", config.get("eos_token_id")))
+    bos = next(iter(token_ids(config.get("bos_token_id"))), None)
     pad_token = tok_config.get("pad_token")
     pad = tokenizer.token_to_id(pad_token) if isinstance(pad_token, str) else None
     if pad is None:
@@ -148,8 +161,8 @@ def build(request: Request, writer: Writer) -> None:
         "io": {"inputs": io["inputs"], "outputs": io["outputs"], "kv_cache": io["kv_cache"]},
         "tokenizer": {
             "file": "tokenizer.json",
-            "add_bos": bool(tok_config.get("add_bos_token", False)),
-            "bos": next(iter(token_ids(config.get("bos_token_id"))), None),
+            "add_bos": adds_bos(tok_config, tokenizer, bos),
+            "bos": bos,
             "eos": eos,
             "pad": pad,
         },

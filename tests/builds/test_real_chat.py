@@ -280,9 +280,13 @@ def test_the_evaluation_positions_table_counts_every_tokenizer(real: Chat) -> No
     cat = catalog_mod.load(catalog_mod.Paths(ROOT))
     text = TEXT.read_text()
     counted = {}
+    elsewhere = set()  # imported checkpoints this session has not imported
     for _, recipe in sorted(cat.recipes.items()):
         label = recipe.model.label
         if recipe.task != "text-generation" or label in counted:
+            continue
+        if recipe.model.imported and label != cat.recipe(FP32).model.label:
+            elsewhere.add(label)  # Gemma 3 270M: tests/builds/test_real_gemma.py (nightly)
             continue
         if recipe.model.imported:
             folder = artifact(real, FP32, "import") / "checkpoint"
@@ -296,7 +300,7 @@ def test_the_evaluation_positions_table_counts_every_tokenizer(real: Chat) -> No
         ids = AutoTokenizer.from_pretrained(folder)(text, add_special_tokens=True)["input_ids"]
         counted[label] = len(ids) - 1
     assert counted == {k: v for k, v in EVAL_POSITIONS.items() if k in counted}
-    assert set(counted) == set(EVAL_POSITIONS), set(counted) ^ set(EVAL_POSITIONS)
+    assert set(counted) | elsewhere == set(EVAL_POSITIONS), set(counted) ^ set(EVAL_POSITIONS)
     assert min(counted.values()) >= 512  # every gate's n fits every tokenizer
 
 
