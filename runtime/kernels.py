@@ -74,7 +74,7 @@ def host_key(device: str) -> dict[str, str]:
         "device": device,
     }
     if device == "cuda":
-        import triton
+        import triton  # type: ignore[import-not-found]  # CUDA hosts only
 
         major, minor = torch.cuda.get_device_capability()
         key |= {

@@ -247,9 +247,9 @@ class Evidence(Recorded):
         None,
         exclude_if=_unrecorded,
         description="The runtime features this validation exercised, by name (guided_decoding, "
-        "logits_processors, prefix_reuse, chunked_prefill, beam_search): each with what it "
-        "compared and whether it held. A feature not named here is untested by this record. "
-        "Absent on records made before features were recorded.",
+        "logits_processors, prefix_reuse, chunked_prefill, beam_search, determinism): each with "
+        "what it compared and whether it held. A feature not named here is untested by this "
+        "record. Absent on records made before features were recorded.",
     )
 
 

@@ -11,7 +11,10 @@ else in kiln knows which backend built an engine.
                first, unsupported-here where onnxruntime cannot compute it
   aoti         torch.export + AOTInductor: a compiled .pt2 package (CPU or CUDA)
   inductor     torch.export programs (decode, chunked prefill) over a static KV cache,
-               weights once in safetensors; runtime/ compiles them with Inductor
+               weights once in safetensors, and their kernels
+  _kernels     inductor's kernels: the programs compiled (autotuned on CUDA) on the
+               build host in a fresh process, the Inductor cache that makes, and a
+               second process's load from it alone (runtime/kernels.py)
   tensorrt     the TensorRT Python API: ONNX parser, strongly typed network,
                optimization profiles from the build options, timing cache
 

@@ -117,7 +117,7 @@ def main(verb: str, work: Path) -> None:
     else:
         from runtime.backends import open_engine
 
-        opened = open_engine(work, engine, None)
+        opened: Any = open_engine(work, engine, None)  # an InductorEngine
         out = {"kernels": opened.kernels}
     print(json.dumps({**out, "seconds": time.perf_counter() - start}))
 
