@@ -37,7 +37,7 @@ TIMEOUT = 1800.0  # one process: a load and a few greedy batches
 def determinism(
     request: Request, bundle: Path, prompts: dict[str, list[list[int]]], new_tokens: int
 ) -> dict[str, Any]:
-    outputs: list[str] = []
+    outputs: list[dict[str, list[list[int]]]] = []
     loads: list[float] = []
     with tempfile.TemporaryDirectory(prefix="kiln-determinism-") as tmp:
         job = Path(tmp) / "job.json"
@@ -54,22 +54,50 @@ def determinism(
                 tail = " | ".join(done.stderr.strip().splitlines()[-3:])
                 raise RuntimeError(f"process {i + 1} failed (exit {done.returncode}): {tail}")
             got = json.loads(lines[-1])
-            outputs.append(json.dumps(got["tokens"], sort_keys=True))
+            outputs.append(got["tokens"])
             loads.append(float(got["load_seconds"]))
-    distinct = len(set(outputs))
+    distinct = len({json.dumps(o, sort_keys=True) for o in outputs})
+    differ, first = _differences(outputs)
     sets = ", ".join(f"{len(v)} {k}" for k, v in prompts.items())
+    said = (
+        "the same tokens in every one"
+        if distinct == 1
+        else f"{distinct} distinct outputs: {differ} prompt(s) decode differently in some "
+        f"process, the earliest at new token {first}"
+    )
     return {
         "proved": distinct == 1,
         "check": f"{PROCESSES} fresh processes each load the bundle and decode {sets} "
-        f"prompts greedily ({new_tokens} new tokens): the same tokens in every one "
-        f"({distinct} distinct output{'s' if distinct != 1 else ''})",
+        f"prompts greedily ({new_tokens} new tokens): {said}",
         "metrics": {
             "processes": float(PROCESSES),
             "distinct_outputs": float(distinct),
+            "prompts_differing": float(differ),
             "load_seconds_median": round(statistics.median(loads), 3),
             "load_seconds_max": round(max(loads), 3),
         },
     }
+
+
+def _differences(outputs: list[dict[str, list[list[int]]]]) -> tuple[int, int]:
+    """How many prompts decode differently in some process than in the first, and the
+    earliest new-token position where any does (-1: none): where the divergence starts
+    says whether the prompt's first token (its prefill) or a later decode step differs."""
+    differ, first = 0, -1
+    base = outputs[0]
+    for name, rows in base.items():
+        for i, row in enumerate(rows):
+            others = [o[name][i] for o in outputs[1:]]
+            if all(o == row for o in others):
+                continue
+            differ += 1
+            at = min(
+                next((j for j, (a, b) in enumerate(zip(row, o, strict=False)) if a != b),
+                     min(len(row), len(o)))
+                for o in others if o != row
+            )  # fmt: skip
+            first = at if first < 0 else min(first, at)
+    return differ, first
 
 
 def main(job_file: Path) -> None:
