@@ -16,7 +16,7 @@ builders or tasks: a bundle runs on a machine that never built it.
   inductor_lm.py  InductorBundle: KV cache on the device, greedy decoding there (ids only back);
                   InductorSpeculativeBundle: n-gram drafts verified over that cache
   inductor.py     InductorEngine: torch.export programs, static KV cache, Inductor, CUDA graph
-  kernels.py      an inductor engine's compiled kernels: its host key, installed into Inductor's cache
+  kernels.py      an inductor engine's compiled kernels, keyed by host, put in Inductor's cache
   encoder.py      EncoderBundle: loading and right padding shared by classify and embed
   classify.py     Classifier: class probabilities per text (builders/classify/)
   embed.py        Embedder: one pooled vector per text (builders/embed/)
