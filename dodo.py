@@ -43,21 +43,16 @@ atexit.register(gc.freeze)
 # only be one more place to forget a new one.
 globals().update({name: f for name, f in vars(tasks).items() if name.startswith("task_")})
 
-GENERATES = any(get_var(v.name) for v in tasks.RUN.vars)
-
 DOIT_CONFIG = {
     # `run` is doit's own command: `doit run recipe=X prompt=...` names no task, so
     # the default task decides: given any variable of `run`, it generates (and says
     # what is missing); otherwise it checks.
-    "default_tasks": ["generate"] if GENERATES else ["check"],
+    "default_tasks": ["generate"] if any(get_var(v.name) for v in tasks.RUN.vars) else ["check"],
     # sqlite3 tolerates several doit processes at once; dbm does not. Either way the
     # DB is only a hint: up-to-date is decided by the store.
     "backend": "sqlite3",
     "dep_file": ".doit.sqlite",
     "verbosity": 2,
-    # format=json: stdout is one JSON document; `doit run`: stdout is the generated
-    # text alone (`doit run ... > answer.txt`). So doit's own lines go to stderr.
-    "reporter": tasks.StderrReporter
-    if get_var("format") == "json" or GENERATES
-    else tasks.Reporter,
+    # format=json: stdout is one JSON document, so doit's own lines go to stderr.
+    "reporter": tasks.StderrReporter if get_var("format") == "json" else tasks.Reporter,
 }

@@ -82,8 +82,8 @@ def _report(stale: list[Stale], verbose: bool) -> list[str]:
     if elsewhere:
         gpus = ", ".join(sorted({str(x.gpu) for x in elsewhere}))
         causes = ", ".join(sorted({x.cause for x in elsewhere}))
-        names = ", ".join(x.recipe for x in elsewhere[:2])
-        names += f" and {len(elsewhere) - 2} more" if len(elsewhere) > 2 else ""
+        names = elsewhere[0].recipe  # one, and a count: the line stays short
+        names += f" and {len(elsewhere) - 1} more" if len(elsewhere) > 1 else ""
         lines.append(
             f"stale: {len(elsewhere)} manifests recorded on GPU hosts ({gpus}; by {causes}): "
             f"{names}; rebuild them there (verbose=1: why)"

@@ -49,6 +49,12 @@ CALLS: dict[str, dict[str, str]] = {
         "run": "git diff --quiet HEAD: the pathspecs after `--`",
     },
     "kiln/hostinfo.py": {"run": "nvidia-smi with constant options"},
+    "builders/causal_lm/backends/_kernels.py": {
+        "run": "python -m (this module) compile|check: the work folder after `--`, a temp dir"
+    },
+    "builders/causal_lm/_determinism.py": {
+        "run": "python -m (this module): its job file after `--`, a temp dir's"
+    },
     "kiln/replay/chain.py": {
         "start": "python -m kiln.replay.step; the step travels as JSON on stdin",
         "kill_group": "the child's own process group",
