@@ -1,5 +1,7 @@
 """Does a second load of an inductor bundle recompile? Issue 18: Inductor's compiled
-artifacts are cached beside the bundle (.inductor-cache/<torch>-<device>/).
+artifacts were cached beside the bundle (.inductor-cache/<torch>-<device>/). Superseded
+by issue 39: an engine carries its kernels (runtime/kernels.py), so no load compiles;
+bench/probes/kernels_cpu.py measured why it carries the cache folder.
 
     python bench/probes/inductor_reload.py RECIPE [--copies DIR]
 
