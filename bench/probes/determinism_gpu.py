@@ -5,11 +5,17 @@ the configuration of the divergent runs) and decoding greedily, and prints per p
 a digest of the first generated position's logits, its top-2 margin, and the answer.
 
     python bench/probes/determinism_gpu.py BUNDLE [--runs 5] [--recompile 4]
+        [--env NAME=VALUE ...]
 
 First `--recompile` processes with KILN_RECOMPILE=1 and an empty Inductor cache each
 (every load compiles and autotunes for itself: the engines before issue 39), then
 `--runs` processes loading the kernels the engine carries. Name the card with its
 figures.
+
+--env sets a variable in every process, to bisect the half-precision divergence the H100
+run found with the engine's kernels (bench/results/gpu_real_2026-12-05.txt), e.g.
+--env CUBLAS_WORKSPACE_CONFIG=:4096:8 (cuBLAS used from several streams: warm-up on a
+side stream, capture on the graph's).
 """
 
 from __future__ import annotations
@@ -44,9 +50,9 @@ print(json.dumps({"load_s": round(load, 2), "kernels": b.engine.kernels,
 """
 
 
-def run(bundle: str, recompile: bool) -> dict[str, object]:
+def run(bundle: str, recompile: bool, extra: dict[str, str]) -> dict[str, object]:
     with tempfile.TemporaryDirectory() as cache:
-        env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": cache}
+        env = {**os.environ, **extra, "TORCHINDUCTOR_CACHE_DIR": cache}
         if recompile:
             env["KILN_RECOMPILE"] = "1"
         done = subprocess.run(
@@ -64,12 +70,14 @@ def main() -> None:
     parser.add_argument("bundle")
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--recompile", type=int, default=4)
+    parser.add_argument("--env", action="append", default=[], help="NAME=VALUE for every process")
     args = parser.parse_args()
+    extra = dict(e.split("=", 1) for e in args.env)
     for label, recompile, n in (
         ("compiled at load", True, args.recompile),
         ("the engine's kernels", False, args.runs),
     ):
-        rows = [run(args.bundle, recompile) for _ in range(n)]
+        rows = [run(args.bundle, recompile, extra) for _ in range(n)]
         for row in rows:
             print(label, json.dumps(row), flush=True)
         answers = {str(r.get("answer")) for r in rows}
