@@ -156,16 +156,18 @@ class _Api:
             ask = await asyncio.to_thread(self._ask, served, body)
         except ApiError as exc:
             return _answer(exc)
-        run = _Run(served, ask, time.monotonic() + self.limits.timeout)
+        deadline = time.monotonic() + self.limits.timeout
+        # `n` answers are n generations, one after another, each with its own seed
+        runs = [_Run(served, models.again(ask, body, i), deadline) for i in range(body.n)]
         head = _Head(wire.ident("chatcmpl" if obj.startswith("chat") else "cmpl"), obj, body.model)
         if body.stream:
-            return StreamingResponse(_events(run, head), media_type="text/event-stream")
+            return StreamingResponse(_events(runs, head), media_type="text/event-stream")
         try:
-            result = await run.whole()
+            results = [await run.whole() for run in runs]
         except ApiError as exc:
             return _answer(exc)
         prefix = body.text() if obj == "text_completion" and body.echo else ""
-        return JSONResponse(head.whole(prefix + result.text, result))
+        return JSONResponse(head.whole([prefix + r.text for r in results], results))
 
     def _ask(self, served: models.Served, body: Any) -> models.Ask:
         """The request, decided in a worker thread (tokenizing is not free)."""
@@ -249,9 +251,9 @@ class _Head:
     created: int = 0
 
     def _choice(
-        self, text: str, finish: str | None, delta: bool, role: bool = True
+        self, text: str, finish: str | None, delta: bool, role: bool = True, index: int = 0
     ) -> dict[str, Any]:
-        choice: dict[str, Any] = {"index": 0, "finish_reason": finish, "logprobs": None}
+        choice: dict[str, Any] = {"index": index, "finish_reason": finish, "logprobs": None}
         if self.object.startswith("chat"):
             message = {"role": "assistant", "content": text} if role else {"content": text}
             choice["delta" if delta else "message"] = message
@@ -268,16 +270,22 @@ class _Head:
             "model": self.model,
         }
 
-    def whole(self, text: str, result: models.Result) -> dict[str, Any]:
-        use = wire.usage(result.prompt_tokens, result.completion_tokens)
+    def whole(self, texts: list[str], results: list[models.Result]) -> dict[str, Any]:
+        """One answer with a choice per result; the prompt's tokens are counted once."""
+        made = sum(r.completion_tokens for r in results)
         return {
             **self._top(False),
-            "choices": [self._choice(text, result.finish, False)],
-            "usage": use,
+            "choices": [
+                self._choice(t, r.finish, False, index=i)
+                for i, (t, r) in enumerate(zip(texts, results, strict=True))
+            ],
+            "usage": wire.usage(results[0].prompt_tokens, made),
         }
 
-    def chunk(self, text: str, finish: str | None = None, role: bool = False) -> str:
-        body = {**self._top(True), "choices": [self._choice(text, finish, True, role)]}
+    def chunk(
+        self, text: str, finish: str | None = None, role: bool = False, index: int = 0
+    ) -> str:
+        body = {**self._top(True), "choices": [self._choice(text, finish, True, role, index)]}
         return f"data: {json.dumps(body)}\n\n"
 
 
@@ -338,22 +346,25 @@ async def _checked(job: asyncio.Future[models.Result], name: str) -> models.Resu
         raise ApiError(400, f"{name}: {exc}", code="generation_failed") from None
 
 
-async def _events(run: _Run, head: _Head) -> AsyncIterator[str]:
-    """Server-sent events in OpenAI's chunk format: the role, the text as it comes,
-    the finish reason, then `data: [DONE]`. An error after the stream began is sent
-    as an event of OpenAI's error shape. A client that leaves cancels the generation."""
-    job = run.start()
+async def _events(runs: list[_Run], head: _Head) -> AsyncIterator[str]:
+    """Server-sent events in OpenAI's chunk format: per choice (one after another, each
+    chunk naming its index) the role, the text as it comes, the finish reason; then
+    `data: [DONE]`. An error after the stream began is sent as an event of OpenAI's
+    error shape. A client that leaves cancels the generation."""
     try:
-        if head.object.startswith("chat"):
-            yield head.chunk("", role=True)  # OpenAI's first chunk names the role
-        while (piece := await run.queue.get()) is not None:
-            yield head.chunk(piece)
-        try:
-            result = await _checked(job, run.served.name)
-        except ApiError as exc:
-            yield f"data: {json.dumps(exc.body())}\n\n"
-        else:
-            yield head.chunk("", result.finish)
+        for index, run in enumerate(runs):
+            job = run.start()
+            if head.object.startswith("chat"):  # OpenAI's first chunk names the role
+                yield head.chunk("", role=True, index=index)
+            while (piece := await run.queue.get()) is not None:
+                yield head.chunk(piece, index=index)
+            try:
+                result = await _checked(job, run.served.name)
+            except ApiError as exc:
+                yield f"data: {json.dumps(exc.body())}\n\n"
+                break
+            yield head.chunk("", result.finish, index=index)
         yield "data: [DONE]\n\n"
     finally:
-        run.cancelled.set()
+        for run in runs:
+            run.cancelled.set()

@@ -123,6 +123,18 @@ def sampler(temperature: float, top_p: float, seed: int | None) -> Any:
     )
 
 
+def again(ask: Ask, body: Any, index: int) -> Ask:
+    """The request's `index`-th answer (of `n`): the same ask, its sampler seeded
+    seed + index (a random seed each without one), so seeded answers are reproducible
+    and differ from each other when sampling."""
+    from dataclasses import replace
+
+    if index == 0:
+        return ask
+    seed = None if body.seed is None else body.seed + index
+    return replace(ask, sampler=sampler(body.temperature, body.top_p, seed))
+
+
 def budget(served: Served, prompt: int, asked: int | None, cap: int, param: str) -> int:
     """The new tokens a request may take: what it asked, within the server's cap and
     the bundle's max_seq_len; by default as many as both allow."""

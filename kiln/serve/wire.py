@@ -3,8 +3,8 @@
 field with pydantic, so a bad one is refused at the field that is wrong
 (`ApiError.param`). Fields OpenAI defines that change nothing here (`user`,
 `stream_options`, `presence_penalty` at 0, ...) are ignored, as OpenAI's own server
-ignores unknown ones; those that would change the answer and are not served (`n` > 1,
-`logprobs`, `tools`) are refused by name, never silently dropped."""
+ignores unknown ones; those that would change the answer and are not served
+(`logprobs`, `tools`) are refused by name, never silently dropped."""
 
 from __future__ import annotations
 
@@ -72,7 +72,7 @@ class _Sampling(_Body):
     max_tokens: int | None = Field(None, ge=1, description="new tokens at most")
     stop: str | list[str] | None = Field(None, description="up to 4 texts that end the answer")
     stream: bool = Field(False, description="server-sent events, one chunk per piece of text")
-    n: int = Field(1, ge=1, le=1, description="answers per request: one")
+    n: int = Field(1, ge=1, le=8, description="answers per request (one after another)")
     logprobs: bool | None = Field(None, description="not served: the runtime gives no logprobs")
 
     @field_validator("stop")

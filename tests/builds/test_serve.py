@@ -145,6 +145,36 @@ def test_a_json_schema_response_format_gives_json_that_meets_it(client: openai.O
         jsonschema.validate(json.loads(got.choices[0].message.content or ""), SCHEMA)
 
 
+def test_n_answers_come_as_n_choices_whole_and_streamed(client: openai.OpenAI) -> None:
+    """`n` answers: n choices, indexed, each seeded seed + index, so the same request
+    gives the same choices again; a stream sends each choice's chunks under its index."""
+    ask: dict[str, object] = {
+        "model": "tiny-llama",
+        "messages": [{"role": "user", "content": "Hello"}],
+        "max_tokens": 8,
+        "temperature": 1.0,
+        "seed": 7,
+        "n": 3,
+    }
+    got = client.chat.completions.create(**ask)  # type: ignore[call-overload]
+    assert [c.index for c in got.choices] == [0, 1, 2]
+    texts = [c.message.content for c in got.choices]
+    assert all(t for t in texts) and len(set(texts)) > 1  # seeds 7, 8, 9 sample apart
+    again = client.chat.completions.create(**ask)  # type: ignore[call-overload]
+    assert [c.message.content for c in again.choices] == texts
+    assert got.usage is not None and got.usage.completion_tokens <= 3 * 8
+    streamed: dict[int, str] = {}
+    finished = set()
+    for chunk in client.chat.completions.create(**ask, stream=True):  # type: ignore[call-overload]
+        for c in chunk.choices:
+            streamed[c.index] = streamed.get(c.index, "") + (c.delta.content or "")
+            if c.finish_reason:
+                finished.add(c.index)
+    assert [streamed[i] for i in range(3)] == texts and finished == {0, 1, 2}
+    plain = client.completions.create(model="tiny-llama", prompt="Hi", max_tokens=4, n=2, seed=1)
+    assert [c.index for c in plain.choices] == [0, 1]
+
+
 @pytest.mark.parametrize(
     ("change", "status", "param"),
     [
