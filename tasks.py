@@ -69,14 +69,13 @@ class Reporter(ConsoleReporter):
     """doit's console reporter; at the end of a build, kiln's summary of it."""
 
     def execute_task(self, task: Any) -> None:
+        out = self.outstream
         if task.name == "generate":  # `doit run`: stdout is the generated text alone
-            out, self.outstream = self.outstream, sys.stderr
-            try:
-                super().execute_task(task)
-            finally:
-                self.outstream = out
-            return
-        super().execute_task(task)
+            self.outstream = sys.stderr
+        try:
+            super().execute_task(task)
+        finally:
+            self.outstream = out
         self._saw(task, "ran")
 
     def skip_uptodate(self, task: Any) -> None:

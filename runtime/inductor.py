@@ -87,7 +87,7 @@ class InductorEngine:
             elif threads:
                 torch.set_num_threads(threads)
             folder = kernels.cache_folder(kernels.host_key(self.device))
-            # what this load installed and compiled (the validation's evidence reads it)
+            # what this load installed and compiled (the engine step's check prints it)
             self.kernels = {"installed": 0 if compile_here else kernels.install(archive, folder)}
             self.program = json.loads(archive.read("program.json"))
             weights = load(archive.read("weights.safetensors"))

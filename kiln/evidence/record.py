@@ -100,12 +100,14 @@ REQUIRED_FEATURES = ("determinism",)
 
 
 def _required(features: dict[str, Any], verdict: Verdict, reason: str) -> tuple[Verdict, str]:
+    """The gates' verdict (pass or quality-fail), failed where a required feature did
+    not hold, with that feature's check added to the reason."""
     failed = [
         f"{name}: {features[name].get('check', 'did not hold')}"
         for name in REQUIRED_FEATURES
         if name in features and not features[name].get("proved")
     ]
-    if not failed or verdict not in ("pass", "quality-fail"):
+    if not failed:
         return verdict, reason
     return "quality-fail", "; ".join([*filter(None, [reason]), *failed])
 

