@@ -70,7 +70,7 @@ job)
   for r in ${PROBE:-}; do
     bundle=$(python3 bench/artifact.py "$r" bundle)
     echo "== $r $(nvidia-smi --query-gpu=name --format=csv,noheader)" >>/tmp/out/determinism.txt
-    timeout 900 python3 bench/probes/determinism_gpu.py "$bundle" >>/tmp/out/determinism.txt 2>&1
+    timeout 900 python3 bench/probes/determinism_gpu.py "$bundle" --profile >>/tmp/out/determinism.txt 2>&1
   done
   for spec in ${BENCH:-}; do  # RECIPE:DTYPE
     r=${spec%%:*}

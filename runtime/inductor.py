@@ -27,7 +27,7 @@ import json
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -57,6 +57,16 @@ DECODE_ATTENTION = {"float32": ("MATH",), "bfloat16": ("CUDNN_ATTENTION", "MATH"
 DECODE_ATTENTION["float16"] = DECODE_ATTENTION["bfloat16"]
 # Decode steps per CUDA graph replay, and per read of the generated ids.
 BLOCK = 16
+# Inductor options added to every CUDA compile: with them, every choice among kernel
+# configs is made once, at build, and found again by each load in the autotune cache
+# the engine carries. Without them torch 2.11 times some kernels afresh in every
+# process (coordinate-descent tuning on a warm cache, pytorch#172819; the halved
+# R0_BLOCK candidates _dynamic_scale_rblock adds after the cache lookup, pytorch#189121),
+# so two processes may pick different block sizes, which sum in different orders:
+# the same bf16 bundle gave a different greedy answer in each of 5 processes on the
+# H100 (bench/results/gpu_real_2026-12-05.txt). The cost is the few percent those
+# tunings gain.
+CUDA_OPTIONS = {"coordinate_descent_tuning": False, "dynamic_scale_rblock": False}
 
 
 class InductorEngine:
@@ -134,8 +144,12 @@ class InductorEngine:
         self.graphs: dict[int, Any] = {}  # steps per replay -> captured CUDA graph
         self.out: Any = None  # the logits of the last decode step
         misses = kernels.Misses()
+        tuning = kernels.Tuning() if self.device == "cuda" else None
         self._warm()
         self.kernels["compiled"] = misses.count()
+        tuned = tuning.tuned() if tuning else []
+        if tuning:  # CUDA: the kernels timed on the device during this load
+            self.kernels["tuned"] = len(tuned)
         if self.kernels["compiled"] and not compile_here:
             raise BundleError(
                 f"{file}: {self.kernels['compiled']} graphs were compiled afresh on this load, "
@@ -143,12 +157,26 @@ class InductorEngine:
                 "off, TORCHINDUCTOR_FX_GRAPH_CACHE=0?): their numerics were not validated; "
                 f"rebuild the bundle on this host, or set {kernels.RECOMPILE}=1"
             )
+        if tuned and not compile_here:
+            names = sorted(set(tuned))
+            listed = ", ".join(names[:4]) + (", ..." if len(names) > 4 else "")
+            raise BundleError(
+                f"{file}: this load timed {len(tuned)} kernels on the device to choose their "
+                f"configs ({listed}), "
+                "although the engine carries its choices: another process may choose "
+                "otherwise, and sum in another order; rebuild the bundle with this kiln, or "
+                f"set {kernels.RECOMPILE}=1"
+            )
 
     def _compile(self, fn: Any, mode: str | None) -> Callable[..., Any]:
-        compiled: Callable[..., Any] = self.torch.compile(
-            fn, mode=mode, fullgraph=True, dynamic=False
-        )
-        return compiled
+        t = self.torch
+        if self.device == "cuda":  # the mode's options, with CUDA_OPTIONS
+            options = dict(t._inductor.list_mode_options(mode)) if mode else {}
+            options |= {k: v for k, v in CUDA_OPTIONS.items() if hasattr(t._inductor.config, k)}
+            return cast(
+                Callable[..., Any], t.compile(fn, options=options, fullgraph=True, dynamic=False)
+            )
+        return cast(Callable[..., Any], t.compile(fn, mode=mode, fullgraph=True, dynamic=False))
 
     def _warm(self) -> None:
         """Compile every program and capture the CUDA graphs at load, not inside the

@@ -20,9 +20,13 @@ Inductor keys its caches by the torch version, the GPU's name, CUDA and Triton
 versions (its `CacheBase.get_system`); a host whose key differs from the build's would
 silently compile afresh, with kernels and autotuned choices of its own and so other
 numerics than the validated ones. The load refuses that before compiling, naming both
-keys (`check`), and refuses a load that compiled anything all the same (`Misses`);
-on CPU it also runs at the thread count the C++ was generated for (`threads`);
-KILN_RECOMPILE=1 compiles on this host instead, and says so on stderr.
+keys (`check`), and refuses a load that compiled anything all the same (`Misses`), or
+that timed kernels on the device to choose among them (`Tuning`: Inductor's Triton
+autotuner re-times some kernels at every load unless the compile is told not to, see
+runtime/inductor.py's CUDA_OPTIONS, and a choice made by this process's timings is
+another summation order); on CPU it also runs at the thread count the C++ was
+generated for (`threads`); KILN_RECOMPILE=1 compiles on this host instead, and says so
+on stderr.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ import sys
 import tempfile
 import zipfile
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from runtime.format import BundleError
 
@@ -199,3 +203,39 @@ class Misses:
 
     def count(self) -> int:
         return self._counts() - self.before
+
+
+class Tuning:
+    """The kernels Inductor's Triton autotuner timed on the device during a block, by
+    name: each is a choice among candidate configs made by this process's timings
+    (a candidate's block sizes are its summation order, so its numerics). A load from
+    the engine's kernels must time none: every choice is in the carried autotune
+    cache. Counted by wrapping the autotuner's two timing entries, once per process;
+    where this torch has neither, nothing is counted."""
+
+    names: ClassVar[list[str]] = []
+
+    def __init__(self) -> None:
+        _count_tuning()
+        self.before = len(Tuning.names)
+
+    def tuned(self) -> list[str]:
+        return Tuning.names[self.before :]
+
+
+@functools.cache
+def _count_tuning() -> None:
+    try:
+        from torch._inductor.runtime.triton_heuristics import CachingAutotuner
+    except ImportError:  # a torch without Inductor's Triton runtime: nothing to time
+        return
+    for entry in ("benchmark_all_configs", "coordinate_descent_tuning"):
+        original = getattr(CachingAutotuner, entry, None)
+        if original is None:
+            continue
+
+        def counted(self: Any, *args: Any, _original: Any = original, **kwargs: Any) -> Any:
+            Tuning.names.append(getattr(getattr(self, "fn", None), "__name__", "?"))
+            return _original(self, *args, **kwargs)
+
+        setattr(CachingAutotuner, entry, counted)

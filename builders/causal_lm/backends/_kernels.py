@@ -12,8 +12,9 @@ caches, its GPU memory) takes part:
            host key).
   check    opens the engine with those members through runtime.open's own path, in
            another empty cache folder: the load must compile nothing (Inductor's and
-           AOTAutograd's cache-miss counters; the runtime refuses a load that does),
-           and its seconds are the warm-disk load time engine.json records.
+           AOTAutograd's cache-miss counters) and, on CUDA, time no kernel to choose
+           its config (runtime.kernels.Tuning; the runtime refuses a load that does
+           either), and its seconds are the warm-disk load time engine.json records.
 """
 
 from __future__ import annotations
@@ -61,9 +62,10 @@ def compile_kernels(
         write_zip(work / "engine.zip", files)
         checked = _child(request, "check", work, "checked")
     size = sum(len(b) for b in kernels.values())
+    timed = " and timed no kernel" if "tuned" in checked["kernels"] else ""
     request.log(
         f"{len(kernels)} kernel files ({size / 1e6:.1f} MB); a load from them compiled "
-        f"nothing and took {checked['seconds']:.1f} s"
+        f"nothing{timed} and took {checked['seconds']:.1f} s"
     )
     return {
         **carried,
