@@ -14,9 +14,10 @@ each recipe, in this one run:
     token.
 Targets (issue 41): the server adds <= 5 ms per request on tiny-llama at one client;
 16 concurrent clients get >= 2x one client's tokens/s on a bundle with max_batch_size
->= 4 (the server does not batch requests yet: docs/commands.md says so, and this
-prints what that costs). Timings on a shared 2-core machine move run to run: compare
-the sides of one run. The load average is printed with the figures.
+>= 4 (the server decodes the requests waiting together as one batch: the batch sizes it
+ran are printed, from what `doit serve` says when it stops). Timings on a shared 2-core
+machine move run to run: compare the sides of one run. The load average is printed with
+the figures.
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ def in_process(name: str, requests: int, max_tokens: int) -> tuple[float, float]
     return seconds / requests, tokens / seconds
 
 
-def start(recipes: list[str]) -> tuple[subprocess.Popen[bytes], str]:
+def start(recipes: list[str]) -> tuple[subprocess.Popen[str], str]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -68,8 +69,9 @@ def start(recipes: list[str]) -> tuple[subprocess.Popen[bytes], str]:
     proc = subprocess.Popen(
         [*doit, f"recipe={','.join(recipes)}", f"port={port}"],
         cwd=ROOT,
-        stdout=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
+        text=True,
     )
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 600
@@ -162,7 +164,8 @@ def main() -> None:
             print(f"  time to first streamed token {ttft * 1000:.1f} ms (best of 5)")
     finally:
         proc.terminate()
-        proc.wait(timeout=60)
+        said, _ = proc.communicate(timeout=60)
+        print("\n".join(line.strip() for line in said.splitlines() if "batches run" in line))
 
 
 if __name__ == "__main__":

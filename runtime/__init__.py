@@ -39,7 +39,7 @@ from runtime.format import BUNDLE_SCHEMA, BundleError, read_meta, task_of
 from runtime.sampling import Sampler
 
 if TYPE_CHECKING:
-    from runtime.causal_lm import Bundle, Generation
+    from runtime.causal_lm import Bundle, Generation, Row
     from runtime.classify import Classifier
     from runtime.embed import Embedder
     from runtime.guided import Grammar
@@ -77,6 +77,7 @@ BACKEND_RUNNERS: dict[tuple[str, str, str], str] = {
 _PUBLIC = {
     "Bundle": "runtime.causal_lm",
     "Generation": "runtime.causal_lm",
+    "Row": "runtime.causal_lm",
     "Classifier": "runtime.classify",
     "Embedder": "runtime.embed",
     "Seq2Seq": "runtime.seq2seq",
@@ -152,6 +153,7 @@ __all__ = [
     "Embedder",
     "Generation",
     "Grammar",
+    "Row",
     "Runner",
     "Sampler",
     "Seq2Seq",

@@ -12,7 +12,7 @@ attention mask, minus one), so a padded row computes exactly what it would alone
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -124,12 +124,25 @@ class PrefixCache:
         self.kept = []
 
 
+@dataclass(frozen=True)
+class Row:
+    """One prompt of a batch with what it asked alone (Bundle.generate_rows): its
+    new-token budget, its steering, and its sampler (greedy when None)."""
+
+    prompt: list[int]
+    max_new_tokens: int
+    decoding: Decoding | None = None
+    sampler: Sampler | None = None
+
+
 @dataclass
 class Generation:
     tokens: list[list[int]]  # generated ids per prompt, up to and including EOS
     steps: int  # target forward passes after the prefill
     seconds: float
     first_token_seconds: float = 0.0  # from the call until the first token was chosen
+    # generate_rows(strict=False): why each row whose grammar's output never completed
+    incomplete: dict[int, str] = field(default_factory=dict)
 
 
 class Bundle:
@@ -304,15 +317,32 @@ class Bundle:
         the common logits processors, the caller's own `(token_ids, logits) -> logits`
         hooks, and a grammar the output must match, runtime/guided.py). A grammar's
         output that has not ended when max_new_tokens run out raises BundleError."""
+        sampler = sampler or Sampler()
+        return self.generate_rows([Row(p, max_new_tokens, decoding, sampler) for p in prompts])
+
+    def generate_rows(self, rows: list[Row], strict: bool = True) -> Generation:
+        """One batch of prompts that each asked for their own budget, steering and
+        sampler (a server's requests that arrived together): the batch steps until
+        every row has ended or used its budget; a row that has fed the pad token from
+        then on. A row's sampler draws for that row alone, so a seeded request draws
+        what it would alone (its logits may differ in the last bits from a batch of one:
+        left padding changes the sums' shapes). A row whose grammar's output did not
+        complete raises BundleError, or with `strict` False is named in the result's
+        `incomplete` (a server's batch: one request's failure is not the others')."""
         import time
 
-        sampler = sampler or Sampler()
         started = time.perf_counter()
-        ids, mask, positions = self._batch(prompts, max_new_tokens)
+        prompts = [r.prompt for r in rows]
+        budgets = [r.max_new_tokens for r in rows]
+        samplers = [r.sampler or Sampler() for r in rows]
+        shared = all(s is samplers[0] for s in samplers)  # one draw for the whole batch
+        longest = max(budgets, default=0)
+        ids, mask, positions = self._batch(prompts, longest)
         batch = len(prompts)
         steering = None
-        if decoding is not None and decoding.steers:
-            steering = Steering(decoding, prompts, self.eos, self._vocab(), self.tokenizer_json)
+        if any(r.decoding is not None and r.decoding.steers for r in rows):
+            decodings = [r.decoding for r in rows]
+            steering = Steering(decodings, prompts, self.eos, self._vocab(), self.tokenizer_json)
         reused, cached = 0, None
         if self.prefix_cache is not None and batch == 1:
             reused, cached = self.prefix_cache.lookup(ids[0])  # one prompt: no padding
@@ -320,11 +350,12 @@ class Bundle:
         self.last_reused = reused
         logits, past = self._prefill(ids[:, reused:], mask, positions[:, reused:], past)
         out: list[list[int]] = [[] for _ in prompts]
-        done = [False] * batch
+        ended = [False] * batch  # the row met an end of sequence
+        finished = [b < 1 for b in budgets]  # ... or used its budget
         width = mask.shape[1]
         # every step's mask, made once: step i feeds its first width + i + 1 columns
         # (contiguous for one prompt; a batch's are copied per step)
-        masks = np.ones((batch, width + max_new_tokens), np.int64)
+        masks = np.ones((batch, width + longest), np.int64)
         masks[:, :width] = mask
         last_pos = positions[:, -1:].copy()
         fed = np.empty((batch, 1), np.int64)
@@ -335,20 +366,29 @@ class Bundle:
         engine: Any = self.session
         stepping = hasattr(engine, "step") and hasattr(engine, "presents")
         stepped = False
-        for step in range(max_new_tokens):
+        for step in range(longest):
             last = logits[:, -1, :]
-            nxt = sampler(last if steering is None else steering(last, np.array(done))).tolist()
+            if steering is not None:
+                last = steering(last, np.array(finished))
+            if shared:
+                nxt = samplers[0](last).tolist()
+            else:
+                nxt = [
+                    self.pad if finished[r] else int(s(last[r : r + 1])[0])
+                    for r, s in enumerate(samplers)
+                ]
             if step == 0:
                 first_token = time.perf_counter() - started
             for row, token in enumerate(nxt):
-                if not done[row]:
+                if not finished[row]:
                     out[row].append(token)
-                    done[row] = token in self.eos
+                    ended[row] = token in self.eos
                     if steering is not None:
                         steering.advance(row, token)
-                if done[row]:
+                    finished[row] = ended[row] or len(out[row]) >= budgets[row]
+                if finished[row]:
                     nxt[row] = self.pad
-            if all(done) or step == max_new_tokens - 1:
+            if all(finished):
                 break
             fed[:, 0] = nxt  # a row that is done feeds the pad token
             mask = masks[:, : width + step + 1]
@@ -365,11 +405,16 @@ class Bundle:
             steps += 1
         if stepped:
             past = engine.presents()
+        incomplete: dict[int, str] = {}
         if steering is not None:
-            steering.finish(np.array(done), max_new_tokens)
+            if strict:
+                steering.finish(np.array(ended), budgets)
+            incomplete = {
+                r: steering.why(r, budgets[r]) for r in steering.unfinished(np.array(ended))
+            }
         if self.prefix_cache is not None and batch == 1:  # the cache covers every fed token
             self.prefix_cache.store(prompts[0] + out[0][:steps], past)
-        return Generation(out, steps, time.perf_counter() - started, first_token)
+        return Generation(out, steps, time.perf_counter() - started, first_token, incomplete)
 
     def _prefill(
         self, ids: np.ndarray, mask: np.ndarray, positions: np.ndarray, past: list[np.ndarray]

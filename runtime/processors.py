@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
-    from runtime.guided import Grammar
+    from runtime.guided import Grammar, Guide
 
 Processor = Callable[[np.ndarray, np.ndarray], np.ndarray]
 
@@ -164,27 +164,36 @@ class Decoding:
 
 
 class Steering:
-    """One generation's processors and grammar, row by row: `__call__` turns the
-    batch's next-token logits into the steered ones, `advance` records the token each
-    row took, `finish` refuses a grammar's output that never ended."""
+    """One generation's processors and grammars, row by row (each row its own
+    Decoding, or None: a batch of requests that asked different things): `__call__`
+    turns the batch's next-token logits into the steered ones, `advance` records the
+    token each row took, `finish` refuses a grammar's output that never ended."""
 
     def __init__(
         self,
-        decoding: Decoding,
+        decodings: Sequence[Decoding | None],
         prompts: list[list[int]],
         eos: set[int],
         vocab: int,
         tokenizer_json: Callable[[], str],
     ) -> None:
-        self.decoding = decoding
+        self.decodings = list(decodings)
         self.history = [list(p) for p in prompts]
-        self.chains = [decoding.chain(len(p), eos, vocab) for p in prompts]
+        self.chains = [
+            d.chain(len(p), eos, vocab) if d is not None else []
+            for d, p in zip(self.decodings, prompts, strict=True)
+        ]
         self.eos = eos
-        self.guides = None
-        if decoding.grammar is not None:
+        self.guides: list[Guide | None] = [None] * len(prompts)
+        grammars = {id(d.grammar): d.grammar for d in self.decodings if d and d.grammar}
+        if grammars:
             from runtime.guided import guides
 
-            self.guides = guides(decoding.grammar, len(prompts), tokenizer_json(), vocab, eos)
+            for key, grammar in grammars.items():  # one matcher per row, per grammar
+                rows = [r for r, d in enumerate(self.decodings) if d and id(d.grammar) == key]
+                made = guides(grammar, len(rows), tokenizer_json(), vocab, eos)
+                for row, guide in zip(rows, made, strict=True):
+                    self.guides[row] = guide
 
     def __call__(self, logits: np.ndarray, done: np.ndarray) -> np.ndarray:
         out = np.array(logits, np.float32)  # a copy: the caller's logits stay as they came
@@ -194,26 +203,39 @@ class Steering:
                 ids = np.asarray(self.history[row], np.int64)
                 for process in self.chains[row]:
                     scores = process(ids, scores)
-            if self.guides is not None:
-                scores = self.guides[row].mask(scores, processed=bool(self.chains[row]))
+            guide = self.guides[row]
+            if guide is not None:
+                scores = guide.mask(scores, processed=bool(self.chains[row]))
             out[row] = scores
         return out
 
     def advance(self, row: int, token: int) -> None:
         self.history[row].append(token)
-        if self.guides is not None:
-            self.guides[row].advance(token)
+        guide = self.guides[row]
+        if guide is not None:
+            guide.advance(token)
 
-    def finish(self, done: np.ndarray, max_new_tokens: int) -> None:
-        if self.guides is None:
-            return
-        for row, guide in enumerate(self.guides):
-            if not done[row] and not guide.accepting:
-                from runtime.format import BundleError
+    def unfinished(self, ended: np.ndarray) -> list[int]:
+        """The rows with a grammar whose output is not a complete match although they
+        used their whole budget (`ended`: the row met an end of sequence)."""
+        return [
+            row
+            for row, guide in enumerate(self.guides)
+            if guide is not None and not ended[row] and not guide.accepting
+        ]
 
-                kind = self.decoding.grammar.kind if self.decoding.grammar else "grammar"
-                raise BundleError(
-                    f"prompt {row}'s output did not complete its {kind.replace('_', ' ')} "
-                    f"within max_new_tokens={max_new_tokens}; raise max_new_tokens, or bound "
-                    "the grammar (a JSON schema's maxLength, maxItems, maxProperties)"
-                )
+    def finish(self, ended: np.ndarray, budgets: Sequence[int]) -> None:
+        """Raises for the first unfinished row."""
+        for row in self.unfinished(ended)[:1]:
+            from runtime.format import BundleError
+
+            raise BundleError(self.why(row, budgets[row]))
+
+    def why(self, row: int, budget: int) -> str:
+        decoding = self.decodings[row]
+        kind = decoding.grammar.kind if decoding and decoding.grammar else "grammar"
+        return (
+            f"prompt {row}'s output did not complete its {kind.replace('_', ' ')} "
+            f"within max_new_tokens={budget}; raise max_new_tokens, or bound "
+            "the grammar (a JSON schema's maxLength, maxItems, maxProperties)"
+        )

@@ -17,14 +17,15 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import json
 import logging
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -157,13 +158,14 @@ class _Api:
         except ApiError as exc:
             return _answer(exc)
         deadline = time.monotonic() + self.limits.timeout
-        # `n` answers are n generations, one after another, each with its own seed
+        # `n` answers are n generations, each with its own seed
         runs = [_Run(served, models.again(ask, body, i), deadline) for i in range(body.n)]
-        head = _Head(wire.ident("chatcmpl" if obj.startswith("chat") else "cmpl"), obj, body.model)
+        tag = "chatcmpl" if obj.startswith("chat") else "cmpl"
+        head = _Head(wire.ident(tag), obj, body.model, served.runner.decode)
         if body.stream:
             return StreamingResponse(_events(runs, head), media_type="text/event-stream")
-        try:
-            results = [await run.whole() for run in runs]
+        try:  # all at once: they decode as one batch where the bundle batches
+            results = list(await asyncio.gather(*(run.whole() for run in runs)))
         except ApiError as exc:
             return _answer(exc)
         prefix = body.text() if obj == "text_completion" and body.echo else ""
@@ -184,7 +186,14 @@ class _Api:
         grammar = _grammar(served, body.response_format if chat else None)
         budget = models.budget(served, len(prompt), body.budget, self.limits.max_tokens, param)
         sampler = models.sampler(body.temperature, body.top_p, body.seed)
-        return models.Ask(prompt, budget, sampler, grammar, body.stops)
+        if body.top is not None and not served.steerable:
+            raise ApiError(
+                400,
+                f"{served.name} generates whole ({type(served.runner).__name__}): its steps' "
+                "logits are not seen, so it gives no logprobs",
+                "logprobs",
+            )
+        return models.Ask(prompt, budget, sampler, grammar, body.stops, body.top)
 
     # ------------------------------------------------------------ embeddings
 
@@ -243,17 +252,27 @@ def _grammar(served: models.Served, fmt: wire.ResponseFormat | None) -> Any:
 
 @dataclass(frozen=True)
 class _Head:
-    """What every answer of one request repeats: its id, object, time and model."""
+    """What every answer of one request repeats: its id, object, time and model; and
+    the bundle's decode, for the text of a logprob's tokens."""
 
     id: str
     object: str
     model: str
-    created: int = 0
+    decode: Callable[[list[int]], str]
+    created: int = field(default_factory=wire.now)
 
     def _choice(
-        self, text: str, finish: str | None, delta: bool, role: bool = True, index: int = 0
+        self,
+        text: str,
+        finish: str | None,
+        delta: bool,
+        role: bool = True,
+        index: int = 0,
+        logprobs: list[models.Logprob] | None = None,
     ) -> dict[str, Any]:
         choice: dict[str, Any] = {"index": index, "finish_reason": finish, "logprobs": None}
+        if logprobs is not None:
+            choice["logprobs"] = self._logprobs(logprobs)
         if self.object.startswith("chat"):
             message = {"role": "assistant", "content": text} if role else {"content": text}
             choice["delta" if delta else "message"] = message
@@ -261,14 +280,35 @@ class _Head:
             choice["text"] = text
         return choice
 
+    def _logprobs(self, logged: list[models.Logprob]) -> dict[str, Any]:
+        """OpenAI's logprobs object: chat's `content` list, or completions' columns."""
+        word = functools.lru_cache(maxsize=None)(lambda token: self.decode([token]))
+        if self.object.startswith("chat"):
+
+            def entry(token: int, logprob: float) -> dict[str, Any]:
+                text = word(token)
+                return {"token": text, "logprob": logprob, "bytes": list(text.encode())}
+
+            return {
+                "content": [
+                    {**entry(e.token, e.logprob), "top_logprobs": [entry(*t) for t in e.top]}
+                    for e in logged
+                ]
+            }
+        offsets, at = [], 0
+        for e in logged:
+            offsets.append(at)
+            at += len(word(e.token))
+        return {
+            "tokens": [word(e.token) for e in logged],
+            "token_logprobs": [e.logprob for e in logged],
+            "top_logprobs": [_by_text(word, e.top) for e in logged],
+            "text_offset": offsets,
+        }
+
     def _top(self, chunk: bool) -> dict[str, Any]:
         obj = self.object + ".chunk" if chunk and self.object.startswith("chat") else self.object
-        return {
-            "id": self.id,
-            "object": obj,
-            "created": self.created or wire.now(),
-            "model": self.model,
-        }
+        return {"id": self.id, "object": obj, "created": self.created, "model": self.model}
 
     def whole(self, texts: list[str], results: list[models.Result]) -> dict[str, Any]:
         """One answer with a choice per result; the prompt's tokens are counted once."""
@@ -276,71 +316,78 @@ class _Head:
         return {
             **self._top(False),
             "choices": [
-                self._choice(t, r.finish, False, index=i)
+                self._choice(t, r.finish, False, index=i, logprobs=r.logprobs)
                 for i, (t, r) in enumerate(zip(texts, results, strict=True))
             ],
             "usage": wire.usage(results[0].prompt_tokens, made),
         }
 
     def chunk(
-        self, text: str, finish: str | None = None, role: bool = False, index: int = 0
+        self,
+        text: str,
+        finish: str | None = None,
+        role: bool = False,
+        index: int = 0,
+        logprobs: list[models.Logprob] | None = None,
     ) -> str:
-        body = {**self._top(True), "choices": [self._choice(text, finish, True, role, index)]}
-        return f"data: {json.dumps(body)}\n\n"
+        choice = self._choice(text, finish, True, role, index, logprobs)
+        return f"data: {json.dumps({**self._top(True), 'choices': [choice]})}\n\n"
+
+
+def _by_text(word: Callable[[int], str], top: list[tuple[int, float]]) -> dict[str, float]:
+    """Completions' top_logprobs entry, keyed by text as OpenAI's is: two tokens of one
+    text (two byte tokens of one unfinished character) keep the likelier."""
+    out: dict[str, float] = {}
+    for token, logprob in top:
+        out.setdefault(word(token), logprob)
+    return out
 
 
 class _Run:
-    """One generation in a worker thread; its text comes back through a queue."""
+    """One generation, queued for its recipe's worker thread; its text comes back
+    through a queue, its result through a future, both set from that thread."""
 
     def __init__(self, served: models.Served, ask: models.Ask, deadline: float) -> None:
         self.served, self.ask, self.deadline = served, ask, deadline
         self.cancelled = threading.Event()
-        self.queue: asyncio.Queue[str | None] = asyncio.Queue()
+        self.queue: asyncio.Queue[tuple[str, list[models.Logprob]] | None] = asyncio.Queue()
         self.loop = asyncio.get_running_loop()
 
-    def _emit(self, piece: str) -> None:
-        self.loop.call_soon_threadsafe(self.queue.put_nowait, piece)
-
-    def _work(self) -> models.Result:
-        try:
-            return models.generate(self.served, self.ask, self._emit, self.cancelled, self.deadline)
-        finally:
-            self.loop.call_soon_threadsafe(self.queue.put_nowait, None)
+    def _emit(self, piece: str, logprobs: list[models.Logprob]) -> None:
+        self.loop.call_soon_threadsafe(self.queue.put_nowait, (piece, logprobs))
 
     def start(self) -> asyncio.Future[models.Result]:
-        """A thread of its own per request, not a pool's: a request waiting for its
-        bundle's lock must not hold a pool thread another recipe's request needs."""
         job: asyncio.Future[models.Result] = self.loop.create_future()
 
-        def settle(outcome: Callable[[], None]) -> None:
+        def settle(done: models.Job) -> None:  # on the loop: the outcome, then the end
             if not job.done():
-                outcome()
+                if done.error is not None:
+                    job.set_exception(done.error)
+                else:
+                    job.set_result(cast(models.Result, done.result))
+            self.queue.put_nowait(None)
 
-        def work() -> None:
-            try:
-                result = self._work()
-            except BaseException as exc:
-                self.loop.call_soon_threadsafe(settle, lambda e=exc: job.set_exception(e))
-            else:
-                self.loop.call_soon_threadsafe(settle, lambda r=result: job.set_result(r))
+        def settled(done: models.Job) -> None:  # in the worker's thread
+            self.loop.call_soon_threadsafe(settle, done)
 
-        threading.Thread(target=work, name=f"generate {self.served.name}", daemon=True).start()
+        models.submit(self.served, self.ask, self._emit, self.cancelled, self.deadline, settled)
         return job
 
     async def whole(self) -> models.Result:
         try:
-            return await _checked(self.start(), self.served.name)
+            return await _checked(self.start(), self.served.name, self.deadline)
         finally:
             self.cancelled.set()
 
 
-async def _checked(job: asyncio.Future[models.Result], name: str) -> models.Result:
-    """The job's result, its failures as ApiErrors."""
+async def _checked(job: asyncio.Future[models.Result], name: str, deadline: float) -> models.Result:
+    """The job's result by the deadline, its failures as ApiErrors."""
     from runtime import BundleError
 
     try:
-        return await job
-    except models.Cancelled:
+        left = max(0.0, deadline - time.monotonic())
+        return await asyncio.wait_for(asyncio.shield(job), left)
+    except (models.Cancelled, TimeoutError):
         raise ApiError(504, "the request ran out of time", code="timeout", kind="timeout") from None
     except (BundleError, ValueError) as exc:  # a grammar llguidance refused, an unfinished one
         raise ApiError(400, f"{name}: {exc}", code="generation_failed") from None
@@ -356,10 +403,20 @@ async def _events(runs: list[_Run], head: _Head) -> AsyncIterator[str]:
             job = run.start()
             if head.object.startswith("chat"):  # OpenAI's first chunk names the role
                 yield head.chunk("", role=True, index=index)
-            while (piece := await run.queue.get()) is not None:
-                yield head.chunk(piece, index=index)
+            logprobs = run.ask.logprobs is not None
+            while True:
+                left = max(0.0, run.deadline - time.monotonic())
+                try:
+                    item = await asyncio.wait_for(run.queue.get(), left)
+                except TimeoutError:
+                    run.cancelled.set()
+                    break
+                if item is None:
+                    break
+                piece, logged = item
+                yield head.chunk(piece, index=index, logprobs=logged if logprobs else None)
             try:
-                result = await _checked(job, run.served.name)
+                result = await _checked(job, run.served.name, run.deadline)
             except ApiError as exc:
                 yield f"data: {json.dumps(exc.body())}\n\n"
                 break

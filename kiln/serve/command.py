@@ -59,6 +59,10 @@ def command(
             None,
             f"pick another port: doit serve port={port + 1}",
         ) from None
+    for name, one in served.items():  # what batching did, for whoever tunes a deployment
+        sizes = ", ".join(f"{n} x {size}" for size, n in sorted(one.batcher.batches.items()))
+        if sizes:
+            print(f"   {name}: batches run (count x requests): {sizes}", flush=True)
     print("   stopped", flush=True)
 
 

@@ -13,7 +13,14 @@ import time
 import uuid
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 
 
 class ApiError(Exception):
@@ -72,8 +79,7 @@ class _Sampling(_Body):
     max_tokens: int | None = Field(None, ge=1, description="new tokens at most")
     stop: str | list[str] | None = Field(None, description="up to 4 texts that end the answer")
     stream: bool = Field(False, description="server-sent events, one chunk per piece of text")
-    n: int = Field(1, ge=1, le=8, description="answers per request (one after another)")
-    logprobs: bool | None = Field(None, description="not served: the runtime gives no logprobs")
+    n: int = Field(1, ge=1, le=8, description="answers per request")
 
     @field_validator("stop")
     @classmethod
@@ -82,13 +88,6 @@ class _Sampling(_Body):
         if stops is not None and (len(stops) > 4 or any(not s for s in stops)):
             raise ValueError("stop takes up to 4 non-empty texts")
         return stops
-
-    @field_validator("logprobs")
-    @classmethod
-    def _no_logprobs(cls, v: bool | None) -> bool | None:
-        if v:
-            raise ValueError("logprobs are not served: the runtime's generate gives none")
-        return v
 
     @property
     def stops(self) -> list[str]:
@@ -113,6 +112,22 @@ class ChatRequest(_Sampling):
     max_completion_tokens: int | None = Field(None, ge=1, description="max_tokens' newer name")
     response_format: ResponseFormat | None = Field(None, description="text or JSON (guided)")
     tools: list[Any] | None = Field(None, max_length=0, description="not served")
+    logprobs: bool = Field(False, description="each answer token's log probability")
+    top_logprobs: int | None = Field(
+        None, ge=0, le=20, description="with logprobs: this many likeliest tokens per position"
+    )
+
+    @field_validator("top_logprobs")
+    @classmethod
+    def _top_needs_logprobs(cls, v: int | None, info: ValidationInfo) -> int | None:
+        if v is not None and not info.data.get("logprobs"):
+            raise ValueError("set logprobs to true to use it")
+        return v
+
+    @property
+    def top(self) -> int | None:
+        """The likeliest tokens to list per position; None: no logprobs."""
+        return (self.top_logprobs or 0) if self.logprobs else None
 
     def turns(self) -> list[dict[str, str]]:
         # developer is OpenAI's newer name for system
@@ -129,6 +144,13 @@ class ChatRequest(_Sampling):
 class CompletionRequest(_Sampling):
     prompt: str | list[str] = Field(description="the text to complete (one)")
     echo: bool = Field(False, description="the prompt before the completion")
+    logprobs: int | None = Field(
+        None, ge=0, le=5, description="each token's log probability, and this many likeliest"
+    )
+
+    @property
+    def top(self) -> int | None:
+        return self.logprobs
 
     @field_validator("prompt")
     @classmethod

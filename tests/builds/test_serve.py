@@ -5,9 +5,12 @@ valid JSON, so the tests assert shapes, limits and the grammar, never the words)
 
 from __future__ import annotations
 
+import base64
+import contextlib
 import json
 import socket
 import subprocess
+import threading
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -15,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from conftest import SLOW, World, heavy
+from conftest import SLOW, World, heavy, make_world
 
 pytestmark = heavy
 
@@ -39,13 +42,13 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.fixture(scope="module")
-def server(built: World) -> Iterator[tuple[str, subprocess.Popen[str]]]:
-    """`doit serve recipe=tiny-llama,tiny-qwen3` as a user starts it; its base URL."""
+@contextlib.contextmanager
+def _serving(world: World, *variables: str) -> Iterator[tuple[str, subprocess.Popen[str]]]:
+    """`doit serve VARIABLES` as a user starts it, up and answering; its base URL."""
     port = _free_port()
     proc = subprocess.Popen(
-        [*built.argv("serve", f"recipe={','.join(MODELS)}", f"port={port}", "max_tokens=64")],
-        env=built.env,
+        [*world.argv("serve", *variables, f"port={port}")],
+        env=world.env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -63,10 +66,19 @@ def server(built: World) -> Iterator[tuple[str, subprocess.Popen[str]]]:
                     f"doit serve did not come up: {proc.communicate()[0]}"
                 ) from None
             time.sleep(0.2)
-    yield base, proc
-    if proc.poll() is None:
-        proc.terminate()
-        proc.communicate(timeout=SLOW)
+    try:
+        yield base, proc
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            proc.communicate(timeout=SLOW)
+
+
+@pytest.fixture(scope="module")
+def server(built: World) -> Iterator[tuple[str, subprocess.Popen[str]]]:
+    """`doit serve recipe=tiny-llama,tiny-qwen3 max_tokens=64`."""
+    with _serving(built, f"recipe={','.join(MODELS)}", "max_tokens=64") as served:
+        yield served
 
 
 @pytest.fixture(scope="module")
@@ -175,6 +187,54 @@ def test_n_answers_come_as_n_choices_whole_and_streamed(client: openai.OpenAI) -
     assert [c.index for c in plain.choices] == [0, 1]
 
 
+def test_logprobs_are_the_bundles_own_log_probabilities_whole_and_streamed(
+    client: openai.OpenAI, built: World
+) -> None:
+    """A completion's logprobs against the bundle's own logits through runtime.open
+    (its first token's, over the prompt), the likeliest listed in order; a chat's
+    streamed logprobs are its whole answer's, chunk by chunk."""
+    import numpy as np
+
+    import runtime
+
+    bundle = runtime.open(built.artifact("tiny-llama", "bundle"))
+    prompt = "The quick brown fox"
+    got = client.completions.create(
+        model="tiny-llama", prompt=prompt, max_tokens=6, temperature=0, logprobs=3
+    )
+    lp = got.choices[0].logprobs
+    assert lp is not None and lp.token_logprobs and lp.top_logprobs and lp.tokens
+    assert got.usage and len(lp.token_logprobs) == got.usage.completion_tokens
+    logits = bundle.logits(bundle.encode(prompt))[-1].astype(np.float64)
+    want = logits - logits.max() - np.log(np.exp(logits - logits.max()).sum())
+    first = int(np.argmax(want))
+    assert lp.tokens[0] == bundle.decode([first])
+    assert lp.token_logprobs[0] == pytest.approx(want[first], abs=1e-4)
+    tops = [sorted(want, reverse=True)[:3]]
+    assert list(lp.top_logprobs[0].values()) == pytest.approx(tops[0], abs=1e-4)
+    assert all(
+        len(t) <= 3 and list(t.values()) == sorted(t.values(), reverse=True)
+        for t in lp.top_logprobs
+    )
+    ask = {
+        "model": "tiny-llama",
+        "messages": [{"role": "user", "content": "Name a colour"}],
+        "max_tokens": 12,
+        "temperature": 0,
+        "logprobs": True,
+        "top_logprobs": 2,
+    }
+    whole = client.chat.completions.create(**ask)  # type: ignore[call-overload]
+    content = whole.choices[0].logprobs.content
+    assert len(content) == whole.usage.completion_tokens
+    assert all(
+        e.logprob <= 0 and e.logprob == pytest.approx(e.top_logprobs[0].logprob) for e in content
+    )
+    chunks = list(client.chat.completions.create(**ask, stream=True))  # type: ignore[call-overload]
+    streamed = [e for c in chunks if c.choices[0].logprobs for e in c.choices[0].logprobs.content]
+    assert [(e.token, e.logprob) for e in streamed] == [(e.token, e.logprob) for e in content]
+
+
 @pytest.mark.parametrize(
     ("change", "status", "param"),
     [
@@ -183,6 +243,8 @@ def test_n_answers_come_as_n_choices_whole_and_streamed(client: openai.OpenAI) -
         ({"max_tokens": 10_000}, 400, "max_tokens"),
         ({"model": "no-such-model"}, 404, "model"),
         ({"messages": []}, 400, "messages"),
+        ({"top_logprobs": 2}, 400, "top_logprobs"),
+        ({"logprobs": True, "top_logprobs": 21}, 400, "top_logprobs"),
     ],
 )
 def test_a_bad_request_gets_openais_error_shape_naming_the_field(
@@ -251,6 +313,86 @@ def test_serving_an_unbuilt_recipe_says_to_build_it(built: World, tmp_path: Path
     said = done.stdout + done.stderr
     assert done.returncode != 0 and "Traceback" not in said
     assert "tiny-llama is not built here" in said and "doit build recipe=tiny-llama" in said
+
+
+def test_requests_that_arrive_together_decode_as_one_batch_each_as_it_would_alone(
+    built: World,
+) -> None:
+    """The worker of a served recipe takes the requests waiting when it is free as one
+    batch (tiny-llama serves batches of 4): three requests that queued behind a busy
+    bundle run as one batch of three, each with its own budget, stop text and grammar,
+    and each answers what it answers alone."""
+    import runtime
+    from kiln.serve import models
+    from runtime.guided import Grammar
+
+    bundle = runtime.open(built.artifact("tiny-llama", "bundle"))
+    served = models.Served("tiny-llama", "text-generation", bundle, {})
+    greedy = runtime.Sampler()
+    grammar = Grammar.json_schema(json.dumps(SCHEMA))
+    asks = [
+        models.Ask(bundle.encode("Once upon a time"), 24, greedy, None, []),
+        models.Ask(bundle.encode("The quick brown fox"), 9, greedy, None, []),
+        models.Ask(bundle.encode("Answer in JSON:"), 48, greedy, grammar, []),
+        models.Ask(bundle.encode("A list of colours:"), 32, greedy, None, ["e"]),
+    ]
+
+    def ask(a: models.Ask) -> models.Result:
+        return models.generate(
+            served, a, lambda piece, logged: None, threading.Event(), time.monotonic() + SLOW
+        )
+
+    alone = [ask(a) for a in asks]
+    assert served.batcher.batches == {1: 4}
+    pool = ThreadPoolExecutor(4)
+    with served.lock:  # the bundle is busy: the worker holds the first, the rest queue
+        first = pool.submit(ask, asks[0])
+        while served.batcher.waiting:
+            time.sleep(0.01)
+        rest = [pool.submit(ask, a) for a in asks[1:]]
+        while len(served.batcher.waiting) < 3:
+            time.sleep(0.01)
+    together = [first.result(timeout=SLOW)] + [f.result(timeout=SLOW) for f in rest]
+    pool.shutdown()
+    assert served.batcher.batches == {1: 5, 3: 1}
+    assert together == alone
+    assert alone[1].completion_tokens <= 9 and json.loads(alone[2].text).keys() == {
+        "answer",
+        "sure",
+    }
+    assert "e" not in alone[3].text and alone[3].finish == "stop"
+
+
+def test_embeddings_are_the_bundles_own_vectors_as_floats_and_base64(
+    tmp_path_factory: pytest.TempPathFactory, built: World
+) -> None:
+    """/v1/embeddings over the tiny BertModel recipe, built here: each input's vector
+    is what runtime.open's embed gives for it, in either encoding."""
+    import numpy as np
+
+    import runtime
+
+    world = make_world(tmp_path_factory.mktemp("embed"), built.hub, ("tiny-bert-embed",))
+    world.doit("build", check=True)
+    texts = ["a short one", "and a somewhat longer sentence than the first"]
+    want = runtime.open(world.artifact("tiny-bert-embed", "bundle")).embed(texts)
+    with _serving(world, "recipe=tiny-bert-embed") as (base, _):
+        client = openai.OpenAI(base_url=f"{base}/v1", api_key="unused", max_retries=0)
+        floats = client.embeddings.create(model="tiny-bert-embed", input=texts)
+        packed = client.embeddings.create(
+            model="tiny-bert-embed", input=texts, encoding_format="base64"
+        )
+        with pytest.raises(openai.NotFoundError):
+            client.embeddings.create(model="tiny-llama", input=texts)
+    got = np.array([d.embedding for d in floats.data], np.float32)
+    assert [d.index for d in floats.data] == [0, 1] and got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
+    for row, item in enumerate(packed.data):  # the client hands base64 back as it came
+        vector: object = item.embedding
+        if isinstance(vector, str):
+            vector = np.frombuffer(base64.b64decode(vector), "<f4")
+        np.testing.assert_array_equal(np.asarray(vector, np.float32), got[row])
+    assert floats.usage.prompt_tokens > 0
 
 
 def test_sigterm_stops_the_server_cleanly(server: tuple[str, subprocess.Popen[str]]) -> None:
