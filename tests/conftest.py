@@ -3,13 +3,17 @@ a private hub mirror, and doit run as a user runs it (a subprocess)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
 import threading
+import time
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -305,3 +309,41 @@ def planning_world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[
     new_process()
     yield w
     new_process()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def serving(world: World, *variables: str) -> Iterator[tuple[str, subprocess.Popen[str]]]:
+    """`doit serve VARIABLES` as a user starts it, up and answering; its base URL."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [*world.argv("serve", *variables, f"port={port}")],
+        env=world.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + SLOW
+    while True:
+        try:
+            with urllib.request.urlopen(f"{base}/v1/models", timeout=5):
+                break
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                raise AssertionError(
+                    f"doit serve did not come up: {proc.communicate()[0]}"
+                ) from None
+            time.sleep(0.2)
+    try:
+        yield base, proc
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            proc.communicate(timeout=SLOW)

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import ROOT, SLOW, World, heavy, make_world
+from conftest import ROOT, SLOW, World, heavy, make_world, serving
 
 pytestmark = heavy
 
@@ -135,6 +135,37 @@ def test_doit_run_chat_answers_with_the_template(real: Chat) -> None:
     assert "stopped after" not in default.stderr
     raw = real.doit("run", f"recipe={FP32}", "chat=0", "prompt=What is the capital of France?")
     assert raw.returncode == 0  # the raw prompt runs too (the model may answer nothing)
+
+
+def test_the_api_answers_the_capital_question_whole_streamed_and_as_json(real: Chat) -> None:
+    """`doit serve` over the real chat recipe, through the official openai client: the
+    capital question answered, alike whole and streamed (greedy), and under a JSON
+    schema (guided decoding) as JSON that meets it."""
+    openai = pytest.importorskip("openai")
+    question = [{"role": "user", "content": "What is the capital of France?"}]
+    with serving(real, f"recipe={FP32}", "max_tokens=64") as (base, _):
+        client = openai.OpenAI(base_url=f"{base}/v1", api_key="unused", max_retries=0)
+        ask = {"model": FP32, "messages": question, "temperature": 0}
+        whole = client.chat.completions.create(**ask)
+        chunks = list(client.chat.completions.create(**ask, stream=True))
+        schema = {
+            "type": "object",
+            "properties": {"capital": {"type": "string", "maxLength": 24}},
+            "required": ["capital"],
+            "additionalProperties": False,
+        }
+        shaped = client.chat.completions.create(
+            **ask,
+            response_format={
+                "type": "json_schema",
+                "json_schema": {"name": "capital", "schema": schema},
+            },
+        )
+    answer = whole.choices[0].message.content or ""
+    assert "Paris" in answer and whole.choices[0].finish_reason == "stop", answer
+    assert "".join(c.choices[0].delta.content or "" for c in chunks) == answer
+    got = json.loads(shaped.choices[0].message.content or "")
+    assert set(got) == {"capital"} and "Paris" in got["capital"], got
 
 
 def test_a_multi_turn_conversation_and_a_system_message(real: Chat, tmp_path: Path) -> None:

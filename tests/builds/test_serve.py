@@ -6,9 +6,7 @@ valid JSON, so the tests assert shapes, limits and the grammar, never the words)
 from __future__ import annotations
 
 import base64
-import contextlib
 import json
-import socket
 import subprocess
 import threading
 import time
@@ -18,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from conftest import SLOW, World, heavy, make_world
+from conftest import SLOW, World, free_port, heavy, make_world, serving
 
 pytestmark = heavy
 
@@ -36,48 +34,10 @@ SCHEMA = {
 }
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@contextlib.contextmanager
-def _serving(world: World, *variables: str) -> Iterator[tuple[str, subprocess.Popen[str]]]:
-    """`doit serve VARIABLES` as a user starts it, up and answering; its base URL."""
-    port = _free_port()
-    proc = subprocess.Popen(
-        [*world.argv("serve", *variables, f"port={port}")],
-        env=world.env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + SLOW
-    while True:
-        try:
-            with urllib.request.urlopen(f"{base}/v1/models", timeout=5):
-                break
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()
-                raise AssertionError(
-                    f"doit serve did not come up: {proc.communicate()[0]}"
-                ) from None
-            time.sleep(0.2)
-    try:
-        yield base, proc
-    finally:
-        if proc.poll() is None:
-            proc.terminate()
-            proc.communicate(timeout=SLOW)
-
-
 @pytest.fixture(scope="module")
 def server(built: World) -> Iterator[tuple[str, subprocess.Popen[str]]]:
     """`doit serve recipe=tiny-llama,tiny-qwen3 max_tokens=64`."""
-    with _serving(built, f"recipe={','.join(MODELS)}", "max_tokens=64") as served:
+    with serving(built, f"recipe={','.join(MODELS)}", "max_tokens=64") as served:
         yield served
 
 
@@ -304,7 +264,7 @@ def test_32_concurrent_clients_each_get_a_complete_valid_answer(client: openai.O
 def test_serving_an_unbuilt_recipe_says_to_build_it(built: World, tmp_path: Path) -> None:
     env = {**built.env, "KILN_STORE": str(tmp_path / "empty-store")}
     done = subprocess.run(
-        built.argv("serve", "recipe=tiny-llama", f"port={_free_port()}"),
+        built.argv("serve", "recipe=tiny-llama", f"port={free_port()}"),
         env=env,
         capture_output=True,
         text=True,
@@ -376,7 +336,7 @@ def test_embeddings_are_the_bundles_own_vectors_as_floats_and_base64(
     world.doit("build", check=True)
     texts = ["a short one", "and a somewhat longer sentence than the first"]
     want = runtime.open(world.artifact("tiny-bert-embed", "bundle")).embed(texts)
-    with _serving(world, "recipe=tiny-bert-embed") as (base, _):
+    with serving(world, "recipe=tiny-bert-embed") as (base, _):
         client = openai.OpenAI(base_url=f"{base}/v1", api_key="unused", max_retries=0)
         floats = client.embeddings.create(model="tiny-bert-embed", input=texts)
         packed = client.embeddings.create(
