@@ -23,6 +23,7 @@ builders or tasks: a bundle runs on a machine that never built it.
   seq2seq.py      Seq2Seq and Speech: encode once, decode greedily or by beams (builders/seq2seq/)
   beams.py        beam search over one input's decoder rows, by transformers' rules
   audio.py        WAV reading and Whisper's log-mel features, in numpy
+  images.py       image files read safely; CLIP, SigLIP and Qwen2-VL pixel values, in numpy
 
 Modules import heavy libraries (onnxruntime, tokenizers, torch) inside functions; no
 module imports one that imports it back (tests/unit/test_runtime_open.py checks both
