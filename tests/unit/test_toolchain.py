@@ -120,7 +120,11 @@ def test_every_builder_exists_and_validate_closures_cover_the_runtime() -> None:
     assert "runtime/causal_lm.py" in text
     assert not text & {f"runtime/{n}.py" for n in ("classify", "embed", "encoder", "seq2seq")}
     validated = set().union(*(current().files("validate", {"task": t}) for t in TASKS))
-    assert {f"runtime/{p.name}" for p in (ROOT / "runtime").glob("*.py")} <= validated
+    # runtime/images.py waits for the first vision-language family (issue 40), whose
+    # validate step will import it; no bundle reads images until then
+    unused = {"runtime/images.py"}
+    assert {f"runtime/{p.name}" for p in (ROOT / "runtime").glob("*.py")} - unused <= validated
+    assert not unused & validated, "a validate step imports it now: drop it from `unused`"
 
 
 def test_the_texts_a_builder_reads_are_in_its_closure() -> None:
