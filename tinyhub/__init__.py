@@ -34,6 +34,7 @@ from typing import Any
 from tinyhub.specs import PREPROCESSORS, SENTENCE_MODULES
 from tinyhub.specs import breadth_specs as _breadth_specs
 from tinyhub.specs import task_specs as _task_specs
+from tinyhub.vlm import vlm_specs as _vlm_specs
 
 HERE = Path(__file__).parent
 TOKENIZER_FILE = HERE / "tokenizer.json"
@@ -76,6 +77,9 @@ SPECS: dict[str, dict[str, Any]] = {
 
 SPECS.update(_breadth_specs(_COMMON))
 SPECS.update(_task_specs(_COMMON))
+# Vision-language models: config, processor and chat template files (tinyhub/vlm.py).
+VLMS = _vlm_specs(_COMMON)
+SPECS.update(VLMS)
 
 
 # The tiny Llama with one layer, its tensors drawn from the target's seed stream
@@ -194,7 +198,7 @@ def checkpoint_files(repo: str) -> dict[str, bytes]:
     """Every file of the tiny checkpoint `repo`, by path."""
     from safetensors.numpy import save
 
-    from tinyhub import drafters
+    from tinyhub import drafters, vlm
 
     if repo in COMPANIONS:
         return drafters.companion_files(repo)
@@ -204,8 +208,11 @@ def checkpoint_files(repo: str) -> dict[str, bytes]:
         shapes.update(drafters.mtp_shapes(config))
     seed = SEED_FROM.get(repo, repo)
     tensors = {name: tensor_values(seed, name, shape) for name, shape in sorted(shapes.items())}
+    weights = save(tensors, metadata={"format": "pt"})
+    if repo in VLMS:
+        return {"model.safetensors": weights, **vlm.processor_files(repo, config)}
     files = {
-        "model.safetensors": save(tensors, metadata={"format": "pt"}),
+        "model.safetensors": weights,
         **text_files(config),
         **{path: _json(obj) for path, obj in SENTENCE_MODULES.get(repo, {}).items()},
     }

@@ -1,0 +1,392 @@
+"""Tiny vision-language checkpoints: a real VLM config with tiny text and vision
+sub-configs, seeded weights like every tiny checkpoint, and the files a real VLM
+checkpoint ships besides (image processor settings, processor settings, a chat
+template with image parts, the tokenizer with the image tokens added).
+
+We shrink the sub-configs and keep the real processor, as TRL's tiny VLMs do
+(shared/reference/vlm_tp_facts.md). The text decoders use the tiny common sizes
+(hidden 64, 2 layers, 4 heads, 2 KV heads, head_dim 16). The vision towers have 2
+layers of hidden 32, and their images are small enough that one image is a handful
+of tokens:
+
+  kiln-tiny/llava       LlavaForConditionalGeneration: CLIP tower on 32 x 32 images,
+                        8 x 8 patches, so 16 image tokens (the CLS state is dropped,
+                        vision_feature_select_strategy "default", as in llava-1.5)
+  kiln-tiny/qwen2.5-vl  Qwen2_5_VLForConditionalGeneration: 14 x 14 patches merged
+                        2 x 2; an image is resized to 56 x 56 to 112 x 112 pixels'
+                        area, so it is 4 to 16 tokens. mrope_section [2, 3, 3] sums to
+                        head_dim / 2 in the ratios of the real [16, 24, 24]. Layer 0
+                        attends within windows of one merged patch, layer 1
+                        (fullatt_block_indexes) globally
+  kiln-tiny/gemma3-vlm  Gemma3ForConditionalGeneration: SigLIP tower on 32 x 32 images,
+                        8 x 8 patches average-pooled 2 x 2 into 4 image tokens between
+                        <start_of_image> and <end_of_image>; the text decoder is the
+                        tiny gemma3's (a sliding layer of 8 tokens, then a global one)
+
+The added tokens get the ids after the shipped tokenizer's 512, in the order listed,
+and vocab_size counts them. The chat templates are the real checkpoints' (llava-hf's
+llava-1.5, Qwen2.5-VL-Instruct's, gemma-3-it's), written as chat_template.jinja,
+which both the processor and the tokenizer of transformers 5 read.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+BASE_VOCAB = 512  # tinyhub/tokenizer.json's size; added tokens come after it
+CLIP_MEAN = [0.48145466, 0.4578275, 0.40821073]
+CLIP_STD = [0.26862954, 0.26130258, 0.27577711]
+
+LLAVA_IMAGE = "<image>"
+LLAVA_PATCHES = (32 // 8) ** 2  # image_size // patch_size, squared
+
+QWEN_TOKENS = [
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|vision_start|>",
+    "<|vision_end|>",
+    "<|image_pad|>",
+    "<|video_pad|>",
+]
+QWEN_ID = {token: BASE_VOCAB + i for i, token in enumerate(QWEN_TOKENS)}
+
+GEMMA_TOKENS = [
+    "<start_of_turn>",
+    "<end_of_turn>",
+    "<start_of_image>",
+    "<end_of_image>",
+    "<image_soft_token>",
+]
+GEMMA_ID = {token: BASE_VOCAB + i for i, token in enumerate(GEMMA_TOKENS)}
+
+# llava-hf/llava-1.5-7b-hf's chat_template.json: images first, then text, per turn.
+LLAVA_TEMPLATE = (
+    "{% for message in messages %}"
+    "{% if message['role'] != 'system' %}{{ message['role'].upper() + ': '}}{% endif %}"
+    "{% for content in message['content'] | selectattr('type', 'equalto', 'image') %}"
+    "{{ '<image>\n' }}{% endfor %}"
+    "{% if message['role'] != 'assistant' %}"
+    "{% for content in message['content'] | selectattr('type', 'equalto', 'text') %}"
+    "{{ content['text'] + ' '}}{% endfor %}"
+    "{% else %}"
+    "{% for content in message['content'] | selectattr('type', 'equalto', 'text') %}"
+    "{% generation %}{{ content['text'] + ' '}}{% endgeneration %}{% endfor %}"
+    "{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}{{ 'ASSISTANT:' }}{% endif %}"
+)
+
+# Qwen/Qwen2.5-VL-7B-Instruct's chat_template.json.
+QWEN_TEMPLATE = (
+    "{% set image_count = namespace(value=0) %}{% set video_count = namespace(value=0) %}"
+    "{% for message in messages %}{% if loop.first and message['role'] != 'system' %}"
+    "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n{% endif %}"
+    "<|im_start|>{{ message['role'] }}\n"
+    "{% if message['content'] is string %}{{ message['content'] }}<|im_end|>\n"
+    "{% else %}{% for content in message['content'] %}"
+    "{% if content['type'] == 'image' or 'image' in content or 'image_url' in content %}"
+    "{% set image_count.value = image_count.value + 1 %}"
+    "{% if add_vision_id %}Picture {{ image_count.value }}: {% endif %}"
+    "<|vision_start|><|image_pad|><|vision_end|>"
+    "{% elif content['type'] == 'video' or 'video' in content %}"
+    "{% set video_count.value = video_count.value + 1 %}"
+    "{% if add_vision_id %}Video {{ video_count.value }}: {% endif %}"
+    "<|vision_start|><|video_pad|><|vision_end|>"
+    "{% elif 'text' in content %}{{ content['text'] }}{% endif %}{% endfor %}<|im_end|>\n"
+    "{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+# google/gemma-3-4b-it's chat template: a system turn folds into the first user turn.
+GEMMA_TEMPLATE = (
+    "{{ bos_token }}"
+    "{%- if messages[0]['role'] == 'system' -%}"
+    "{%- if messages[0]['content'] is string -%}"
+    "{%- set first_user_prefix = messages[0]['content'] + '\n\n' -%}"
+    "{%- else -%}"
+    "{%- set first_user_prefix = messages[0]['content'][0]['text'] + '\n\n' -%}"
+    "{%- endif -%}"
+    "{%- set loop_messages = messages[1:] -%}"
+    "{%- else -%}"
+    "{%- set first_user_prefix = '' -%}"
+    "{%- set loop_messages = messages -%}"
+    "{%- endif -%}"
+    "{%- for message in loop_messages -%}"
+    "{%- if (message['role'] == 'user') != (loop.index0 % 2 == 0) -%}"
+    "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}"
+    "{%- endif -%}"
+    "{%- if (message['role'] == 'assistant') -%}{%- set role = 'model' -%}"
+    "{%- else -%}{%- set role = message['role'] -%}{%- endif -%}"
+    "{{ '<start_of_turn>' + role + '\n' + (first_user_prefix if loop.first else '') }}"
+    "{%- if message['content'] is string -%}{{ message['content'] | trim }}"
+    "{%- elif message['content'] is iterable -%}"
+    "{%- for item in message['content'] -%}"
+    "{%- if item['type'] == 'image' -%}{{ '<start_of_image>' }}"
+    "{%- elif item['type'] == 'text' -%}{{ item['text'] | trim }}"
+    "{%- endif -%}"
+    "{%- endfor -%}"
+    "{%- else -%}{{ raise_exception('Invalid content type') }}"
+    "{%- endif -%}"
+    "{{ '<end_of_turn>\n' }}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{ '<start_of_turn>model\n' }}{%- endif -%}"
+)
+
+
+def vlm_specs(base: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """config.json of each tiny VLM; `base` is the tiny text models' common config."""
+    ids = {k: base[k] for k in ("bos_token_id", "eos_token_id", "pad_token_id")}
+    text = {k: v for k, v in base.items() if k != "torch_dtype"}
+    return {
+        "kiln-tiny/llava": {
+            "architectures": ["LlavaForConditionalGeneration"],
+            "model_type": "llava",
+            "text_config": {
+                **text,
+                "model_type": "llama",
+                "vocab_size": BASE_VOCAB + 1,
+                "rope_theta": 10000.0,
+            },
+            "vision_config": {
+                "model_type": "clip_vision_model",
+                "hidden_size": 32,
+                "intermediate_size": 64,
+                "num_hidden_layers": 2,
+                "num_attention_heads": 2,
+                "image_size": 32,
+                "patch_size": 8,
+                "projection_dim": 32,
+                "hidden_act": "quick_gelu",
+            },
+            "image_token_index": BASE_VOCAB,
+            "image_seq_length": LLAVA_PATCHES,
+            "projector_hidden_act": "gelu",
+            "vision_feature_layer": -2,
+            "vision_feature_select_strategy": "default",
+            "tie_word_embeddings": False,
+            **ids,
+            "torch_dtype": "float32",
+        },
+        "kiln-tiny/qwen2.5-vl": {
+            "architectures": ["Qwen2_5_VLForConditionalGeneration"],
+            "model_type": "qwen2_5_vl",
+            "text_config": {
+                **text,
+                "model_type": "qwen2_5_vl_text",
+                "vocab_size": BASE_VOCAB + len(QWEN_TOKENS),
+                "rope_parameters": {
+                    "rope_type": "default",
+                    "rope_theta": 1000000.0,
+                    "mrope_section": [2, 3, 3],
+                },
+            },
+            "vision_config": {
+                "model_type": "qwen2_5_vl_vision",
+                "depth": 2,
+                "hidden_size": 32,
+                "intermediate_size": 64,
+                "num_heads": 2,
+                "patch_size": 14,
+                "spatial_merge_size": 2,
+                "temporal_patch_size": 2,
+                "window_size": 28,
+                "fullatt_block_indexes": [1],
+                "out_hidden_size": base["hidden_size"],
+            },
+            "image_token_id": QWEN_ID["<|image_pad|>"],
+            "video_token_id": QWEN_ID["<|video_pad|>"],
+            "vision_start_token_id": QWEN_ID["<|vision_start|>"],
+            "vision_end_token_id": QWEN_ID["<|vision_end|>"],
+            "tie_word_embeddings": False,
+            **ids,
+            "torch_dtype": "float32",
+        },
+        "kiln-tiny/gemma3-vlm": {
+            "architectures": ["Gemma3ForConditionalGeneration"],
+            "model_type": "gemma3",
+            "text_config": {
+                **text,
+                "model_type": "gemma3_text",
+                "vocab_size": BASE_VOCAB + len(GEMMA_TOKENS),
+                "head_dim": 16,
+                "query_pre_attn_scalar": 16,
+                "sliding_window": 8,
+                "layer_types": ["sliding_attention", "full_attention"],
+            },
+            "vision_config": {
+                "model_type": "siglip_vision_model",
+                "hidden_size": 32,
+                "intermediate_size": 64,
+                "num_hidden_layers": 2,
+                "num_attention_heads": 2,
+                "image_size": 32,
+                "patch_size": 8,
+                "vision_use_head": False,
+            },
+            # 4 x 4 patches average-pooled 2 x 2 (gemma-3 pools 64 x 64 to 16 x 16).
+            "mm_tokens_per_image": 4,
+            "boi_token_index": GEMMA_ID["<start_of_image>"],
+            "eoi_token_index": GEMMA_ID["<end_of_image>"],
+            "image_token_index": GEMMA_ID["<image_soft_token>"],
+            "tie_word_embeddings": False,
+            **ids,
+            "torch_dtype": "float32",
+        },
+    }
+
+
+def processor_files(repo: str, config: dict[str, Any]) -> dict[str, bytes]:
+    """Every file of a tiny VLM but its weights."""
+    from tinyhub import BOS, EOS, PAD, json_bytes, tokenizer_bytes
+
+    family = FAMILIES[config["model_type"]](config)
+    tokenizer_config = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "bos_token": "<|bos|>",
+        "eos_token": "<|eos|>",
+        "pad_token": "<|pad|>",
+        "model_max_length": config["text_config"]["max_position_embeddings"],
+        "clean_up_tokenization_spaces": False,
+        **family.get("tokenizer_config", {}),
+    }
+    generation = {"bos_token_id": BOS, "eos_token_id": EOS, "pad_token_id": PAD}
+    generation.update(family.get("generation", {}))
+    raw = tokenizer_bytes(family.get("pre_tokenizer", config["text_config"]["model_type"]))
+    return {
+        "config.json": json_bytes(config),
+        "generation_config.json": json_bytes({**generation, "do_sample": False}),
+        "tokenizer.json": _with_added_tokens(raw, family["added"]),
+        "tokenizer_config.json": json_bytes(tokenizer_config),
+        "preprocessor_config.json": json_bytes(family["image_processor"]),
+        "processor_config.json": json_bytes(family["processor"]),
+        "chat_template.jinja": family["template"].encode(),
+    }
+
+
+def _llava(config: dict[str, Any]) -> dict[str, Any]:
+    vision = config["vision_config"]
+    return {
+        "added": [LLAVA_IMAGE],
+        "template": LLAVA_TEMPLATE,
+        "image_processor": _clip_processor(vision["image_size"]),
+        "processor": {
+            "processor_class": "LlavaProcessor",
+            "image_token": LLAVA_IMAGE,
+            "patch_size": vision["patch_size"],
+            "vision_feature_select_strategy": config["vision_feature_select_strategy"],
+            "num_additional_image_tokens": 1,  # CLIP's CLS state
+        },
+    }
+
+
+def _qwen2_5_vl(config: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "added": QWEN_TOKENS,
+        # transformers imposes Qwen2Tokenizer's digit-splitting pre-tokenizer on Qwen
+        # model types, so the file carries it too (tinyhub.PRE_TOKENIZERS).
+        "pre_tokenizer": "qwen2",
+        "template": QWEN_TEMPLATE,
+        "image_processor": _qwen_processor(config["vision_config"]),
+        "processor": {"processor_class": "Qwen2_5_VLProcessor"},
+        "generation": {"eos_token_id": [config["eos_token_id"], QWEN_ID["<|im_end|>"]]},
+    }
+
+
+def _gemma3(config: dict[str, Any]) -> dict[str, Any]:
+    size = config["vision_config"]["image_size"]
+    return {
+        "added": GEMMA_TOKENS,
+        "template": GEMMA_TEMPLATE,
+        # The processor reads the image tokens off the tokenizer, as gemma-3's own
+        # tokenizer_config.json names them.
+        "tokenizer_config": {
+            "extra_special_tokens": {
+                "boi_token": "<start_of_image>",
+                "eoi_token": "<end_of_image>",
+                "image_token": "<image_soft_token>",
+            }
+        },
+        "image_processor": {
+            "image_processor_type": "Gemma3ImageProcessor",
+            "processor_class": "Gemma3Processor",
+            "do_convert_rgb": True,
+            "do_normalize": True,
+            "do_pan_and_scan": False,
+            "do_rescale": True,
+            "do_resize": True,
+            "image_mean": [0.5, 0.5, 0.5],
+            "image_std": [0.5, 0.5, 0.5],
+            "resample": 2,
+            "rescale_factor": 1 / 255,
+            "size": {"height": size, "width": size},
+        },
+        "processor": {
+            "processor_class": "Gemma3Processor",
+            "image_seq_length": config["mm_tokens_per_image"],
+        },
+        "generation": {"eos_token_id": [config["eos_token_id"], GEMMA_ID["<end_of_turn>"]]},
+    }
+
+
+FAMILIES = {"llava": _llava, "qwen2_5_vl": _qwen2_5_vl, "gemma3": _gemma3}
+
+
+def _clip_processor(size: int) -> dict[str, Any]:
+    """llava-1.5's CLIPImageProcessor settings at the tiny tower's image size."""
+    return {
+        "image_processor_type": "CLIPImageProcessor",
+        "processor_class": "LlavaProcessor",
+        "crop_size": {"height": size, "width": size},
+        "do_center_crop": True,
+        "do_convert_rgb": True,
+        "do_normalize": True,
+        "do_rescale": True,
+        "do_resize": True,
+        "image_mean": CLIP_MEAN,
+        "image_std": CLIP_STD,
+        "resample": 3,
+        "rescale_factor": 1 / 255,
+        "size": {"shortest_edge": size},
+    }
+
+
+def _qwen_processor(vision: dict[str, Any]) -> dict[str, Any]:
+    """Qwen2.5-VL's Qwen2VLImageProcessor settings with a tiny pixel budget: 2 x 2 to
+    4 x 4 merged patches (the real budget is 4 to 16,384)."""
+    unit = vision["patch_size"] * vision["spatial_merge_size"]
+    return {
+        "image_processor_type": "Qwen2VLImageProcessor",
+        "processor_class": "Qwen2_5_VLProcessor",
+        "do_convert_rgb": True,
+        "do_normalize": True,
+        "do_rescale": True,
+        "do_resize": True,
+        "image_mean": CLIP_MEAN,
+        "image_std": CLIP_STD,
+        "resample": 3,
+        "rescale_factor": 1 / 255,
+        "min_pixels": unit * unit * 4,
+        "max_pixels": unit * unit * 16,
+        "patch_size": vision["patch_size"],
+        "temporal_patch_size": vision["temporal_patch_size"],
+        "merge_size": vision["spatial_merge_size"],
+    }
+
+
+def _with_added_tokens(raw: bytes, tokens: list[str]) -> bytes:
+    """The tokenizer file with `tokens` added as special tokens after its vocabulary."""
+    data = json.loads(raw)
+    assert len(data["model"]["vocab"]) == BASE_VOCAB
+    for i, token in enumerate(tokens):
+        data["added_tokens"].append(
+            {
+                "id": BASE_VOCAB + i,
+                "content": token,
+                "single_word": False,
+                "lstrip": False,
+                "rstrip": False,
+                "normalized": False,
+                "special": True,
+            }
+        )
+    return json.dumps(data, ensure_ascii=False, indent=2).encode()
