@@ -235,7 +235,9 @@ def _count_tuning() -> None:
             continue
 
         def counted(self: Any, *args: Any, _original: Any = original, **kwargs: Any) -> Any:
-            Tuning.names.append(getattr(getattr(self, "fn", None), "__name__", "?"))
+            name = getattr(getattr(self, "fn", None), "__name__", "?")
+            source = getattr(self, "filename", None)  # where its autotune cache was sought
+            Tuning.names.append(f"{name} ({source})" if source else name)
             return _original(self, *args, **kwargs)
 
         setattr(CachingAutotuner, entry, counted)
