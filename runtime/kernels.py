@@ -155,8 +155,10 @@ def cache_folder(key: dict[str, str]) -> Path:
 
 def install(archive: zipfile.ZipFile, folder: Path) -> int:
     """The engine's kernel files into the cache folder, each written whole (a temp
-    file renamed into place) and only where absent: the names are Inductor's content
-    hashes, so a present file is the same file. The files written."""
+    file renamed into place) where absent or different. Most names are Inductor's
+    content hashes, but not all: an autotuned choice (`.best_config`) is named by its
+    kernel, so a cache another compile wrote may hold another choice under the same
+    name, and the engine's must win. The files written."""
     written = 0
     for info in archive.infolist():
         if not info.filename.startswith(PREFIX) or info.is_dir():
@@ -165,12 +167,13 @@ def install(archive: zipfile.ZipFile, folder: Path) -> int:
         if rel.is_absolute() or ".." in rel.parts:
             raise BundleError(f"engine member {info.filename!r} points outside its folder")
         target = folder / rel
-        if target.exists():
+        data = archive.read(info)
+        if target.is_file() and target.stat().st_size == len(data) and target.read_bytes() == data:
             continue
         target.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".kiln-", suffix=".tmp")
         with os.fdopen(fd, "wb") as out:
-            out.write(archive.read(info))
+            out.write(data)
         os.chmod(tmp, 0o755 if rel.suffix == ".so" else 0o644)
         os.replace(tmp, target)
         written += 1

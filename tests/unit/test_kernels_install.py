@@ -1,0 +1,49 @@
+"""runtime.kernels.install: an engine's carried kernel files into an Inductor cache
+folder (issue 39). Real zip archives and folders; no torch needed."""
+
+from __future__ import annotations
+
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from runtime import kernels
+from runtime.format import BundleError
+
+
+def _engine(path: Path, members: dict[str, bytes]) -> zipfile.ZipFile:
+    with zipfile.ZipFile(path, "w") as archive:
+        for name, data in members.items():
+            archive.writestr(name, data)
+    return zipfile.ZipFile(path)
+
+
+def test_install_writes_what_is_absent_or_different_and_leaves_the_same(tmp_path: Path) -> None:
+    folder = tmp_path / "cache"
+    (folder / "ab").mkdir(parents=True)
+    (folder / "ab" / "cabc.py").write_bytes(b"kernel source")  # the same: kept
+    (folder / "ab" / "k1.best_config").write_bytes(b'{"XBLOCK": 64}')  # another choice
+    engine = _engine(
+        tmp_path / "engine.zip",
+        {
+            "kernels/ab/cabc.py": b"kernel source",
+            "kernels/ab/k1.best_config": b'{"XBLOCK": 128}',
+            "kernels/cd/lib.so": b"\x7fELF",
+            "program.json": b"{}",  # not a kernel file
+        },
+    )
+    assert kernels.install(engine, folder) == 2
+    # the engine's autotuned choice replaced the cache's own under the same name
+    assert (folder / "ab" / "k1.best_config").read_bytes() == b'{"XBLOCK": 128}'
+    assert (folder / "cd" / "lib.so").stat().st_mode & 0o777 == 0o755
+    assert not (folder / "program.json").exists()
+    assert kernels.install(engine, folder) == 0  # all present and equal: nothing written
+    assert not list(folder.rglob("*.tmp"))
+
+
+def test_install_refuses_a_member_outside_its_folder(tmp_path: Path) -> None:
+    engine = _engine(tmp_path / "engine.zip", {"kernels/../../evil.py": b"x"})
+    with pytest.raises(BundleError, match="points outside its folder"):
+        kernels.install(engine, tmp_path / "cache")
+    assert not (tmp_path / "evil.py").exists()
