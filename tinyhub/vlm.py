@@ -133,6 +133,17 @@ GEMMA_TEMPLATE = (
 )
 
 
+# The tiny CLIP and SigLIP towers' sizes: 4 x 4 patches of a 32-pixel image.
+TOWER = {
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 2,
+    "image_size": 32,
+    "patch_size": 8,
+}
+
+
 def vlm_specs(base: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """config.json of each tiny VLM; `base` is the tiny text models' common config."""
     ids = {k: base[k] for k in ("bos_token_id", "eos_token_id", "pad_token_id")}
@@ -149,12 +160,7 @@ def vlm_specs(base: dict[str, Any]) -> dict[str, dict[str, Any]]:
             },
             "vision_config": {
                 "model_type": "clip_vision_model",
-                "hidden_size": 32,
-                "intermediate_size": 64,
-                "num_hidden_layers": 2,
-                "num_attention_heads": 2,
-                "image_size": 32,
-                "patch_size": 8,
+                **TOWER,
                 "projection_dim": 32,
                 "hidden_act": "quick_gelu",
             },
@@ -215,12 +221,7 @@ def vlm_specs(base: dict[str, Any]) -> dict[str, dict[str, Any]]:
             },
             "vision_config": {
                 "model_type": "siglip_vision_model",
-                "hidden_size": 32,
-                "intermediate_size": 64,
-                "num_hidden_layers": 2,
-                "num_attention_heads": 2,
-                "image_size": 32,
-                "patch_size": 8,
+                **TOWER,
                 "vision_use_head": False,
             },
             # 4 x 4 patches average-pooled 2 x 2 (gemma-3 pools 64 x 64 to 16 x 16).
@@ -268,7 +269,7 @@ def _llava(config: dict[str, Any]) -> dict[str, Any]:
     return {
         "added": [LLAVA_IMAGE],
         "template": LLAVA_TEMPLATE,
-        "image_processor": _clip_processor(vision["image_size"]),
+        "image_processor": clip_processor(vision["image_size"]),
         "processor": {
             "processor_class": "LlavaProcessor",
             "image_token": LLAVA_IMAGE,
@@ -309,15 +310,8 @@ def _gemma3(config: dict[str, Any]) -> dict[str, Any]:
         "image_processor": {
             "image_processor_type": "Gemma3ImageProcessor",
             "processor_class": "Gemma3Processor",
-            "do_convert_rgb": True,
-            "do_normalize": True,
+            **_pixels([0.5, 0.5, 0.5], [0.5, 0.5, 0.5], 2),
             "do_pan_and_scan": False,
-            "do_rescale": True,
-            "do_resize": True,
-            "image_mean": [0.5, 0.5, 0.5],
-            "image_std": [0.5, 0.5, 0.5],
-            "resample": 2,
-            "rescale_factor": 1 / 255,
             "size": {"height": size, "width": size},
         },
         "processor": {
@@ -331,21 +325,30 @@ def _gemma3(config: dict[str, Any]) -> dict[str, Any]:
 FAMILIES = {"llava": _llava, "qwen2_5_vl": _qwen2_5_vl, "gemma3": _gemma3}
 
 
-def _clip_processor(size: int) -> dict[str, Any]:
-    """llava-1.5's CLIPImageProcessor settings at the tiny tower's image size."""
+def _pixels(mean: list[float], std: list[float], resample: int) -> dict[str, Any]:
+    """What each tiny processor does to pixels, as the real ones do: RGB, resized,
+    rescaled to [0, 1] and normalized."""
+    return {
+        "do_convert_rgb": True,
+        "do_normalize": True,
+        "do_rescale": True,
+        "do_resize": True,
+        "image_mean": mean,
+        "image_std": std,
+        "resample": resample,
+        "rescale_factor": 1 / 255,
+    }
+
+
+def clip_processor(size: int) -> dict[str, Any]:
+    """llava-1.5's CLIPImageProcessor settings at an image size (the tiny tower's; the
+    real one's is 336)."""
     return {
         "image_processor_type": "CLIPImageProcessor",
         "processor_class": "LlavaProcessor",
         "crop_size": {"height": size, "width": size},
         "do_center_crop": True,
-        "do_convert_rgb": True,
-        "do_normalize": True,
-        "do_rescale": True,
-        "do_resize": True,
-        "image_mean": CLIP_MEAN,
-        "image_std": CLIP_STD,
-        "resample": 3,
-        "rescale_factor": 1 / 255,
+        **_pixels(CLIP_MEAN, CLIP_STD, 3),
         "size": {"shortest_edge": size},
     }
 
@@ -357,14 +360,7 @@ def _qwen_processor(vision: dict[str, Any]) -> dict[str, Any]:
     return {
         "image_processor_type": "Qwen2VLImageProcessor",
         "processor_class": "Qwen2_5_VLProcessor",
-        "do_convert_rgb": True,
-        "do_normalize": True,
-        "do_rescale": True,
-        "do_resize": True,
-        "image_mean": CLIP_MEAN,
-        "image_std": CLIP_STD,
-        "resample": 3,
-        "rescale_factor": 1 / 255,
+        **_pixels(CLIP_MEAN, CLIP_STD, 3),
         "min_pixels": unit * unit * 4,
         "max_pixels": unit * unit * 16,
         "patch_size": vision["patch_size"],

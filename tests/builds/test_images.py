@@ -27,6 +27,7 @@ from conftest import ROOT, heavy
 
 from runtime import images
 from runtime.format import BundleError
+from tinyhub.vlm import clip_processor
 
 pytestmark = heavy
 
@@ -45,20 +46,7 @@ QWEN = {
     "image_std": CLIP_STD,
 }
 CONFIGS: dict[str, dict[str, Any]] = {
-    "llava-clip": {
-        "image_processor_type": "CLIPImageProcessor",
-        "crop_size": {"height": 336, "width": 336},
-        "do_center_crop": True,
-        "do_convert_rgb": True,
-        "do_normalize": True,
-        "do_rescale": True,
-        "do_resize": True,
-        "image_mean": CLIP_MEAN,
-        "image_std": CLIP_STD,
-        "resample": 3,
-        "rescale_factor": 0.00392156862745098,
-        "size": {"shortest_edge": 336},
-    },
+    "llava-clip": clip_processor(336),  # llava-1.5's, as the tiny LLaVA ships it at 32
     "siglip": {
         "image_processor_type": "SiglipImageProcessor",
         "do_normalize": True,
