@@ -193,7 +193,7 @@ class _Api:
                 "logits are not seen, so it gives no logprobs",
                 "logprobs",
             )
-        return models.Ask(prompt, budget, sampler, grammar, body.stops, body.top)
+        return models.Ask(prompt, budget, sampler, grammar, body.stops, body.top, body.stream)
 
     # ------------------------------------------------------------ embeddings
 

@@ -122,6 +122,7 @@ class Ask:
     grammar: Any
     stops: list[str]
     logprobs: int | None = None  # the likeliest tokens to list per position; None: none
+    streamed: bool = True  # text goes out as it comes; else only the whole answer is read
 
 
 @dataclass(frozen=True)
@@ -222,7 +223,9 @@ class Tap:
         if self.ask.logprobs is not None and not (self.cut or self.gone):
             self._log(new.tolist())
             self.pending = _log_softmax(logits)
-        if len(new) > self.seen and not self.gone:
+        # the text so far, where a stream waits for it or a stop text may end it (a
+        # whole answer without stops is decoded once, at the end)
+        if len(new) > self.seen and not self.gone and (self.ask.streamed or self.ask.stops):
             self.seen = len(new)
             self.feed(new.tolist(), final=False)
         if (self.cut or self.gone) and self.ask.grammar is None:  # only an end of sequence
