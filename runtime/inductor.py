@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import io
 import json
+import sys
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
@@ -91,9 +92,15 @@ class InductorEngine:
             if self.device == "cpu":
                 # Inductor's C++ is generated for a thread count (it splits loops and
                 # reductions by it): the carried kernels' count, else a fixed one
-                torch.set_num_threads(
-                    carried["threads"] if carried and not compile_here else kernels.threads()
-                )
+                count = carried["threads"] if carried and not compile_here else kernels.threads()
+                if threads and threads != count:  # never silently: the caller asked
+                    print(
+                        f"kiln: {file.name}: runs at {count} threads, not the {threads} asked: "
+                        f"its kernels were generated for {count} (another count is another "
+                        "compile, with other sums)",
+                        file=sys.stderr,
+                    )
+                torch.set_num_threads(count)
             elif threads:
                 torch.set_num_threads(threads)
             folder = kernels.cache_folder(kernels.host_key(self.device))

@@ -17,20 +17,18 @@ determinism proof that does not hold fails the verdict (kiln/evidence/record.py)
 from __future__ import annotations
 
 import json
-import os
 import statistics
 import sys
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kiln import proc
+from builders.common.child import ChildFailed, run_json
 
 if TYPE_CHECKING:
     from kiln.store.api import Request
 
 PROCESSES = 5
-ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT = 1800.0  # one process: a load and a few greedy batches
 
 
@@ -42,18 +40,12 @@ def determinism(
     with tempfile.TemporaryDirectory(prefix="kiln-determinism-") as tmp:
         job = Path(tmp) / "job.json"
         job.write_text(json.dumps({"bundle": str(bundle), "prompts": prompts, "new": new_tokens}))
-        env = {
-            **os.environ,
-            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-        }
-        argv = [sys.executable, "-m", "builders.causal_lm._determinism"]
         for i in request.progress(range(PROCESSES), PROCESSES, "determinism: fresh processes"):
-            done = proc.run(argv, [str(job)], timeout=TIMEOUT, cwd=ROOT, env=env)
-            lines = done.stdout.strip().splitlines()
-            if done.returncode != 0 or not lines:
-                tail = " | ".join(done.stderr.strip().splitlines()[-3:])
-                raise RuntimeError(f"process {i + 1} failed (exit {done.returncode}): {tail}")
-            got = json.loads(lines[-1])
+            try:
+                got = run_json("builders.causal_lm._determinism", [str(job)], TIMEOUT)
+            except ChildFailed as exc:
+                tail = " | ".join(exc.tail[-3:])
+                raise RuntimeError(f"process {i + 1} failed (exit {exc.status}): {tail}") from None
             outputs.append(got["tokens"])
             loads.append(float(got["load_seconds"]))
     distinct = len({json.dumps(o, sort_keys=True) for o in outputs})

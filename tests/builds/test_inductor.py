@@ -309,15 +309,18 @@ def test_seeded_sampling_speculates_reproducibly(spec: Any) -> None:
 
 OPEN = """
 import json, sys
+import torch
 import runtime
 from torch._dynamo.utils import counters
-runtime.open(sys.argv[1])
-print(json.dumps({k: dict(counters[k]) for k in ("inductor", "aot_autograd")}))
+runtime.open(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else None)
+out = {k: dict(counters[k]) for k in ("inductor", "aot_autograd")}
+print(json.dumps({**out, "threads": torch.get_num_threads()}))
 """
 
 
-def _open_fresh(bundle: Path, cache: Path, **env: str) -> Any:
-    """runtime.open of `bundle` in a fresh process whose Inductor cache is `cache`."""
+def _open_fresh(bundle: Path, cache: Path, *args: str, **env: str) -> Any:
+    """runtime.open of `bundle` (with `args`: its threads) in a fresh process whose
+    Inductor cache is `cache`."""
     import os
     import subprocess
     import sys
@@ -326,9 +329,25 @@ def _open_fresh(bundle: Path, cache: Path, **env: str) -> Any:
 
     run_env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(cache), **env}
     return subprocess.run(
-        [sys.executable, "-c", OPEN, str(bundle)],
+        [sys.executable, "-c", OPEN, str(bundle), *args],
         capture_output=True, text=True, timeout=SLOW, cwd=ROOT, env=run_env,
     )  # fmt: skip
+
+
+def test_a_thread_count_the_kernels_were_not_made_for_is_said_not_used(
+    ind: World, tmp_path: Path
+) -> None:
+    """The CPU kernels are C++ generated for a thread count: runtime.open(threads=N)
+    with another N runs at the carried count, compiles nothing, and says so."""
+    bundle = ind.artifact(BUILT, "bundle")
+    with zipfile.ZipFile(bundle / "engine.zip") as archive:
+        made = json.loads(archive.read("kernels.json"))["threads"]
+    done = _open_fresh(bundle, tmp_path / "cache", str(made + 1))
+    assert done.returncode == 0, done.stderr[-2000:]
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    assert got["threads"] == made
+    assert got["inductor"].get("fxgraph_cache_miss", 0) == 0
+    assert f"runs at {made} threads, not the {made + 1} asked" in done.stderr
 
 
 def test_the_engine_carries_its_kernels_and_a_fresh_process_compiles_nothing(

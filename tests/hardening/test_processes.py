@@ -49,11 +49,10 @@ CALLS: dict[str, dict[str, str]] = {
         "run": "git diff --quiet HEAD: the pathspecs after `--`",
     },
     "kiln/hostinfo.py": {"run": "nvidia-smi with constant options"},
-    "builders/causal_lm/backends/_kernels.py": {
-        "run": "python -m (this module) compile|check: the work folder after `--`, a temp dir"
-    },
-    "builders/causal_lm/_determinism.py": {
-        "run": "python -m (this module): its job file after `--`, a temp dir's"
+    "builders/common/child.py": {
+        "run": "python -m (a builders module, a constant of its caller): after `--` the "
+        "inductor engine's compile|check and work folder, or the determinism job file, "
+        "both in temp dirs"
     },
     "kiln/replay/chain.py": {
         "start": "python -m kiln.replay.step; the step travels as JSON on stdin",

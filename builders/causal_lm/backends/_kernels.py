@@ -1,8 +1,9 @@
 """The inductor engine's kernels, made at build (runtime/kernels.py says what they are).
 
-    compiled = compile_kernels(request, files, engine)   # engine.zip's members, added
+    engine["kernels"] = compile_kernels(request, files, engine, writer)
 
-Two fresh processes, so that nothing of the build's own process (its in-memory
+writes the step's engine.zip with the kernels in it. Two fresh processes
+(builders/common/child.py), so that nothing of the build's own process (its in-memory
 caches, its GPU memory) takes part:
 
   compile  opens the engine as the runtime does (runtime.inductor.InductorEngine),
@@ -20,7 +21,6 @@ caches, its GPU memory) takes part:
 from __future__ import annotations
 
 import json
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -29,38 +29,37 @@ from typing import TYPE_CHECKING, Any
 from kiln import proc
 
 if TYPE_CHECKING:
-    from kiln.store.api import Request
+    from kiln.store.api import Request, Writer
 
-ROOT = Path(__file__).resolve().parents[3]
 # A compile of an 8B-class engine with autotuning takes minutes; past this, a hang.
 TIMEOUT = 3600.0
 
 
 def compile_kernels(
-    request: Request, files: dict[str, bytes], engine: dict[str, Any]
+    request: Request, files: dict[str, bytes], engine: dict[str, Any], writer: Writer
 ) -> dict[str, Any]:
-    """Adds `kernels/...` and `kernels.json` to the engine's members `files`; what the
-    two processes measured (engine.json's `kernels`)."""
+    """Writes the engine (`files`, its members) as the step's engine.zip, then adds the
+    `kernels/...` members and `kernels.json` to it (appended: the weights are written
+    once); what the two processes measured (engine.json's `kernels`; the caller
+    writes engine.json again with it)."""
     from builders.causal_lm.backends.inductor import write_zip
+    from runtime.kernels import META
+    from runtime.kernels import files as cache_files
 
+    folder = writer.write_json("engine.json", engine).parent
+    write_zip(folder / "engine.zip", files)
     with tempfile.TemporaryDirectory(prefix="kiln-kernels-") as tmp:
-        work = Path(tmp)
-        (work / "engine.json").write_text(json.dumps(engine))
-        write_zip(work / "engine.zip", files)
         request.log("compiling the programs on this host (Inductor; autotuned on CUDA)")
-        made = _child(request, "compile", work, "compiled")
-        from runtime.kernels import META
-        from runtime.kernels import files as cache_files
-
-        kernels = cache_files(work / "compiled")
-        files |= kernels
+        made = _child(request, "compile", folder, Path(tmp) / "compiled")
+        kernels = cache_files(Path(tmp) / "compiled")
         carried = {
             "key": made["key"],
             **({"threads": made["threads"]} if "threads" in made else {}),
         }
-        files[META] = json.dumps(carried, sort_keys=True, indent=1).encode()
-        write_zip(work / "engine.zip", files)
-        checked = _child(request, "check", work, "checked")
+        added = {**kernels, META: json.dumps(carried, sort_keys=True, indent=1).encode()}
+        write_zip(folder / "engine.zip", added, append=True)
+        files |= added
+        checked = _child(request, "check", folder, Path(tmp) / "checked")
     size = sum(len(b) for b in kernels.values())
     timed = " and timed no kernel" if "tuned" in checked["kernels"] else ""
     request.log(
@@ -76,31 +75,23 @@ def compile_kernels(
     }
 
 
-def _child(request: Request, verb: str, work: Path, cache: str) -> dict[str, Any]:
-    import os
+def _child(request: Request, verb: str, work: Path, cache: Path) -> dict[str, Any]:
+    from builders.common.child import ChildFailed, run_json
+    from runtime.kernels import RECOMPILE
 
-    env = {
-        **os.environ,
-        "TORCHINDUCTOR_CACHE_DIR": str(work / cache),
-        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-    }
-    env.pop("KILN_RECOMPILE", None)
-    argv = [sys.executable, "-m", "builders.causal_lm.backends._kernels", verb]
+    # the child's own Inductor cache; KILN_RECOMPILE of the caller's is not the child's
+    env = {"TORCHINDUCTOR_CACHE_DIR": str(cache), RECOMPILE: ""}
     try:
-        done = proc.run(argv, [str(work)], timeout=TIMEOUT, cwd=ROOT, env=env)
+        return run_json("builders.causal_lm.backends._kernels", [verb, str(work)], TIMEOUT, env)
     except proc.TimeoutExpired:
         raise request.error(
             f"the engine's {verb} process ran past {TIMEOUT:.0f} s", "see the step's log"
         ) from None
-    lines = done.stdout.strip().splitlines()
-    if done.returncode != 0 or not lines:
-        tail = "\n".join(done.stderr.strip().splitlines()[-12:])
+    except ChildFailed as exc:
         raise request.error(
-            f"the engine's {verb} process failed (exit {done.returncode}):\n{tail}",
+            f"the engine's {verb} process failed (exit {exc.status}):\n" + "\n".join(exc.tail),
             "a kiln bug if the engine's programs exported: report it with the step's log",
-        )
-    result: dict[str, Any] = json.loads(lines[-1])
-    return result
+        ) from None
 
 
 def main(verb: str, work: Path) -> None:

@@ -107,8 +107,7 @@ def build(request: Request, writer: Writer) -> None:
     }
     if device == "cuda":
         torch.cuda.empty_cache()  # the export's model is gone; the compile runs beside
-    engine["kernels"] = compile_kernels(request, files, engine)
-    write_zip(writer.path("engine.zip"), files)
+    engine["kernels"] = compile_kernels(request, files, engine, writer)
     writer.write_json("io.json", {**meta, **value_info(entries)})
     writer.write_json("engine.json", engine)
 
@@ -504,9 +503,11 @@ def _safetensors(names: list[str], weights: list[Any]) -> bytes:
     return bytes(save({n: w.contiguous().cpu() for n, w in zip(names, weights, strict=True)}))
 
 
-def write_zip(path: Path, files: dict[str, bytes]) -> None:
+def write_zip(path: Path, files: dict[str, bytes], append: bool = False) -> None:
     """Stored, not deflated: the runtime reads members without inflating them, and a
-    fixed timestamp keeps the file a function of its contents."""
-    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as archive:
+    fixed timestamp and name order keep the file a function of its contents. With
+    `append`, after the members the file holds (only its central directory is
+    rewritten)."""
+    with zipfile.ZipFile(path, "a" if append else "w", zipfile.ZIP_STORED) as archive:
         for name in sorted(files):
             archive.writestr(zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0)), files[name])
