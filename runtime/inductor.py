@@ -103,7 +103,10 @@ class InductorEngine:
                 torch.set_num_threads(count)
             elif threads:
                 torch.set_num_threads(threads)
-            folder = kernels.cache_folder(kernels.host_key(self.device))
+            if carried and carried.get("folder") and not compile_here:
+                folder = kernels.pinned_folder(carried["folder"])
+            else:
+                folder = kernels.cache_folder(kernels.host_key(self.device))
             # what this load installed and compiled (the engine step's check prints it)
             self.kernels = {"installed": 0 if compile_here else kernels.install(archive, folder)}
             self.program = json.loads(archive.read("program.json"))

@@ -5,11 +5,12 @@ The engine step compiles and (on CUDA) autotunes every program once, on the buil
 host, into an empty Inductor cache folder (builders/causal_lm/backends/_kernels.py),
 then stores that folder in engine.zip under `kernels/`, with `kernels.json`: the host
 key below and what the build measured. A load installs those files into this host's
-Inductor cache (`cache_folder`: TORCHINDUCTOR_CACHE_DIR when set, else
-$XDG_CACHE_HOME/kiln/inductor/<host key digest>/), where the compile that follows
-finds every graph (Inductor's FX-graph and AOTAutograd caches, with the generated
-C++ libraries on CPU and the Triton binaries on CUDA): the kernels, and the autotuned
-choices among them, are the build's.
+Inductor cache (on CUDA the engine's own pinned folder, /tmp/kiln-inductor-<16 hex>,
+the compile's path: `pinned_folder`; on CPU `cache_folder`: TORCHINDUCTOR_CACHE_DIR
+when set, else $XDG_CACHE_HOME/kiln/inductor/<host key digest>/), where the compile
+that follows finds every graph (Inductor's FX-graph and AOTAutograd caches, with the
+generated C++ libraries on CPU and the Triton binaries on CUDA): the kernels, and the
+autotuned choices among them, are the build's.
 
 Why the cache folder and not AOTInductor: AOTInductor packages do not load on the GPU
 host (FIELD_NOTES); and torch.compiler.save_cache_artifacts alone leaves out the CPU's
@@ -36,6 +37,8 @@ import hashlib
 import json
 import os
 import platform
+import re
+import secrets
 import sys
 import tempfile
 import zipfile
@@ -138,6 +141,31 @@ def check(file: Path, carried: dict[str, Any] | None, device: str) -> bool:
         )
     print(f"kiln: {file.name}: {why}; compiling here ({RECOMPILE}=1)", file=sys.stderr)
     return False
+
+
+# On CUDA each engine's kernels are compiled, and loaded, in a folder of their own at
+# one absolute path on every host: PINNED_ROOT/kiln-inductor-<16 hex> (kernels.json's
+# `folder`). Inductor's Triton autotuners keep the path their kernel's module had at
+# compile (it travels in the cached graph) and look for their autotuned choice
+# (`.best_config`) beside it; loaded from any other folder they find none and time the
+# kernel afresh, which the load refuses (on the H100 the validate step's load timed 6
+# pointwise kernels whose choices sat in the deleted compile folder).
+PINNED_ROOT = Path("/tmp")
+PINNED = re.compile(r"^kiln-inductor-[0-9a-f]{16}$")
+
+
+def new_pinned() -> str:
+    """A fresh engine folder's name (under PINNED_ROOT)."""
+    return f"kiln-inductor-{secrets.token_hex(8)}"
+
+
+def pinned_folder(name: str) -> Path:
+    """The engine's pinned folder, set as this process's Inductor cache."""
+    if not PINNED.match(name):
+        raise BundleError(f"kernels.json names the folder {name!r}, not kiln-inductor-<16 hex>")
+    folder = PINNED_ROOT / name
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(folder)
+    return folder
 
 
 def cache_folder(key: dict[str, str]) -> Path:

@@ -3,6 +3,7 @@ folder (issue 39). Real zip archives and folders; no torch needed."""
 
 from __future__ import annotations
 
+import os
 import zipfile
 from pathlib import Path
 
@@ -47,3 +48,19 @@ def test_install_refuses_a_member_outside_its_folder(tmp_path: Path) -> None:
     with pytest.raises(BundleError, match="points outside its folder"):
         kernels.install(engine, tmp_path / "cache")
     assert not (tmp_path / "evil.py").exists()
+
+
+def test_a_pinned_folder_is_a_kiln_inductor_name_under_the_root(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A CUDA engine names the folder its kernels were compiled in (kernels.json's
+    `folder`): only a name of the pinned form is taken, and it becomes the Inductor
+    cache of the process; any other name (a path, a traversal) is refused."""
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    name = kernels.new_pinned()
+    assert kernels.pinned_folder(name) == kernels.PINNED_ROOT / name
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(kernels.PINNED_ROOT / name)
+    assert kernels.new_pinned() != name
+    for bad in ("../etc", "/tmp/x", "kiln-inductor-XYZ", f"{name}/..", ""):
+        with pytest.raises(BundleError, match="kiln-inductor-<16 hex>"):
+            kernels.pinned_folder(bad)

@@ -21,6 +21,7 @@ caches, its GPU memory) takes part:
 from __future__ import annotations
 
 import json
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -43,23 +44,36 @@ def compile_kernels(
     once); what the two processes measured (engine.json's `kernels`; the caller
     writes engine.json again with it)."""
     from builders.causal_lm.backends.inductor import write_zip
-    from runtime.kernels import META
+    from runtime.kernels import META, PINNED_ROOT, new_pinned
     from runtime.kernels import files as cache_files
 
     folder = writer.write_json("engine.json", engine).parent
     write_zip(folder / "engine.zip", files)
+    # CUDA: compiled in the engine's pinned folder, where every load installs them
+    # (runtime/kernels.py says why), emptied before the check so that it installs them
+    pinned = new_pinned() if engine["provider"] == "cuda" else None
     with tempfile.TemporaryDirectory(prefix="kiln-kernels-") as tmp:
+        compiled = PINNED_ROOT / pinned if pinned else Path(tmp) / "compiled"
         request.log("compiling the programs on this host (Inductor; autotuned on CUDA)")
-        made = _child(request, "compile", folder, Path(tmp) / "compiled")
-        kernels = cache_files(Path(tmp) / "compiled")
+        try:
+            made = _child(request, "compile", folder, compiled)
+            kernels = cache_files(compiled)
+        finally:
+            if pinned:
+                shutil.rmtree(compiled, ignore_errors=True)
         carried = {
             "key": made["key"],
             **({"threads": made["threads"]} if "threads" in made else {}),
+            **({"folder": pinned} if pinned else {}),
         }
         added = {**kernels, META: json.dumps(carried, sort_keys=True, indent=1).encode()}
         write_zip(folder / "engine.zip", added, append=True)
         files |= added
-        checked = _child(request, "check", folder, Path(tmp) / "checked")
+        try:
+            checked = _child(request, "check", folder, Path(tmp) / "checked")
+        finally:
+            if pinned:  # the first load here installs them again
+                shutil.rmtree(compiled, ignore_errors=True)
     size = sum(len(b) for b in kernels.values())
     timed = " and timed no kernel" if "tuned" in checked["kernels"] else ""
     request.log(
