@@ -405,13 +405,10 @@ class Bundle:
             steps += 1
         if stepped:
             past = engine.presents()
-        incomplete: dict[int, str] = {}
-        if steering is not None:
-            if strict:
-                steering.finish(np.array(ended), budgets)
-            incomplete = {
-                r: steering.why(r, budgets[r]) for r in steering.unfinished(np.array(ended))
-            }
+        incomplete = steering.incomplete(np.array(ended), budgets) if steering else {}
+        if strict and incomplete:
+            row, why = next(iter(incomplete.items()))
+            raise BundleError(f"prompt {row}: {why}")
         if self.prefix_cache is not None and batch == 1:  # the cache covers every fed token
             self.prefix_cache.store(prompts[0] + out[0][:steps], past)
         return Generation(out, steps, time.perf_counter() - started, first_token, incomplete)

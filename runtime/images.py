@@ -143,7 +143,10 @@ def rgb(image: Image.Image) -> Image.Image:
     `convert_to_rgb`, which every processor here applies first (`do_convert_rgb`)."""
     from PIL import Image
 
-    if "A" in image.getbands() or image.info.get("transparency") is not None:
+    transparent = image.info.get("transparency") is not None
+    if image.mode == "RGB" and not transparent:  # load's pictures already are
+        return image
+    if "A" in image.getbands() or transparent:
         rgba = image.convert("RGBA")
         white = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
         return Image.alpha_composite(white, rgba).convert("RGB")
@@ -155,10 +158,10 @@ def pixel_values(paths: Sequence[Path], config: dict[str, Any]) -> dict[str, np.
     (a preprocessor_config.json) describes: `pixel_values` [n, 3, H, W] float32, or
     for Qwen2-VL the patches of all images [sum of patches, C * T * P * P] and
     `image_grid_thw` [n, 3] int64."""
-    kind = family(config)
     pictures = [load(p) for p in paths]
-    if kind == "Qwen2VLImageProcessor":
-        found = [_qwen2_vl(p, settings(config)) for p in pictures]
+    if family(config) == "Qwen2VLImageProcessor":
+        opts = settings(config)
+        found = [_qwen2_vl(p, opts) for p in pictures]
         return {
             "pixel_values": np.concatenate([patches for patches, _ in found]),
             "image_grid_thw": np.array([grid for _, grid in found], dtype=np.int64),

@@ -49,6 +49,7 @@ from runtime.format import BundleError
 
 PREFIX = "kernels/"  # engine.zip's members under it are the cache folder's files
 META = "kernels.json"
+CHOICE = ".best_config"  # an autotuned choice: named by its kernel, not by its content
 RECOMPILE = "KILN_RECOMPILE"
 # Files of the compile that a later load neither needs nor should share.
 SKIPPED = (".lock", ".tmp")
@@ -183,10 +184,10 @@ def cache_folder(key: dict[str, str]) -> Path:
 
 def install(archive: zipfile.ZipFile, folder: Path) -> int:
     """The engine's kernel files into the cache folder, each written whole (a temp
-    file renamed into place) where absent or different. Most names are Inductor's
-    content hashes, but not all: an autotuned choice (`.best_config`) is named by its
-    kernel, so a cache another compile wrote may hold another choice under the same
-    name, and the engine's must win. The files written."""
+    file renamed into place) where absent. A present file is the same file where its
+    name is Inductor's content hash; an autotuned choice (`.best_config`, a few bytes)
+    is named by its kernel instead, so a cache another compile wrote may hold another
+    choice under that name: it is compared, and the engine's wins. The files written."""
     written = 0
     for info in archive.infolist():
         if not info.filename.startswith(PREFIX) or info.is_dir():
@@ -195,9 +196,9 @@ def install(archive: zipfile.ZipFile, folder: Path) -> int:
         if rel.is_absolute() or ".." in rel.parts:
             raise BundleError(f"engine member {info.filename!r} points outside its folder")
         target = folder / rel
-        data = archive.read(info)
-        if target.is_file() and target.stat().st_size == len(data) and target.read_bytes() == data:
+        if target.is_file() and (rel.suffix != CHOICE or target.read_bytes() == archive.read(info)):
             continue
+        data = archive.read(info)
         target.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".kiln-", suffix=".tmp")
         with os.fdopen(fd, "wb") as out:

@@ -167,7 +167,7 @@ class Steering:
     """One generation's processors and grammars, row by row (each row its own
     Decoding, or None: a batch of requests that asked different things): `__call__`
     turns the batch's next-token logits into the steered ones, `advance` records the
-    token each row took, `finish` refuses a grammar's output that never ended."""
+    token each row took, `incomplete` says which rows' grammar never ended."""
 
     def __init__(
         self,
@@ -215,27 +215,18 @@ class Steering:
         if guide is not None:
             guide.advance(token)
 
-    def unfinished(self, ended: np.ndarray) -> list[int]:
-        """The rows with a grammar whose output is not a complete match although they
-        used their whole budget (`ended`: the row met an end of sequence)."""
-        return [
-            row
-            for row, guide in enumerate(self.guides)
-            if guide is not None and not ended[row] and not guide.accepting
-        ]
-
-    def finish(self, ended: np.ndarray, budgets: Sequence[int]) -> None:
-        """Raises for the first unfinished row."""
-        for row in self.unfinished(ended)[:1]:
-            from runtime.format import BundleError
-
-            raise BundleError(self.why(row, budgets[row]))
-
-    def why(self, row: int, budget: int) -> str:
-        decoding = self.decodings[row]
-        kind = decoding.grammar.kind if decoding and decoding.grammar else "grammar"
-        return (
-            f"prompt {row}'s output did not complete its {kind.replace('_', ' ')} "
-            f"within max_new_tokens={budget}; raise max_new_tokens, or bound "
-            "the grammar (a JSON schema's maxLength, maxItems, maxProperties)"
-        )
+    def incomplete(self, ended: np.ndarray, budgets: Sequence[int]) -> dict[int, str]:
+        """Why each row with a grammar failed: it used its whole budget (`ended`: the
+        row met an end of sequence) and its output is not a complete match."""
+        out = {}
+        for row, guide in enumerate(self.guides):
+            if guide is None or ended[row] or guide.accepting:
+                continue
+            decoding = self.decodings[row]
+            kind = decoding.grammar.kind if decoding and decoding.grammar else "grammar"
+            out[row] = (
+                f"the output did not complete its {kind.replace('_', ' ')} within "
+                f"max_new_tokens={budgets[row]}; raise max_new_tokens, or bound the grammar "
+                "(a JSON schema's maxLength, maxItems, maxProperties)"
+            )
+        return out

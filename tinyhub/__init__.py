@@ -174,23 +174,30 @@ def parameter_shapes(config: dict[str, Any]) -> dict[str, tuple[int, ...]]:
     return {name: tuple(t.shape) for name, t in model.state_dict().items()}
 
 
-def text_files(config: dict[str, Any]) -> dict[str, bytes]:
-    """A tiny checkpoint's files besides its weights: config, generation config and the
-    shipped tokenizer (the bench's seeded checkpoints use them too)."""
-    generation = {"bos_token_id": BOS, "eos_token_id": EOS, "pad_token_id": PAD}
-    tokenizer_config = {
+# Every tiny checkpoint's generation config (a VLM adds its end-of-turn ids).
+GENERATION = {"bos_token_id": BOS, "eos_token_id": EOS, "pad_token_id": PAD, "do_sample": False}
+
+
+def tokenizer_config(max_length: int) -> dict[str, Any]:
+    """The shipped tokenizer's tokenizer_config.json for a model of `max_length`."""
+    return {
         "tokenizer_class": "PreTrainedTokenizerFast",
         "bos_token": "<|bos|>",
         "eos_token": "<|eos|>",
         "pad_token": "<|pad|>",
-        "model_max_length": config["max_position_embeddings"],
+        "model_max_length": max_length,
         "clean_up_tokenization_spaces": False,
     }
+
+
+def text_files(config: dict[str, Any]) -> dict[str, bytes]:
+    """A tiny checkpoint's files besides its weights: config, generation config and the
+    shipped tokenizer (the bench's seeded checkpoints use them too)."""
     return {
         "config.json": _json(config),
-        "generation_config.json": _json({**generation, "do_sample": False}),
+        "generation_config.json": _json(GENERATION),
         "tokenizer.json": tokenizer_bytes(config["model_type"]),
-        "tokenizer_config.json": _json(tokenizer_config),
+        "tokenizer_config.json": _json(tokenizer_config(config["max_position_embeddings"])),
     }
 
 
@@ -210,7 +217,7 @@ def checkpoint_files(repo: str) -> dict[str, bytes]:
     tensors = {name: tensor_values(seed, name, shape) for name, shape in sorted(shapes.items())}
     weights = save(tensors, metadata={"format": "pt"})
     if repo in VLMS:
-        return {"model.safetensors": weights, **vlm.processor_files(repo, config)}
+        return {"model.safetensors": weights, **vlm.processor_files(config)}
     files = {
         "model.safetensors": weights,
         **text_files(config),

@@ -236,28 +236,22 @@ def vlm_specs(base: dict[str, Any]) -> dict[str, dict[str, Any]]:
     }
 
 
-def processor_files(repo: str, config: dict[str, Any]) -> dict[str, bytes]:
+def processor_files(config: dict[str, Any]) -> dict[str, bytes]:
     """Every file of a tiny VLM but its weights."""
-    from tinyhub import BOS, EOS, PAD, json_bytes, tokenizer_bytes
+    from tinyhub import GENERATION, json_bytes, tokenizer_bytes, tokenizer_config
 
     family = FAMILIES[config["model_type"]](config)
-    tokenizer_config = {
-        "tokenizer_class": "PreTrainedTokenizerFast",
-        "bos_token": "<|bos|>",
-        "eos_token": "<|eos|>",
-        "pad_token": "<|pad|>",
-        "model_max_length": config["text_config"]["max_position_embeddings"],
-        "clean_up_tokenization_spaces": False,
+    text = config["text_config"]
+    tokens = {
+        **tokenizer_config(text["max_position_embeddings"]),
         **family.get("tokenizer_config", {}),
     }
-    generation = {"bos_token_id": BOS, "eos_token_id": EOS, "pad_token_id": PAD}
-    generation.update(family.get("generation", {}))
-    raw = tokenizer_bytes(family.get("pre_tokenizer", config["text_config"]["model_type"]))
+    raw = tokenizer_bytes(family.get("pre_tokenizer", text["model_type"]))
     return {
         "config.json": json_bytes(config),
-        "generation_config.json": json_bytes({**generation, "do_sample": False}),
+        "generation_config.json": json_bytes({**GENERATION, **family.get("generation", {})}),
         "tokenizer.json": _with_added_tokens(raw, family["added"]),
-        "tokenizer_config.json": json_bytes(tokenizer_config),
+        "tokenizer_config.json": json_bytes(tokens),
         "preprocessor_config.json": json_bytes(family["image_processor"]),
         "processor_config.json": json_bytes(family["processor"]),
         "chat_template.jinja": family["template"].encode(),

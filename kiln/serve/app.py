@@ -282,7 +282,7 @@ class _Head:
 
     def _logprobs(self, logged: list[models.Logprob]) -> dict[str, Any]:
         """OpenAI's logprobs object: chat's `content` list, or completions' columns."""
-        word = functools.lru_cache(maxsize=None)(lambda token: self.decode([token]))
+        word = functools.cache(lambda token: self.decode([token]))
         if self.object.startswith("chat"):
 
             def entry(token: int, logprob: float) -> dict[str, Any]:

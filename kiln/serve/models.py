@@ -328,12 +328,12 @@ class Batcher:
             with self.ready:
                 while not self.waiting:
                     self.ready.wait()
-                now = time.monotonic()
-                for job in [j for j in self.waiting if j.tap.cancelled.is_set()]:
-                    job.settle(error=Cancelled())  # left before its turn
-                live = [j for j in self.waiting if not j.done.is_set() and j.tap.deadline > now]
-                for job in [j for j in self.waiting if j not in live and not j.done.is_set()]:
-                    job.settle(error=Cancelled())
+                now, live = time.monotonic(), []
+                for job in self.waiting:  # a client that left, or ran out of time, waiting
+                    if job.tap.cancelled.is_set() or job.tap.deadline <= now:
+                        job.settle(error=Cancelled())
+                    else:
+                        live.append(job)
                 jobs, self.waiting = live[:limit], live[limit:]
             if jobs:
                 self.batches[len(jobs)] = self.batches.get(len(jobs), 0) + 1
@@ -372,7 +372,7 @@ class Batcher:
             if tap.gone:
                 job.settle(error=Cancelled())
             elif row in out.incomplete:
-                job.settle(error=BundleError(out.incomplete[row].replace(f"prompt {row}'s", "the")))
+                job.settle(error=BundleError(out.incomplete[row]))
             else:
                 tap.feed(tokens, final=True)
                 ended = bool(tokens) and tokens[-1] in bundle.eos

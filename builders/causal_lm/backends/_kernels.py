@@ -68,7 +68,6 @@ def compile_kernels(
         }
         added = {**kernels, META: json.dumps(carried, sort_keys=True, indent=1).encode()}
         write_zip(folder / "engine.zip", added, append=True)
-        files |= added
         try:
             checked = _child(request, "check", folder, Path(tmp) / "checked")
         finally:
