@@ -25,8 +25,17 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from doit import create_after, doit_cmd
+from doit.cmd_base import DoitCmdBase
+from doit.cmd_clean import Clean as DoitClean
+from doit.cmd_completion import TabCompletion as DoitTabCompletion
+from doit.cmd_forget import Forget as DoitForget
 from doit.cmd_help import Help as DoitHelp
+from doit.cmd_ignore import Ignore as DoitIgnore
+from doit.cmd_info import Info as DoitInfo
 from doit.cmd_list import List as DoitList
+from doit.cmd_resetdep import ResetDep as DoitResetDep
+from doit.cmd_run import Run as DoitRun
+from doit.cmd_strace import Strace as DoitStrace
 from doit.exceptions import TaskError, TaskFailed
 from doit.reporter import ConsoleReporter
 
@@ -422,9 +431,61 @@ def task_replay() -> Task:
     }
 
 
-class Help(DoitHelp):  # type: ignore[misc]  # doit ships no types
-    """`doit help`, kiln's verbs first (kiln/commands/help.py); pyproject.toml's
-    `[tool.doit.plugins.command]` puts it in place of doit's own."""
+# doit's commands, as pyproject.toml's `[project.entry-points."doit.COMMAND"]` installs
+# them in place of doit's own: an installed entry point is found wherever doit runs,
+# whereas doit reads its config files (pyproject.toml, doit.cfg) only in the folder it
+# runs in. Every command that loads dodo.py is here, so that each works from any
+# folder of the repository.
+
+
+class Anywhere(DoitCmdBase):  # type: ignore[misc]  # doit ships no types
+    """A doit command that works from any folder of the repository as from its root:
+    it seeks dodo.py in the folders above (doit's `-k`, on by default here), and doit
+    then works in dodo.py's folder, the root, as kiln's paths do (kiln/paths.py).
+    `seek_file = False` in a doit.cfg, or DOIT_SEEK_FILE=0, turns it off."""
+
+    def get_options(self) -> list[Any]:
+        options: list[Any] = super().get_options()
+        for option in options:
+            if option.name == "seek_file":
+                option.default = True
+        return options
+
+
+class Run(Anywhere, DoitRun):  # type: ignore[misc]
+    """`doit VERB` (and `doit run`): every kiln verb is a task doit's run runs."""
+
+
+class Info(Anywhere, DoitInfo):  # type: ignore[misc]
+    """`doit info TASK`."""
+
+
+class Clean(Anywhere, DoitClean):  # type: ignore[misc]
+    """`doit clean`."""
+
+
+class Forget(Anywhere, DoitForget):  # type: ignore[misc]
+    """`doit forget`."""
+
+
+class Ignore(Anywhere, DoitIgnore):  # type: ignore[misc]
+    """`doit ignore`."""
+
+
+class Strace(Anywhere, DoitStrace):  # type: ignore[misc]
+    """`doit strace`."""
+
+
+class ResetDep(Anywhere, DoitResetDep):  # type: ignore[misc]
+    """`doit reset-dep`."""
+
+
+class TabCompletion(Anywhere, DoitTabCompletion):  # type: ignore[misc]
+    """`doit tabcompletion`."""
+
+
+class Help(Anywhere, DoitHelp):  # type: ignore[misc]
+    """`doit help`, kiln's verbs first (kiln/commands/help.py), in place of doit's own."""
 
     def execute(self, params: Any, args: list[str]) -> int:
         from kiln.commands import help as kiln_help
@@ -435,7 +496,7 @@ class Help(DoitHelp):  # type: ignore[misc]  # doit ships no types
         return _page(found)
 
 
-class List(DoitList):  # type: ignore[misc]  # doit ships no types
+class List(Anywhere, DoitList):  # type: ignore[misc]
     """`doit list`: kiln's verbs by the names users type (`run`, not the `generate` task
     behind it), one line each, as `doit help` shows them; with an option or a task
     name (`doit list --all`, `doit list build`), doit's own list."""

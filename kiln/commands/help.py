@@ -3,7 +3,7 @@ verb's variables as a wrapped table, with examples (issue 41).
 
 doit's own `help` lists doit's commands (`forget`, `ignore`, `strace`) and none of
 kiln's, and `doit help run` describes doit's `run` command, not kiln's generation.
-tasks.Help replaces it through pyproject.toml's `[tool.doit.plugins.command]`: a kiln
+tasks.Help replaces it through pyproject.toml's doit.COMMAND entry points: a kiln
 verb, as users type it (`run` included), gets `text()`; anything else (`doit help
 forget`) doit's own help.
 """
@@ -55,8 +55,8 @@ def overview(width: int) -> str:
         "",
         "doit's own commands: list, info, clean, forget, ignore, dumpdb, strace, reset-dep",
         "(doit help COMMAND for one). A step doit runs is printed '.  NAME'; '-- NAME' is a",
-        "step it found up to date. From a folder below the repository's root: doit -k VERB",
-        "(doit's seek-file flag finds dodo.py above; or export DOIT_SEEK_FILE=1).",
+        "step it found up to date. doit runs from any folder of the repository: it finds",
+        "dodo.py above and works from the root: a relative path in a variable starts there.",
     ]
     return "\n".join(lines)
 

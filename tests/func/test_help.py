@@ -16,7 +16,7 @@ from kiln.commands.variables import ALL
 def doit_help(*args: str, command: str = "help") -> str:
     out = subprocess.run(
         [sys.executable, "-m", "doit", command, *args],
-        cwd=ROOT,  # doit reads pyproject.toml's [tool.doit] where it runs
+        cwd=ROOT,  # any folder of the repository would do (test_any_folder.py)
         capture_output=True,
         text=True,
         timeout=SLOW,
