@@ -13,7 +13,9 @@ Which module builds a step (kiln.plan.toolchain.builder_module): `builders.fetch
 the one shared step (`builders.fetch_chunks` when the file is assembled from chunk
 wheels); `builders.<format>` for an import (gguf); for a text-generation
 engine, the backend module `builders.causal_lm.backends.<backend>`; otherwise
-`builders.<family>.<kind>`, the family being the recipe task's (kiln.schema.FAMILY).
+`builders.<family>.<kind>`, the family being the recipe task's (kiln.schema.FAMILY;
+an image-text-to-text recipe's decoder steps are causal_lm's, its reference and
+validate vlm's).
 A step's key covers that module's import closure, so a new helper needs no table edit.
 
 fetch.py     the one step every family shares: a Hub repo, a packaged file, a local path
@@ -24,7 +26,9 @@ causal_lm/   text-generation, with backends/ (onnxruntime, aoti, inductor, tenso
 classify/    text-classification
 embed/       feature-extraction
 seq2seq/     text2text-generation and automatic-speech-recognition
-data/        shipped texts and audio clips
+vlm/         image-text-to-text: the reference and validation of a vision-language model
+vision/      image-features: a vision-language model's vision program (its own steps)
+data/        shipped texts, audio clips and images
 
 An `_x.py` module is private to its folder (and the folders below it).
 """

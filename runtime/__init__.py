@@ -24,6 +24,7 @@ builders or tasks: a bundle runs on a machine that never built it.
   beams.py        beam search over one input's decoder rows, by transformers' rules
   audio.py        WAV reading and Whisper's log-mel features, in numpy
   images.py       image files read safely; CLIP, SigLIP and Qwen2-VL pixel values, in numpy
+  vlm.py          VisionBundle: images -> vision program -> features merged in the decoder
 
 Modules import heavy libraries (onnxruntime, tokenizers, torch) inside functions; no
 module imports one that imports it back (tests/unit/test_runtime_open.py checks both
@@ -47,6 +48,7 @@ if TYPE_CHECKING:
     from runtime.processors import Decoding
     from runtime.seq2seq import Seq2Seq, Speech
     from runtime.speculative import SpeculativeBundle
+    from runtime.vlm import VisionBundle
 
 Runner: TypeAlias = "Bundle | Classifier | Embedder | Seq2Seq"
 R = TypeVar("R", bound=Runner)
@@ -68,6 +70,7 @@ RUNNERS: dict[str, dict[str, str]] = {
     "feature-extraction": {"ordinary": "runtime.embed:Embedder"},
     "text2text-generation": {"ordinary": "runtime.seq2seq:Seq2Seq"},
     "automatic-speech-recognition": {"ordinary": "runtime.seq2seq:Speech"},
+    "image-text-to-text": {"ordinary": "runtime.vlm:VisionBundle"},
 }
 # An engine backend whose runner replaces its variant's: the inductor engine keeps the
 # KV cache on the device, so its bundles run through their own forward.
@@ -84,6 +87,7 @@ _PUBLIC = {
     "Seq2Seq": "runtime.seq2seq",
     "Speech": "runtime.seq2seq",
     "SpeculativeBundle": "runtime.speculative",
+    "VisionBundle": "runtime.vlm",
     "Decoding": "runtime.processors",
     "Grammar": "runtime.guided",
 }
@@ -160,6 +164,7 @@ __all__ = [
     "Seq2Seq",
     "SpeculativeBundle",
     "Speech",
+    "VisionBundle",
     "open",
     "resolve",
 ]

@@ -89,6 +89,9 @@ class SharedCache:
         self.stepping: tuple[int, int] | None = None
         # the inputs bound per forward (the pasts are bound once, as the buffers)
         self.inputs = [i.name for i in session.get_inputs() if not i.name.startswith("past.")]
+        images = next((i for i in session.get_inputs() if i.name == "image_features"), None)
+        hidden = images.shape[-1] if images is not None else None
+        self.no_images = np.zeros((0, hidden), np.float32) if isinstance(hidden, int) else None
         self.orders: dict[tuple[str, ...], list[int] | None] = {}
         self.total = 0  # positions the buffers hold after the last forward or step
 
@@ -156,6 +159,8 @@ class SharedCache:
             token, position = self.steps[key]
             binding.bind_ortvalue_input("input_ids", _ortvalue(token))
             binding.bind_ortvalue_input("position_ids", _ortvalue(position))
+            if self.no_images is not None:  # a step feeds no image rows (a VLM's decoder)
+                binding.bind_cpu_input("image_features", self.no_images)
             if "logits_to_keep" in self.inputs:
                 binding.bind_cpu_input("logits_to_keep", _KEEP_ALL)
             binding.bind_ortvalue_output("logits", self._row(session, batch)[1])

@@ -18,13 +18,14 @@ from typing import Any
 
 import numpy as np
 
-from runtime.chat import Policy, Template, check_messages
+from runtime.chat import Policy, Template, check_messages, texts
 from runtime.format import TEXT_GENERATION, BundleError, read_meta
 from runtime.processors import Decoding, Steering
 from runtime.sampling import Sampler
 
 TASK = TEXT_GENERATION
 KEEP = "logits_to_keep"  # an input a graph may have (builders/causal_lm/export.py)
+IMAGES = "image_features"  # a vision-language decoder's input (runtime/vlm.py feeds it)
 # Weight precisions whose graphs quantize activations with calibrated static scales
 # (of the recipe precisions kiln builds): a forward over other token boundaries, such as
 # a resumed prefix, can round a near-tie the other way, so its tokens are not
@@ -133,6 +134,9 @@ class Row:
     max_new_tokens: int
     decoding: Decoding | None = None
     sampler: Sampler | None = None
+    # a vision-language bundle's image features for the prompt's image tokens, in order
+    # ([image tokens, hidden]; runtime/vlm.py makes them)
+    images: np.ndarray | None = None
 
 
 @dataclass
@@ -146,7 +150,10 @@ class Generation:
 
 
 class Bundle:
-    """A causal-LM bundle: ordinary and lora variants (runtime/speculative.py drafts)."""
+    """A causal-LM bundle: ordinary and lora variants (runtime/speculative.py drafts;
+    runtime/vlm.py adds images)."""
+
+    TASK = TASK
 
     def __init__(self, path: Path, threads: int | None = None) -> None:
         from tokenizers import Tokenizer
@@ -154,7 +161,7 @@ class Bundle:
         from runtime.backends import open_engine
 
         self.path = Path(path)
-        self.meta: dict[str, Any] = read_meta(self.path, TASK)
+        self.meta: dict[str, Any] = read_meta(self.path, self.TASK)
         self.session = open_engine(self.path, self.meta["engines"]["main"], threads)
         tok = self.meta["tokenizer"]
         self.tokenizer = Tokenizer.from_file(str(self.path / tok["file"]))
@@ -176,7 +183,13 @@ class Bundle:
         ]
         # logits_to_keep: the graph computes logits for the last n positions only
         # (builders/causal_lm/export.py), which a generation's prefill asks for
-        self.keeps_logits = any(v["name"] == KEEP for v in self.meta["io"].get("inputs", []))
+        inputs = {v["name"]: v for v in self.meta["io"].get("inputs", [])}
+        self.keeps_logits = KEEP in inputs
+        # a vision-language decoder: image features merged at its image token; a forward
+        # that feeds none passes 0 rows (builders/causal_lm/export.py)
+        vision = self.meta.get("vision") or {}
+        self.image_token: int | None = vision.get("image_token_id") if IMAGES in inputs else None
+        self.no_images = np.zeros((0, int(vision.get("hidden_size", 0))), np.float32)
         self.max_batch_size = self.meta["limits"]["max_batch_size"]
         self.max_seq_len = self.meta["limits"]["max_seq_len"]
         self.policy = Policy(self.meta.get("prompt_policy"))
@@ -198,7 +211,7 @@ class Bundle:
         return "chat" in self.meta
 
     def encode_chat(
-        self, messages: list[dict[str, str]], thinking: bool | None = None
+        self, messages: list[dict[str, Any]], thinking: bool | None = None
     ) -> list[int]:
         """A conversation's token ids, rendered through the checkpoint's chat template
         with the assistant's turn opened (transformers' apply_chat_template with
@@ -209,9 +222,10 @@ class Bundle:
                 "this bundle carries no chat template (its checkpoint has none); "
                 "give a plain prompt instead"
             )
-        messages = check_messages(messages)
+        messages = check_messages(messages, parts=self.image_token is not None)
         for i, m in enumerate(messages):
-            self.policy.check(m["content"], f"message {i} ({m['role']})")
+            for text in texts(m["content"]):
+                self.policy.check(text, f"message {i} ({m['role']})")
         text = Template(self.path, self.meta["chat"]).render(messages, thinking)
         self.eos |= set(self.meta["chat"].get("end_of_turn", []))
         return list(self.tokenizer.encode(text, add_special_tokens=False).ids)
@@ -234,11 +248,12 @@ class Bundle:
         positions: np.ndarray,
         past: list[np.ndarray],
         keep: int = 0,
+        images: np.ndarray | None = None,
     ) -> tuple[np.ndarray, list[np.ndarray]]:
         """One forward: logits [batch, seq, vocab] (with `keep` > 0, of the last `keep`
         positions at least: all of them where the graph cannot leave any out) and the
-        cache after it."""
-        feeds = self.feeds(ids, mask, positions, past, keep)
+        cache after it. `images`: the features of the image tokens in `ids`, row by row."""
+        feeds = self.feeds(ids, mask, positions, past, keep, images)
         logits, *present = self.session.run(self.output_names, feeds)
         return logits, present
 
@@ -249,22 +264,63 @@ class Bundle:
         positions: np.ndarray,
         past: list[np.ndarray],
         keep: int = 0,
+        images: np.ndarray | None = None,
     ) -> dict[str, np.ndarray]:
         """A forward's graph inputs (builders/causal_lm/export.py's contract)."""
         feeds = {"input_ids": ids, "attention_mask": mask, "position_ids": positions}
         feeds.update(zip(self.past_names, past, strict=True))
         if self.keeps_logits:
             feeds[KEEP] = np.array(keep, np.int64)
+        if self.image_token is not None:
+            feeds[IMAGES] = self.no_images if images is None else images
+        elif images is not None and len(images):
+            raise BundleError("this bundle takes no images: it has no vision program")
         return feeds
 
-    def logits(self, ids: list[int]) -> np.ndarray:
-        """Teacher-forced logits [len(ids), vocab] of one sequence, in one prefill."""
+    def logits(self, ids: list[int], images: np.ndarray | None = None) -> np.ndarray:
+        """Teacher-forced logits [len(ids), vocab] of one sequence, in one prefill
+        (`images`: the features of its image tokens, runtime/vlm.py)."""
         self._check_length(len(ids), 0)
         arr = np.asarray([ids], np.int64)
+        self._check_images(arr, [images])
         mask = np.ones_like(arr)
         positions = np.arange(len(ids), dtype=np.int64)[None]
-        logits, _ = self.forward(arr, mask, positions, self._empty_cache(1))
+        logits, _ = self.forward(arr, mask, positions, self._empty_cache(1), images=images)
         return logits[0]
+
+    def _check_images(self, ids: np.ndarray, images: list[np.ndarray | None]) -> None:
+        """Each row's image tokens must have one feature row each: the graph writes the
+        batch's k-th image token from feature row k."""
+        if self.image_token is None:
+            if any(f is not None and len(f) for f in images):
+                raise BundleError("this bundle takes no images: it has no vision program")
+            return
+        for row, features in enumerate(images):
+            tokens = int((ids[row] == self.image_token).sum())
+            rows = 0 if features is None else len(features)
+            if tokens != rows:
+                raise BundleError(
+                    f"prompt {row} has {tokens} image tokens but {rows} image feature rows; "
+                    "give its images with the prompt (runtime/vlm.py expands each image's "
+                    "placeholder to its tokens)"
+                )
+
+    def _chunk_images(
+        self, ids: np.ndarray, images: list[np.ndarray | None] | None, used: list[int]
+    ) -> np.ndarray | None:
+        """The feature rows of the image tokens in `ids` (a chunk of the batch's
+        prompts), row by row, from each row's features after the `used` ones already
+        fed; `used` is advanced. None where the batch has no images."""
+        if images is None or self.image_token is None:
+            return None
+        parts = []
+        for row, features in enumerate(images):
+            n = int((ids[row] == self.image_token).sum())
+            if n:
+                assert features is not None  # _check_images matched the counts
+                parts.append(features[used[row] : used[row] + n])
+                used[row] += n
+        return np.concatenate(parts) if parts else self.no_images
 
     def _check_length(self, prompt: int, new: int) -> None:
         if prompt + new > self.max_seq_len:
@@ -339,16 +395,24 @@ class Bundle:
         longest = max(budgets, default=0)
         ids, mask, positions = self._batch(prompts, longest)
         batch = len(prompts)
+        images = [r.images for r in rows]
+        self._check_images(ids, images)
+        pictured = any(f is not None and len(f) for f in images)
+        # a prefix cache is keyed by token ids, which are the same for any image
+        caching = self.prefix_cache is not None and batch == 1 and not pictured
         steering = None
         if any(r.decoding is not None and r.decoding.steers for r in rows):
             decodings = [r.decoding for r in rows]
             steering = Steering(decodings, prompts, self.eos, self._vocab(), self.tokenizer_json)
         reused, cached = 0, None
-        if self.prefix_cache is not None and batch == 1:
+        if caching:
+            assert self.prefix_cache is not None
             reused, cached = self.prefix_cache.lookup(ids[0])  # one prompt: no padding
         past = cached if cached is not None else self._empty_cache(batch)
         self.last_reused = reused
-        logits, past = self._prefill(ids[:, reused:], mask, positions[:, reused:], past)
+        logits, past = self._prefill(
+            ids[:, reused:], mask, positions[:, reused:], past, images if pictured else None
+        )
         out: list[list[int]] = [[] for _ in prompts]
         ended = [False] * batch  # the row met an end of sequence
         finished = [b < 1 for b in budgets]  # ... or used its budget
@@ -409,25 +473,40 @@ class Bundle:
         if strict and incomplete:
             row, why = next(iter(incomplete.items()))
             raise BundleError(f"prompt {row}: {why}")
-        if self.prefix_cache is not None and batch == 1:  # the cache covers every fed token
+        if caching:  # the cache covers every fed token
+            assert self.prefix_cache is not None
             self.prefix_cache.store(prompts[0] + out[0][:steps], past)
         return Generation(out, steps, time.perf_counter() - started, first_token, incomplete)
 
     def _prefill(
-        self, ids: np.ndarray, mask: np.ndarray, positions: np.ndarray, past: list[np.ndarray]
+        self,
+        ids: np.ndarray,
+        mask: np.ndarray,
+        positions: np.ndarray,
+        past: list[np.ndarray],
+        images: list[np.ndarray | None] | None = None,
     ) -> tuple[np.ndarray, list[np.ndarray]]:
         """The forward over a prompt's tokens after `past` (`mask` covers both): one pass,
         or with prefill_chunk_len set, one pass per chunk of that many tokens, each on
         the cache the ones before it left. Only the last position's logits are asked
-        for, and only the last chunk's come back."""
+        for, and only the last chunk's come back. `images`: each row's image features,
+        fed with the chunk that holds their tokens."""
         chunk, width = self.prefill_chunk_len, ids.shape[1]
+        used = [0] * ids.shape[0]
         if not chunk or width <= chunk:
-            return self.forward(ids, mask, positions, past, keep=1)
+            features = self._chunk_images(ids, images, used)
+            return self.forward(ids, mask, positions, past, keep=1, images=features)
         before = mask.shape[1] - width
         for start in range(0, width, chunk):
             end = min(start + chunk, width)
+            features = self._chunk_images(ids[:, start:end], images, used)
             logits, past = self.forward(
-                ids[:, start:end], mask[:, : before + end], positions[:, start:end], past, keep=1
+                ids[:, start:end],
+                mask[:, : before + end],
+                positions[:, start:end],
+                past,
+                keep=1,
+                images=features,
             )
         return logits, past
 

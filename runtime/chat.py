@@ -21,13 +21,16 @@ from runtime.format import BundleError, read_json
 ROLES = ("system", "user", "assistant", "tool")
 
 
-def read_messages(path: Path) -> list[dict[str, str]]:
+def read_messages(path: Path, parts: bool = False) -> list[dict[str, Any]]:
     """A conversation file: a JSON list of {"role": ..., "content": ...} objects."""
-    return check_messages(read_json(path), str(path))
+    return check_messages(read_json(path), str(path), parts)
 
 
-def check_messages(data: Any, where: str = "messages") -> list[dict[str, str]]:
-    """Messages in the usual role/content form, or a BundleError saying which is not."""
+def check_messages(data: Any, where: str = "messages", parts: bool = False) -> list[dict[str, Any]]:
+    """Messages in the usual role/content form, or a BundleError saying which is not.
+    With `parts` (a vision-language bundle), a content may also be a list of parts,
+    {"type": "text", "text": ...} and {"type": "image"} (the images are given apart,
+    in the order of their parts), as transformers' processors take them."""
     if not isinstance(data, list) or not data:
         raise BundleError(f"{where}: expected a non-empty JSON list of messages")
     out = []
@@ -36,12 +39,32 @@ def check_messages(data: Any, where: str = "messages") -> list[dict[str, str]]:
             raise BundleError(
                 f'{where}[{i}]: a message is {{"role": ..., "content": ...}}, nothing else'
             )
-        if m["role"] not in ROLES or not isinstance(m["content"], str):
-            raise BundleError(
-                f"{where}[{i}]: role must be one of {', '.join(ROLES)} and content a string"
-            )
-        out.append({"role": m["role"], "content": m["content"]})
+        content = m["content"]
+        if parts and isinstance(content, list):
+            content = [_part(p, f"{where}[{i}].content[{j}]") for j, p in enumerate(content)]
+        elif not isinstance(content, str):
+            kind = "a string or a list of text and image parts" if parts else "a string"
+            raise BundleError(f"{where}[{i}]: content must be {kind}")
+        if m["role"] not in ROLES:
+            raise BundleError(f"{where}[{i}]: role must be one of {', '.join(ROLES)}")
+        out.append({"role": m["role"], "content": content})
     return out
+
+
+def _part(part: Any, where: str) -> dict[str, str]:
+    if isinstance(part, dict) and part == {"type": "image"}:
+        return {"type": "image"}
+    text = isinstance(part, dict) and set(part) == {"type", "text"} and part["type"] == "text"
+    if text and isinstance(part["text"], str):
+        return {"type": "text", "text": part["text"]}
+    raise BundleError(f'{where}: a part is {{"type": "text", "text": ...}} or {{"type": "image"}}')
+
+
+def texts(content: str | list[dict[str, str]]) -> list[str]:
+    """The text of a message's content, as the prompt policy checks it."""
+    if isinstance(content, str):
+        return [content]
+    return [p["text"] for p in content if p["type"] == "text"]
 
 
 class Policy:
@@ -78,7 +101,7 @@ class Template:
         self.special: dict[str, str] = dict(spec.get("special_tokens", {}))
         self.thinking = bool(spec.get("thinking", False))
 
-    def render(self, messages: list[dict[str, str]], thinking: bool | None = None) -> str:
+    def render(self, messages: list[dict[str, Any]], thinking: bool | None = None) -> str:
         """The conversation as the model reads it, with the assistant's turn opened."""
         from transformers.utils.chat_template_utils import render_jinja_template
 

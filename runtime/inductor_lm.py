@@ -97,10 +97,13 @@ class InductorBundle(Bundle):
         positions: np.ndarray,
         past: list[np.ndarray],
         keep: int = 0,
+        images: np.ndarray | None = None,
     ) -> tuple[np.ndarray, list[np.ndarray]]:
         """The Bundle contract over the engine's static cache: `mask` covers every slot
         so far (its last ids.shape[1] columns are the new tokens). Every position's
-        logits come back (`keep` allows that)."""
+        logits come back (`keep` allows that). No inductor engine takes images yet."""
+        if images is not None and len(images):
+            raise BundleError("this inductor bundle takes no images")
         rows = ids.shape[0]
         if not past:
             self.engine.reset()

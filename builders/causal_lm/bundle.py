@@ -33,7 +33,9 @@ class Options(BaseModel):
         description="Drafting parameters (max_draft_len, ...); empty when the variant "
         "does not draft.",
     )
-    task: str = Field(pattern="^text-generation$", description="The recipe's task.")
+    task: str = Field(
+        pattern="^(text-generation|image-text-to-text)$", description="The recipe's task."
+    )
     prompt_policy: dict[str, Any] = Field(
         default_factory=dict,
         description="What prompts the runtime accepts (charset, max_chars); empty: any.",
@@ -104,6 +106,30 @@ def _chat(writer: Writer, ckpt: Any, tok_config: dict[str, Any], tokenizer: Any)
     }
 
 
+def _vision(request: Request, writer: Writer, ckpt: Any) -> dict[str, Any]:
+    """A vision-language bundle's vision program (input `vision`, builders/vision/) as
+    vision.onnx, the checkpoint's preprocessor_config.json, which runtime/images.py
+    reads, and bundle.json's "vision": what the runtime needs to turn image files into
+    the features the decoder merges at the image token."""
+    source = request.inputs["vision"]
+    engine = json.loads((source / "engine.json").read_text())
+    io = json.loads((source / "io.json").read_text())
+    shutil.copyfile(source / engine["file"], writer.path("vision.onnx"))
+    shutil.copyfile(ckpt / "preprocessor_config.json", writer.path("preprocessor_config.json"))
+    return {
+        "engine": {
+            "file": "vision.onnx",
+            "backend": engine["backend"],
+            "backend_version": engine["version"],
+            "provider": engine["provider"],
+        },
+        "processor": "preprocessor_config.json",
+        "image_token_id": io["image_token_id"],
+        "tokens_per_image": io["tokens_per_image"],
+        "hidden_size": io["hidden_size"],
+    }
+
+
 def adds_bos(tok_config: dict[str, Any], tokenizer: Any, bos: int | None) -> bool:
     """Does the reference's tokenizer (transformers, add_special_tokens=True) start a
     text with BOS? tokenizer_config.json's add_bos_token when it says; else what the
@@ -145,6 +171,7 @@ def build(request: Request, writer: Writer) -> None:
     shutil.copyfile(ckpt / "tokenizer.json", writer.path("tokenizer.json"))
     meta = {
         "schema_version": BUNDLE_SCHEMA,
+        **({"task": opts.task} if opts.task != "text-generation" else {}),
         "variant": opts.variant,
         "precision": opts.precision,
         "architecture": io["architecture"],
@@ -179,5 +206,7 @@ def build(request: Request, writer: Writer) -> None:
         meta["chat"] = chat
     if opts.prompt_policy:
         meta["prompt_policy"] = opts.prompt_policy
+    if "vision" in request.inputs:
+        meta["vision"] = _vision(request, writer, ckpt)
     extend(request, writer, meta, opts.speculative)
     writer.write_json("bundle.json", meta)

@@ -7,6 +7,9 @@ The graph's contract, which the runtime relies on:
              position_ids [batch, seq] int64
              past.<layer>.key / past.<layer>.value [batch, heads, past, dim]
              logits_to_keep [] int64                    (0: every position)
+             image_features [rows, hidden] float32      (image-text-to-text only: the
+                                                         vision program's rows, written
+                                                         at the image tokens in order)
     outputs  logits [batch, seq, vocab]              (the last logits_to_keep positions
                                                       when it is > 0)
              present.<layer>.key / present.<layer>.value [batch, heads, past + seq, dim]
@@ -22,6 +25,11 @@ has a default. A graph whose model takes no such argument has no such input
 heads and dim are observed per layer and per tensor from one forward pass
 (builders/causal_lm/_cache.py) and recorded in export.json's kv_cache.entries; MLA models
 cache keys and values of different widths.
+
+A vision-language model's decoder reads its token embeddings with image_features
+written over the rows of its image tokens (merge_image_features): the k-th image token
+of the batch, counted row by row, takes feature row k. A forward that feeds no image
+token passes image_features of 0 rows.
 
 A prefill passes past tensors with past = 0. The example batch is 2 and the example
 past is non-empty: with batch 1 the exporter specializes the batch dimension to a
@@ -47,7 +55,11 @@ class Options(BaseModel):
     model_config = ConfigDict(extra="forbid")
     opset: int = Field(17, ge=17, le=23, description="ONNX opset to export.")
     exporter: str = Field("torchscript", pattern="^torchscript$", description="torch exporter.")
-    task: str = Field("text-generation", pattern="^text-generation$", description="The task.")
+    task: str = Field(
+        "text-generation",
+        pattern="^(text-generation|image-text-to-text)$",
+        description="The task; image-text-to-text also takes image_features.",
+    )
     hidden: str = Field(
         "none",
         pattern="^(none|mtp|eagle3|dflash|dspark)$",
@@ -81,11 +93,15 @@ def _capture(request: Request, opts: Options, model: Any) -> list[str]:
 
 
 KEEP = "logits_to_keep"
+IMAGES = "image_features"
 
 
-def io_names(entries: list[dict[str, Any]], keep: bool = False) -> tuple[list[str], list[str]]:
+def io_names(
+    entries: list[dict[str, Any]], keep: bool = False, images: bool = False
+) -> tuple[list[str], list[str]]:
     inputs = ["input_ids", "attention_mask", "position_ids"] + [e["past"] for e in entries]
     inputs += [KEEP] if keep else []
+    inputs += [IMAGES] if images else []
     outputs = ["logits"] + [e["present"] for e in entries]
     return inputs, outputs
 
@@ -96,11 +112,13 @@ def explicit_cache_module(
     seen: dict[str, Any] | None = None,
     points: list[str] | None = None,
     keep: bool = False,
+    image_token: int | None = None,
 ) -> Any:
     """The model as (input_ids, attention_mask, position_ids, *past) -> (logits, *present):
     the contract above. The aoti backend traces the same module. With `points`, the
     hidden states a drafter needs (captured by hooks into `seen`) are one more output;
-    with `keep`, logits_to_keep is one more input, after the past."""
+    with `keep`, logits_to_keep is one more input, after the past; with `image_token`,
+    image_features is the last input, merged at that token's rows."""
     import torch
 
     from builders.causal_lm import _cache
@@ -116,12 +134,18 @@ def explicit_cache_module(
         def forward(
             self, input_ids: Any, attention_mask: Any, position_ids: Any, *past: Any
         ) -> Any:
-            kept = {}
+            kept: dict[str, Any] = {}
+            tokens: dict[str, Any] = {"input_ids": input_ids}
+            if image_token is not None:
+                *past, features = past  # type: ignore[assignment]
+                embeds = self.model.get_input_embeddings()(input_ids)
+                merged = merge_image_features(input_ids, embeds, features, image_token)
+                tokens = {"inputs_embeds": merged}
             if keep:
                 *past, last = past  # type: ignore[assignment]
                 kept = {KEEP: kept_positions(input_ids, last)}
             out = self.model(
-                input_ids=input_ids,
+                **tokens,
                 attention_mask=attention_mask,
                 position_ids=position_ids,
                 use_cache=True,
@@ -135,6 +159,30 @@ def explicit_cache_module(
             return (out.logits, *present, *hidden)
 
     return WithExplicitCache().eval()
+
+
+def merge_image_features(input_ids: Any, embeds: Any, features: Any, token: int) -> Any:
+    """Token embeddings [batch, seq, hidden] with the k-th `token` of the batch (row
+    by row) replaced by features[k - 1]: a cumulative count indexes a table whose row
+    0 is zeros, so text tokens (index 0) and a forward of no image rows trace the same
+    graph, and Where keeps the text rows' own embeddings. An image token past the
+    features (one a decode step generated) keeps its own embedding, as transformers
+    embeds an image token that comes without pixels."""
+    import torch
+
+    is_image = input_ids == token
+    count = torch.cumsum(is_image.reshape(-1).to(torch.int64), 0)
+    fed = is_image.reshape(-1) & (count <= torch._shape_as_tensor(features)[0])
+    index = count * fed.to(torch.int64)
+    table = torch.cat([features.new_zeros(1, features.shape[-1]), features], 0)
+    picked = table[index].reshape(embeds.shape)
+    return torch.where(fed.reshape(is_image.shape).unsqueeze(-1), picked, embeds)
+
+
+def image_token_id(model: Any) -> int | None:
+    """The image token a vision-language model's decoder merges features at."""
+    found = getattr(model.config, "image_token_id", None)
+    return int(found) if found is not None else None
 
 
 def kept_positions(input_ids: Any, keep: Any) -> Any:
@@ -184,11 +232,12 @@ def build(request: Request, writer: Writer) -> None:
 
     from builders.causal_lm import _attention, _cache, _ort_attention, _tracefix
     from builders.causal_lm._capture import install_hooks
-    from builders.common.hf import load_for_export
+    from builders.common.hf import auto_class, load_for_export
 
     opts = Options.model_validate(request.options)
     checkpoint = request.inputs["checkpoint"] / "checkpoint"
-    model = load_for_export(checkpoint)
+    model = load_for_export(checkpoint, auto_class(opts.task))
+    image_token = image_token_id(model) if opts.task == "image-text-to-text" else None
     if "adapter" in request.inputs:  # a LoRA companion is merged here, at export
         from builders.causal_lm._adapter import with_adapter
 
@@ -205,7 +254,9 @@ def build(request: Request, writer: Writer) -> None:
     keep = keeps_logits(model)
     example = example_inputs(entries, device)
     example += (torch.tensor(0, device=device),) if keep else ()
-    inputs, outputs = io_names(entries, keep)
+    hidden_size = model.config.get_text_config(decoder=True).hidden_size
+    example += (torch.zeros(3, hidden_size, device=device),) if image_token is not None else ()
+    inputs, outputs = io_names(entries, keep, image_token is not None)
     outputs += ["hidden"] if points else []
     dynamic = {
         "input_ids": {0: "batch", 1: "seq"},
@@ -217,6 +268,7 @@ def build(request: Request, writer: Writer) -> None:
             name: {0: "batch", _cache.SEQ_AXIS: "total"} for name in outputs[1:] if name != "hidden"
         },
         **({"hidden": {0: "batch", 1: "seq"}} if points else {}),
+        **({IMAGES: {0: "rows"}} if image_token is not None else {}),
     }
     layers = model.config.get_text_config(decoder=True).num_hidden_layers
     request.log(f"exporting {type(model).__name__} ({layers} layers) to ONNX opset {opts.opset}")
@@ -245,7 +297,7 @@ def build(request: Request, writer: Writer) -> None:
             request.log("attention: grouped queries over the shared KV heads (no repeat_kv)")
         try:
             torch.onnx.export(
-                explicit_cache_module(model, entries, seen, points, keep),
+                explicit_cache_module(model, entries, seen, points, keep, image_token),
                 example,
                 str(writer.path("model.onnx")),
                 input_names=inputs,
@@ -272,6 +324,8 @@ def build(request: Request, writer: Writer) -> None:
         request.log(f"weights: {shared:,d} bytes read from the checkpoint's own file")
     meta = {**describe(model, entries), "hidden": points, "attention": attention}
     meta[KEEP] = keep
+    if image_token is not None:
+        meta["image_token_id"] = image_token
     if "quantized" in request.inputs:
         done = json.loads((request.inputs["quantized"] / "quantize.json").read_text())
         keys = ("weights", "kv_cache", "config", "device", "lm_head_outliers")

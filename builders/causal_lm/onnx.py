@@ -57,7 +57,9 @@ class Options(BaseModel):
         description="How a quantized graph writes Q/DQ: standard ONNX, or TensorRT's own "
         "ops; 'none' for an fp32 graph.",
     )
-    task: str = Field(pattern="^text-generation$", description="The recipe's task.")
+    task: str = Field(
+        pattern="^(text-generation|image-text-to-text)$", description="The recipe's task."
+    )
     lm_head: LmHead | None = Field(None, description="precision.lm_head's rewrite.")
 
 
@@ -96,7 +98,9 @@ def build(request: Request, writer: Writer) -> None:
     # TensorRT's own ops have no ONNX schema; the checker cannot infer through them
     inputs, outputs = graph.check(model, full=opts.qdq != "tensorrt", saved=saved)
     entries = exported["kv_cache"]["entries"]
-    expected_in, _ = io_names(entries, exported.get("logits_to_keep", False))
+    expected_in, _ = io_names(
+        entries, exported.get("logits_to_keep", False), "image_token_id" in exported
+    )
     names = [v["name"] for v in inputs]
     if names != expected_in:
         raise request.error(

@@ -11,17 +11,27 @@ from pathlib import Path
 from typing import Any
 
 
-def load_causal_lm(checkpoint: Path) -> Any:
+def load_causal_lm(checkpoint: Path, auto_class: str = "AutoModelForCausalLM") -> Any:
+    """The checkpoint as `auto_class` makes it (a vision-language model's:
+    AutoModelForImageTextToText, image_text_class)."""
     import torch
-    from transformers import AutoModelForCausalLM
+    import transformers
     from transformers.utils import logging
 
     logging.disable_progress_bar()
     logging.set_verbosity_error()
-    model = AutoModelForCausalLM.from_pretrained(
+    model = getattr(transformers, auto_class).from_pretrained(
         checkpoint, dtype=torch.float32, attn_implementation="eager", use_safetensors=True
     )
     return model.eval()
+
+
+IMAGE_TEXT = "AutoModelForImageTextToText"  # the auto class of task image-text-to-text
+
+
+def auto_class(task: str) -> str:
+    """The transformers auto class of a language-model task's checkpoint."""
+    return IMAGE_TEXT if task == "image-text-to-text" else "AutoModelForCausalLM"
 
 
 def token_ids(value: Any) -> list[int]:
@@ -70,18 +80,18 @@ def quiet_stdout() -> Any:
     return contextlib.redirect_stdout(io.StringIO())
 
 
-def load_for_export(checkpoint: Path) -> Any:
+def load_for_export(checkpoint: Path, auto_class: str = "AutoModelForCausalLM") -> Any:
     """As load_causal_lm, with the experts as batched matmuls: the default MoE
     expert loop does not trace (FIELD_NOTES: MoE exports only with
     experts_implementation="batched_mm"). The reference keeps the default, so the
     two paths stay independent."""
     import torch
-    from transformers import AutoModelForCausalLM
+    import transformers
     from transformers.utils import logging
 
     logging.disable_progress_bar()
     logging.set_verbosity_error()
-    model = AutoModelForCausalLM.from_pretrained(
+    model = getattr(transformers, auto_class).from_pretrained(
         checkpoint,
         dtype=torch.float32,
         attn_implementation="eager",

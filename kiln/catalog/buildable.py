@@ -72,6 +72,15 @@ MEASURES: dict[str, frozenset[str]] = {
     # speech: no text tokenizer to compare; its log-mel features instead
     "automatic-speech-recognition": (_GENERATED - {"tokenizer_match_rate"})
     | {"max_abs_feature_diff"},
+    # a VLM: its text as a causal LM's, its images' pixels against the processor's, and
+    # how far its logits move when the image changes (builders/causal_lm/_images.py)
+    "image-text-to-text": _GENERATED
+    | {
+        "max_abs_pixel_diff",
+        "image_sensitivity",
+        "reference_image_sensitivity",
+        "image_sensitivity_ratio",
+    },
     "text-classification": frozenset(
         {
             "max_abs_logit_diff",
@@ -310,7 +319,24 @@ def refusals(recipe: Recipe) -> list[Problem]:
                 f"score at most {available} positions",
             )
         )
-    if recipe.task != "text-generation" and (
+    if recipe.task == "image-text-to-text" and (
+        recipe.build.backend != "onnxruntime"
+        or quantized(recipe.precision)
+        or compute != "fp32"
+        or recipe.execution.variant != "ordinary"
+        or recipe.validation.scored_positions
+    ):
+        problems.append(
+            Problem(
+                "image-text-to-text recipes are built as fp32 onnxruntime bundles of the "
+                "ordinary variant so far (the vision program has no inductor engine yet, and "
+                "the quantize step loads text-only models)",
+                _at("task"),
+                "use precision fp32, backend onnxruntime, variant ordinary and no "
+                "validation.scored_positions for this task",
+            )
+        )
+    elif recipe.task not in ("text-generation", "image-text-to-text") and (
         recipe.build.backend != "onnxruntime"
         or quantized(recipe.precision)
         or compute != "fp32"

@@ -17,6 +17,8 @@ from kiln.commands.workspace import catalog, selected, store
 from kiln.errors import KilnError, Location
 from kiln.store import unsupported
 
+VLM = "image-text-to-text"
+
 
 def generate(
     recipe: str | None,
@@ -41,6 +43,7 @@ def generate(
     min_new_tokens: int = 0,
     min_length: int = 0,
     num_beams: int = 1,
+    image: str | None = None,
 ) -> None:
     import runtime
     from runtime import BundleError, Sampler
@@ -65,6 +68,7 @@ def generate(
     constraint = _grammar(json_schema, regex, grammar)
     earlier = _messages(messages) if messages else []
     clips = _clips(audio) if audio else []
+    pictures = _pictures(image) if image else []
 
     names = selected(recipe) if recipe else []
     if len(names) != 1:
@@ -73,7 +77,20 @@ def generate(
     task = catalog().recipe(name).task
     asked = chat
     if chat is None:  # a chat model chats unless told otherwise (its recipe says it has one)
-        chat = task == "text-generation" and catalog().recipe(name).validation.chat
+        chat = task == VLM or (task == "text-generation" and catalog().recipe(name).validation.chat)
+    if pictures and task != VLM:
+        raise KilnError.one(
+            f"image applies to image-text-to-text recipes; {name} is a {task} recipe",
+            variables.at("image"),
+            "drop image, or name a vision-language recipe",
+        )
+    if task == VLM and not chat:
+        raise KilnError.one(
+            "a vision-language recipe answers chat turns only (its images are placed by the "
+            "chat template)",
+            variables.at("chat"),
+            "drop chat=0",
+        )
     if task == "automatic-speech-recognition":
         if not audio:  # a speech recipe reads audio (_transcribe)
             raise KilnError.one(
@@ -102,7 +119,7 @@ def generate(
                 Location(WHERE, key_path=("num_beams",)),
                 "drop num_beams, or name a text2text or speech recipe",
             )
-        if steered and type(bundle) is not runtime.Bundle:
+        if steered and type(bundle) not in (runtime.Bundle, runtime.VisionBundle):
             raise KilnError.one(
                 f"{', '.join(steered)} steer ordinary text-generation decoding; {name} is a "
                 f"{task} recipe run by {type(bundle).__name__}",
@@ -116,8 +133,9 @@ def generate(
         decoding = replace(decoding, min_new_tokens=min_new_tokens, min_length=min_length)
         if chat:
             think = None if thinking is None else thinking == "1"
-            turns = _conversation(system, earlier, prompt)
-            _chat(bundle, turns, think, max_new_tokens, sampler, stats, decoding)
+            turns = _conversation(system, earlier, prompt, len(pictures))
+            features = _features(bundle, turns, pictures)
+            _chat(bundle, turns, think, max_new_tokens, sampler, stats, decoding, features)
             return
         budget = max_new_tokens or PLAIN
         out = _generate(bundle, [bundle.encode(prompt or "")], budget, decoding, sampler)
@@ -232,29 +250,69 @@ def _decoding(
     )
 
 
-def _messages(messages: str) -> list[dict[str, str]]:
-    """The turns of a `messages=FILE.json` chat file."""
+def _messages(messages: str) -> list[dict[str, Any]]:
+    """The turns of a `messages=FILE.json` chat file (text and image parts: which
+    bundle takes image parts is known once it is open)."""
     from runtime import BundleError
     from runtime.chat import check_messages
 
     data = variables.read_json("messages", messages)
     try:
-        return check_messages(data, messages)
+        return check_messages(data, messages, parts=True)
     except BundleError as exc:
         raise KilnError.one(str(exc), variables.at("messages")) from None
 
 
 def _conversation(
-    system: str | None, earlier: list[dict[str, str]], prompt: str | None
-) -> list[dict[str, str]]:
-    """The turns so far: the system message, a messages file's turns, then the prompt."""
-    turns: list[dict[str, str]] = []
+    system: str | None, earlier: list[dict[str, Any]], prompt: str | None, images: int = 0
+) -> list[dict[str, Any]]:
+    """The turns so far: the system message, a messages file's turns, then the prompt.
+    `images` given beside a messages file without image parts, or a prompt, go with
+    the first user turn that follows, as image parts before its text."""
+    turns: list[dict[str, Any]] = []
     if system:
         turns.append({"role": "system", "content": system})
     turns += earlier
     if prompt:
         turns.append({"role": "user", "content": prompt})
+    if images and not any(_image_parts(t) for t in turns):
+        user = next((t for t in turns if t["role"] == "user"), None)
+        if user is not None:
+            text = user["content"]
+            parts = text if isinstance(text, list) else [{"type": "text", "text": text}]
+            user["content"] = [{"type": "image"} for _ in range(images)] + parts
     return turns
+
+
+def _image_parts(turn: dict[str, Any]) -> int:
+    content = turn["content"]
+    return sum(p["type"] == "image" for p in content) if isinstance(content, list) else 0
+
+
+def _pictures(image: str) -> list[Path]:
+    """The files of `image=FILE,FILE,...`, each resolved and refused like any file
+    variable (outside the repository, a FIFO, a folder, past MAX_IMAGE_BYTES)."""
+    parts = [p.strip() for p in image.split(",")]
+    if not all(parts):
+        raise KilnError.one(f"image={image!r} names an empty file", variables.at("image"))
+    return [variables.file_of("image", p, limit=variables.MAX_IMAGE_BYTES) for p in parts]
+
+
+def _features(bundle: Any, turns: list[dict[str, Any]], pictures: list[Path]) -> Any:
+    """A vision-language bundle's image features for the conversation's image parts
+    (None for other bundles); as many images as parts, or a located error."""
+    from runtime.vlm import VisionBundle
+
+    if not isinstance(bundle, VisionBundle):
+        return None
+    parts = sum(_image_parts(t) for t in turns)
+    if parts != len(pictures):
+        raise KilnError.one(
+            f"the conversation has {parts} image parts and image= gives {len(pictures)} files",
+            variables.at("image"),
+            "give one file per image part, in order",
+        )
+    return bundle.image_features(pictures)
 
 
 def _chat(
@@ -265,15 +323,17 @@ def _chat(
     sampler: Any,
     stats: bool,
     decoding: Any = None,
+    features: Any = None,
 ) -> None:
     """Answer the conversation's last user turn; with none, read user turns from
-    standard input, one a line, until its end (or a line `/exit`), keeping the history."""
+    standard input, one a line, until its end (or a line `/exit`), keeping the history.
+    `features`: a vision-language bundle's image features, for every answer."""
     import sys
 
     def answer() -> None:
         ids = bundle.encode_chat(turns, thinking)
         budget = max_new_tokens or max(1, min(CHAT, bundle.max_seq_len - len(ids)))
-        out = _generate(bundle, [ids], budget, decoding, sampler)
+        out = _generate(bundle, [ids], budget, decoding, sampler, features)
         _said_if_cut(bundle, out.tokens[0], budget, max_new_tokens)
         reply = bundle.decode(out.tokens[0])
         turns.append({"role": "assistant", "content": reply})
@@ -318,12 +378,22 @@ def _stats_line(bundle: Any, tokens: list[int]) -> str:
 
 
 def _generate(
-    bundle: Any, prompts: list[list[int]], max_new_tokens: int, decoding: Any, sampler: Any
+    bundle: Any,
+    prompts: list[list[int]],
+    max_new_tokens: int,
+    decoding: Any,
+    sampler: Any,
+    features: Any = None,
 ) -> Any:
     """The bundle's own generate where nothing steers the logits (an inductor bundle's
     greedy loop runs on the device; a drafting bundle speculates); generate_with, the
     loop that applies `decoding` to each step's logits on the host, where something
-    does."""
+    does; generate_rows with the image `features` of a vision-language prompt."""
+    if features is not None:
+        from runtime import Row
+
+        rows = [Row(p, max_new_tokens, decoding, sampler, features) for p in prompts]
+        return bundle.generate_rows(rows)
     if decoding is None or not decoding.steers:
         return bundle.generate(prompts, max_new_tokens, sampler)
     return bundle.generate_with(prompts, max_new_tokens, decoding, sampler)

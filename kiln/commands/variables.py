@@ -143,10 +143,14 @@ def at(name: str) -> Location:
     return Location(WHERE, key_path=(name,))
 
 
-def file_of(name: str, value: str, folder: bool = False) -> Path:
+MAX_IMAGE_BYTES = 64 << 20  # an image file (`doit run image=`): a large photo, not more
+
+
+def file_of(name: str, value: str, folder: bool = False, limit: int = MAX_FILE_BYTES) -> Path:
     """The file (or, `folder`, the folder) a variable names, resolved; refused before
     anything is read when it leads out of the repository and the temp folder, is a
-    FIFO, a device or a socket, or is a folder where a file is meant."""
+    FIFO, a device or a socket, is a folder where a file is meant, or is larger than
+    `limit` bytes."""
     # the catalog's root, this checkout (its shipped clips, when KILN_ROOT is elsewhere)
     roots = dict.fromkeys((Paths.from_env().root, ROOT, Path(tempfile.gettempdir())))
     try:
@@ -156,11 +160,13 @@ def file_of(name: str, value: str, folder: bool = False) -> Path:
     if found.is_dir() and not folder:
         raise KilnError.one(f"{value} is a folder", at(name), f"{name}=FILE")
     size = found.stat().st_size
-    if found.is_file() and size > MAX_FILE_BYTES:
+    if found.is_file() and size > limit:
         raise KilnError.one(
-            f"{value} is {size:,} bytes; at most {MAX_FILE_BYTES:,}",
+            f"{value} is {size:,} bytes; at most {limit:,}",
             at(name),
-            "shorten it: no bundle takes that much text",
+            "shorten it: no bundle takes that much text"
+            if limit == MAX_FILE_BYTES
+            else "give a smaller file",
         )
     return found
 
@@ -382,6 +388,15 @@ RUN = Verb(
             "an encoder-decoder's beam search width; 1: greedy",
             minimum=1,
             maximum=16,
+        ),
+        Var(
+            "image",
+            str,
+            None,
+            "an image-text-to-text recipe's images (PNG, JPEG, WebP, GIF, BMP), "
+            "comma-separated: asked about with the prompt, or given to the image parts "
+            "of a messages file in order",
+            metavar="FILE,FILE,...",
         ),
     ),
     "Generate with a recipe's bundle: `doit run recipe=NAME prompt=...` "

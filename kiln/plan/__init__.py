@@ -158,7 +158,7 @@ def text_checks(recipe: Recipe) -> dict[str, Any]:
     """What a text-generation reference and validation also take: the positions of
     the shipped text to score (perplexity, next-token agreement; 0: none) and whether
     each prompt is a chat turn."""
-    if recipe.task != CAUSAL_LM:
+    if recipe.task not in LANGUAGE_MODELS:
         return {}
     validation = recipe.validation
     return {"scored_positions": validation.scored_positions or 0, "chat": validation.chat}
@@ -196,13 +196,30 @@ def checkpoint_steps(role: str, checkpoint: Checkpoint | Companion, tools: Toolc
 
 
 # Tasks whose output is generated tokens (validation.max_new_tokens applies).
-CAUSAL_LM = "text-generation"  # the task whose export writes `attention` (attention_form)
-GENERATES = ("text-generation", "text2text-generation", "automatic-speech-recognition")
+CAUSAL_LM = "text-generation"
+# The tasks whose text decoder is builders/causal_lm/'s graph (its export writes
+# `attention`, attention_form): a vision-language model's decoder is a causal LM that
+# also takes image features.
+VLM = "image-text-to-text"
+LANGUAGE_MODELS = (CAUSAL_LM, VLM)
+GENERATES = (*LANGUAGE_MODELS, "text2text-generation", "automatic-speech-recognition")
 
 
 # What speech recipes validate on instead of text prompts: the clips shipped in
 # builders/data/audio/ (NAME.wav; their bytes are in the steps' code digests).
 AUDIO_CLIPS = ("chirp", "noise", "tone", "vowel")
+# What vision-language recipes validate on besides their prompts: the images shipped in
+# builders/data/images/ (made by its make_images.py; their bytes are in the steps' code
+# digests), prompt i with image i modulo their number. Shapes, colours and sizes
+# differ, one is a JPEG with an EXIF rotation; the first two are the pair the image
+# sensitivity check swaps.
+VALIDATION_IMAGES = (
+    "circle_64x48.png",
+    "square_200x120.jpg",
+    "stripes_37x91.png",
+    "arrow_48x32_exif6.jpg",
+)
+VISION = "image-features"  # the task of a vision program's steps (kiln.schema.FAMILY)
 
 
 def _engine_chain(
@@ -240,7 +257,7 @@ def _engine_chain(
             "exporter": "torchscript",
             "task": task,
             "hidden": hidden,
-            **({"attention": attention_form(build)} if task == CAUSAL_LM else {}),
+            **({"attention": attention_form(build)} if task in LANGUAGE_MODELS else {}),
         },
         {
             "checkpoint": fetch,
@@ -257,7 +274,7 @@ def _engine_chain(
             "optimize": True,
             "qdq": qdq_form(quantize, build),
             "task": task,
-            **({"lm_head": lm_head_quantization(precision)} if task == CAUSAL_LM else {}),
+            **({"lm_head": lm_head_quantization(precision)} if task in LANGUAGE_MODELS else {}),
         },
         {"export": export},
         tools,
@@ -301,7 +318,7 @@ def _engine(
         "quantized": quantize is not None,
     }
     compute = precision.compute if precision is not None else "fp32"
-    if task == CAUSAL_LM:
+    if task in LANGUAGE_MODELS:
         options["compute"] = compute
     if build.backend == "inductor":
         options["prefill_chunk_len"] = build.prefill_chunk_len
@@ -337,11 +354,16 @@ def plan(name: str, recipe: Recipe, prompts: PromptSet, tools: Toolchain) -> Pla
     n_sources = 2 if recipe.model.imported else 1
     fetch, engine = chain[n_sources - 1], chain[-1]  # fetch: the checkpoint steps read
     extra, bundle_inputs = _variant_steps(recipe, fetch, companions, tools)
+    if recipe.task == VLM:
+        vision = _vision_steps(recipe, fetch, tools)
+        extra, bundle_inputs = [*extra, *vision], {**bundle_inputs, "vision": vision[-1]}
     check: dict[str, Any] = (
         {"audio": list(AUDIO_CLIPS)}
         if recipe.task == "automatic-speech-recognition"
         else {"prompts": list(prompts.prompts)}
     )
+    if recipe.task == VLM:  # each prompt asks about one of the shipped images
+        check["images"] = list(VALIDATION_IMAGES)
     if recipe.task in GENERATES:  # a classifier generates nothing: no tokens to count
         check["max_new_tokens"] = recipe.validation.max_new_tokens
     check.update({**text_checks(recipe), "task": recipe.task})
@@ -357,7 +379,7 @@ def plan(name: str, recipe: Recipe, prompts: PromptSet, tools: Toolchain) -> Pla
         "precision": recipe.precision.model_dump(exclude_none=True),
         "task": recipe.task,
     }
-    if recipe.task == CAUSAL_LM:
+    if recipe.task in LANGUAGE_MODELS:
         policy = recipe.prompt_policy
         options["speculative"] = variants.speculative(recipe) or {}
         options["prompt_policy"] = {} if policy is None else policy.model_dump(exclude_none=True)
@@ -381,6 +403,27 @@ def plan(name: str, recipe: Recipe, prompts: PromptSet, tools: Toolchain) -> Pla
         name,
         (*chain[:n_sources], *fetches, reference, *chain[n_sources:], *extra, bundle, validate),
     )
+
+
+def _vision_steps(recipe: Recipe, fetch: Step, tools: Toolchain) -> list[Step]:
+    """A vision-language recipe's vision program (builders/vision/): pixel values ->
+    image features, exported, checked and built as an engine of its own, in fp32
+    whatever the recipe's precision (a quantized recipe quantizes the language model
+    only, as TensorRT-LLM's VLM recipes do)."""
+    at, build = recipe.model.label, recipe.build
+    export = _step(
+        "export",
+        f"export {at} vision",
+        {"opset": OPSET, "exporter": "torchscript", "task": VISION},
+        {"checkpoint": fetch},
+        tools,
+    )
+    graph = _step(
+        "onnx", f"onnx {at} vision", {"optimize": True, "task": VISION}, {"export": export}, tools
+    )
+    options = {"task": VISION, "backend": build.backend, "target": build.target}
+    engine = _step("engine", f"engine {at} vision {build.backend}", options, {"onnx": graph}, tools)
+    return [export, graph, engine]
 
 
 def _variant_steps(

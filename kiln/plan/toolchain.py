@@ -74,8 +74,9 @@ LEAVES = ("kiln.pins", "kiln.proc")
 
 def builder_module(kind: str, options: Mapping[str, Any]) -> str:
     """The module whose build() runs a step: builders.fetch for the one shared step
-    (builders.fetch_chunks for a file assembled from chunk wheels); a text-generation
-    engine's backend module; else builders.<family>.<kind>."""
+        (builders.fetch_chunks for a file assembled from chunk wheels); a text-generation
+        engine's backend module; else builders.<family>.<kind> (a vision-language model's
+    decoder steps are causal_lm's; its reference and validate builders.vlm's)."""
     if kind == "fetch":  # chunks: a module of its own, whose changes re-key only them
         return "builders.fetch_chunks" if "chunks" in options else "builders.fetch"
     if kind == "import":
@@ -83,6 +84,8 @@ def builder_module(kind: str, options: Mapping[str, Any]) -> str:
     from kiln.schema import FAMILY  # pydantic's models: only where a step is dispatched
 
     family = FAMILY[options["task"]]
+    if family == "vlm" and kind not in ("reference", "validate"):
+        family = "causal_lm"  # a VLM's decoder is a causal LM's graph, its features merged
     if kind == "engine" and family == "causal_lm":
         return f"builders.causal_lm.backends.{options['backend']}"
     return f"builders.{family}.{kind}"

@@ -40,9 +40,16 @@ TASKS = (
     "text2text-generation",
     "automatic-speech-recognition",
     "feature-extraction",
+    "image-text-to-text",
 )
+# An image-text-to-text recipe is a causal LM whose prompt also takes image features:
+# its text decoder is built by builders/causal_lm/ (kiln.plan.toolchain), its reference
+# and validation by builders/vlm/, its vision program by builders/vision/ (the steps of
+# task "image-features", which no recipe names).
 FAMILY: dict[str, str] = {
     "text-generation": "causal_lm",
+    "image-text-to-text": "vlm",
+    "image-features": "vision",
     "text-classification": "classify",
     "feature-extraction": "embed",
     "text2text-generation": "seq2seq",
@@ -618,7 +625,9 @@ class Recipe(Strict):
         "text-generation (a causal LM's tokens), text-classification (class probabilities), "
         "text2text-generation (an encoder-decoder's tokens), automatic-speech-recognition "
         "(tokens from audio features), feature-extraction (one embedding vector per text: "
-        "an encoder's token states pooled as its sentence-transformers modules say).",
+        "an encoder's token states pooled as its sentence-transformers modules say), "
+        "image-text-to-text (a vision-language model's tokens from images and text: a vision "
+        "program, its features merged at the image tokens, and the text decoder).",
     )
     model: Checkpoint = Field(description="The checkpoint, pinned.")
     companions: dict[Literal["draft", "adapter"], Companion] = Field(

@@ -108,6 +108,15 @@ METRICS: dict[str, str] = {
     "of any prompt's sentence embedding.",
     "embed_texts_per_s": "feature-extraction: texts embedded per second by the bundle "
     "(informative; timings on shared machines are noisy).",
+    "max_abs_pixel_diff": "image-text-to-text: largest |bundle - reference| pixel value of "
+    "every validation image (the runtime's numpy preprocessing against the checkpoint's "
+    "own processor in transformers).",
+    "image_sensitivity": "image-text-to-text: largest |logit| change at the last prompt "
+    "position when the bundle's first validation prompt is given another image.",
+    "reference_image_sensitivity": "image-text-to-text: the same change in the fp32 "
+    "reference (informative: what image_sensitivity_ratio divides by).",
+    "image_sensitivity_ratio": "image-text-to-text: image_sensitivity / "
+    "reference_image_sensitivity; a bundle that ignored its images would score 0.",
 }
 
 # The unit of a metric that has one (the site's plot scales print it; issue 44). A

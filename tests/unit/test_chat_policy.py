@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from runtime.chat import Policy, check_messages, read_messages
+from runtime.chat import Policy, check_messages, read_messages, texts
 from runtime.format import BundleError
 
 
@@ -37,7 +37,8 @@ def test_a_length_bound_counts_characters() -> None:
         ([{"role": "user"}], 'a message is {"role": ..., "content": ...}'),
         ([{"role": "user", "content": "hi", "name": "x"}], "nothing else"),
         ([{"role": "robot", "content": "hi"}], "role must be one of"),
-        ([{"role": "user", "content": 3}], "content a string"),
+        ([{"role": "user", "content": 3}], "content must be a string"),
+        ([{"role": "user", "content": [{"type": "image"}]}], "content must be a string"),
     ],
 )
 def test_messages_in_the_usual_form_or_a_clear_error(data: Any, said: str) -> None:
@@ -56,3 +57,26 @@ def test_a_messages_file_that_is_not_json_says_so(tmp_path: Path) -> None:
         json.dumps([{"role": "system", "content": "s"}, {"role": "user", "content": "u"}])
     )
     assert [m["role"] for m in read_messages(good)] == ["system", "user"]
+
+
+@pytest.mark.parametrize(
+    ("part", "said"),
+    [
+        ({"type": "image", "url": "x.png"}, "a part is"),
+        ({"type": "text", "text": 3}, "a part is"),
+        ({"type": "video"}, "a part is"),
+        ("just text", "a part is"),
+    ],
+)
+def test_a_vision_bundles_parts_are_text_and_images_only(part: Any, said: str) -> None:
+    turn = [{"role": "user", "content": [{"type": "image"}, part]}]
+    with pytest.raises(BundleError, match=r"messages\[0\]\.content\[1\]: " + said):
+        check_messages(turn, parts=True)
+
+
+def test_text_and_image_parts_pass_and_their_text_is_what_the_policy_reads() -> None:
+    content = [{"type": "image"}, {"type": "text", "text": "What is it?"}]
+    turns = check_messages([{"role": "user", "content": content}], parts=True)
+    assert turns == [{"role": "user", "content": content}]
+    assert texts(turns[0]["content"]) == ["What is it?"]
+    assert texts("plain") == ["plain"]

@@ -57,7 +57,8 @@ def test_one_rule_picks_every_builder_and_every_step_hashes_its_closure() -> Non
         assert step.kind == "fetch" or step.options["task"] == "text-generation"
         assert step.material["code"] == tools.code(step.kind, step.options)
         assert step.material["code"] == toolchain.digest(module)
-    assert set(FAMILY) == set(TASKS)
+    # every recipe task has its family; "image-features" is the vision program's steps'
+    assert set(FAMILY) == {*TASKS, "image-features"}
 
 
 def test_the_task_picks_its_familys_builders_and_code_and_shares_the_fetch() -> None:
@@ -120,11 +121,7 @@ def test_every_builder_exists_and_validate_closures_cover_the_runtime() -> None:
     assert "runtime/causal_lm.py" in text
     assert not text & {f"runtime/{n}.py" for n in ("classify", "embed", "encoder", "seq2seq")}
     validated = set().union(*(current().files("validate", {"task": t}) for t in TASKS))
-    # runtime/images.py waits for the first vision-language family (issue 40), whose
-    # validate step will import it; no bundle reads images until then
-    unused = {"runtime/images.py"}
-    assert {f"runtime/{p.name}" for p in (ROOT / "runtime").glob("*.py")} - unused <= validated
-    assert not unused & validated, "a validate step imports it now: drop it from `unused`"
+    assert {f"runtime/{p.name}" for p in (ROOT / "runtime").glob("*.py")} <= validated
 
 
 def test_the_texts_a_builder_reads_are_in_its_closure() -> None:

@@ -33,7 +33,9 @@ if TYPE_CHECKING:
 
 class Options(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    task: str = Field(pattern="^text-generation$", description="The recipe's task.")
+    task: str = Field(
+        pattern="^(text-generation|image-text-to-text)$", description="The recipe's task."
+    )
     backend: str = Field(pattern="^(onnxruntime|aoti|tensorrt)$", description="Engine backend.")
     compute: str = Field(
         pattern="^(fp32|fp16|bf16)$",

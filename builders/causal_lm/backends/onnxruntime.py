@@ -110,6 +110,9 @@ def _feeds(io: dict[str, Any], batch: int) -> dict[str, Any]:
         feeds[entry["past"]] = np.zeros(shape, np.float32)
     if io.get("logits_to_keep"):  # every position's logits (export.py)
         feeds["logits_to_keep"] = np.array(0, np.int64)
+    if "image_token_id" in io:  # a VLM's decoder: no image token fed, no feature rows
+        hidden = next(v for v in io["inputs"] if v["name"] == "image_features")["shape"][-1]
+        feeds["image_features"] = np.zeros((0, hidden), np.float32)
     return feeds
 
 

@@ -1,0 +1,22 @@
+"""Builders for task image-features: a vision-language model's vision program, pixel
+values -> image features, which an image-text-to-text recipe's bundle runs before its
+text decoder (builders/causal_lm/, whose graph takes the features as one more input
+and writes them at the image tokens).
+
+No recipe names this task: kiln.plan adds these steps to an image-text-to-text
+recipe's plan, in fp32 whatever the recipe's precision (the language model alone is
+quantized), and kiln.store.execute runs `builders.vision.<kind>` for them
+(kiln.schema.FAMILY).
+
+The graph's contract (runtime/causal_lm.py's Vision runs it):
+
+    inputs   pixel_values [1, 3, height, width] float32   (runtime/images.py)
+    outputs  image_features [tokens_per_image, hidden] float32
+
+One image per run: transformers returns a VLM's image features as a list per image,
+which the exporter traces as a Split of a fixed count (builders/vision/export.py).
+
+  export.py     the checkpoint's vision tower and projector -> ONNX
+  onnx.py       graph tidy and check (builders/common/graph.py)
+  engine.py     onnxruntime's offline optimization and a smoke run (builders/common/ort.py)
+"""

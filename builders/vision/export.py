@@ -1,0 +1,106 @@
+"""export (image-features): the checkpoint's vision tower and projector as one ONNX
+graph, pixel values -> the image features its language model reads at the image
+tokens (builders/vision/__init__.py's contract), through transformers' own
+`get_image_features`, so the feature layer, the CLS drop and the projector are the
+model's choices, not kiln's.
+
+export.json records what the runtime needs besides the graph: the image size the
+processor makes, the features' rows per image and width, and the image token id.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+if TYPE_CHECKING:
+    from kiln.store.api import Request, Writer
+
+# Architectures whose image features are a fixed number of rows per picture of one
+# fixed size (CLIP- and SigLIP-style towers behind a projector): the graph's contract.
+FIXED_SIZE = ("LlavaForConditionalGeneration",)
+
+
+class Options(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    opset: int = Field(17, ge=17, le=23, description="ONNX opset to export.")
+    exporter: str = Field("torchscript", pattern="^torchscript$", description="torch exporter.")
+    task: str = Field(pattern="^image-features$", description="The step's task.")
+
+
+def image_size(checkpoint: Any) -> tuple[int, int]:
+    """(height, width) of the pixel values the checkpoint's processor makes: its crop,
+    else its resize target."""
+    config = json.loads((checkpoint / "preprocessor_config.json").read_text())
+    size = config.get("crop_size") if config.get("do_center_crop", True) else None
+    size = size or config.get("size")
+    if isinstance(size, int):
+        return size, size
+    if isinstance(size, dict) and "height" in size:
+        return int(size["height"]), int(size["width"])
+    if isinstance(size, dict) and "shortest_edge" in size:
+        return int(size["shortest_edge"]), int(size["shortest_edge"])
+    raise ValueError(f"preprocessor_config.json: no fixed image size in {size!r}")
+
+
+def build(request: Request, writer: Writer) -> None:
+    import torch
+
+    from builders.common.hf import IMAGE_TEXT, load_causal_lm
+
+    opts = Options.model_validate(request.options)
+    checkpoint = request.inputs["checkpoint"] / "checkpoint"
+    model = load_causal_lm(checkpoint, IMAGE_TEXT)
+    name = type(model).__name__
+    if name not in FIXED_SIZE:
+        raise request.unsupported(
+            f"{name}'s vision program is not exported by kiln yet (built: {', '.join(FIXED_SIZE)})"
+        )
+    height, width = image_size(checkpoint)
+
+    class Vision(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(self, pixel_values: Any) -> Any:
+            out = self.model.model.get_image_features(pixel_values=pixel_values)
+            feats = getattr(out, "pooler_output", out)
+            if isinstance(feats, (list, tuple)):
+                feats = torch.cat(list(feats), dim=0)
+            return feats.reshape(-1, feats.shape[-1])
+
+    # One image per run: transformers hands the features back as a list per image
+    # (list(features), traced as a Split of a fixed count), so the graph takes one.
+    example = torch.zeros(1, 3, height, width)
+    with torch.no_grad():
+        rows, hidden = Vision()(example).shape
+    request.log(f"exporting {name}'s vision tower ({height} x {width} images) to ONNX")
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the tracer's frozen-branch warnings: shapes are fixed
+        torch.onnx.export(
+            Vision().eval(),
+            (example,),
+            str(writer.path("model.onnx")),
+            input_names=["pixel_values"],
+            output_names=["image_features"],
+            opset_version=opts.opset,
+            dynamo=False,
+        )
+    config = model.config
+    writer.write_json(
+        "export.json",
+        {
+            "task": "image-features",
+            "architecture": name,
+            "model_type": config.model_type,
+            "graph_inputs": ["pixel_values"],
+            "image_size": [height, width],
+            "tokens_per_image": int(rows),
+            "hidden_size": int(hidden),
+            "image_token_id": int(config.image_token_id),
+        },
+    )

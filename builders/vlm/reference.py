@@ -1,0 +1,109 @@
+"""reference (image-text-to-text): the independent fp32 answer a VLM bundle is judged
+against, from transformers alone: the checkpoint's own processor (its image
+processor on PIL, its chat template, its placeholder expansion) and the model's own
+greedy `generate` with the image, then the teacher-forced logits of prompt plus
+continuation with the same pixels. Generation stops at EOS or the template's end of
+turn, like the runtime; nothing else processes the logits.
+
+It also records what the bundle is checked against besides tokens: each image's pixel
+values (pixels.npz), and how far the first prompt's last logits move when its image is
+swapped for the second validation image (`image_sensitivity`): a bundle whose logits
+do not move that way has lost its image.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+if TYPE_CHECKING:
+    from kiln.store.api import Request, Writer
+
+
+class Options(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    prompts: list[str] = Field(min_length=1, description="Questions, one per image.")
+    images: list[str] = Field(min_length=2, description="builders/data/images/ files.")
+    max_new_tokens: int = Field(ge=1, description="Greedy tokens per prompt.")
+    dtype: str = Field(pattern="^float32$", description="Reference dtype; always fp32.")
+    scored_positions: int = Field(0, ge=0, le=0, description="No evaluation text for VLMs.")
+    task: str = Field(pattern="^image-text-to-text$", description="The task.")
+    chat: bool = Field(False, description="Unused: a VLM prompt is always a chat turn.")
+
+
+def messages(prompt: str) -> list[dict[str, Any]]:
+    """One user turn: the image, then the question (the shape runtime/vlm.py asks in)."""
+    return [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": prompt}]}]
+
+
+def build(request: Request, writer: Writer) -> None:
+    import numpy as np
+    import torch
+    from transformers import AutoProcessor, GenerationConfig
+    from transformers.image_utils import load_image
+
+    from builders.common.hf import IMAGE_TEXT, load_causal_lm
+    from builders.data import images
+
+    opts = Options.model_validate(request.options)
+    checkpoint = request.inputs["checkpoint"] / "checkpoint"
+    torch.manual_seed(0)
+    processor = AutoProcessor.from_pretrained(checkpoint, backend="pil")
+    tokenizer = processor.tokenizer
+    model = load_causal_lm(checkpoint, IMAGE_TEXT)
+    eos = model.generation_config.eos_token_id
+    eos_ids = [eos] if isinstance(eos, int) else list(eos or [])
+    end = tokenizer.convert_tokens_to_ids(tokenizer.eos_token)  # the template's end of turn
+    eos_ids += [end] if isinstance(end, int) and end not in eos_ids else []
+    config = GenerationConfig(
+        do_sample=False,
+        num_beams=1,
+        max_new_tokens=opts.max_new_tokens,
+        eos_token_id=eos_ids,
+        pad_token_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos_ids[0],
+    )
+    pictures = {name: load_image(str(images.path(name))) for name in opts.images}
+
+    def inputs(prompt: str, image: str) -> Any:
+        text = processor.apply_chat_template(messages(prompt), add_generation_prompt=True)
+        return processor(images=[pictures[image]], text=text, return_tensors="pt")
+
+    records, logits, pixels = [], {}, {}
+    for i, prompt in request.progress(enumerate(opts.prompts), len(opts.prompts), "fp32 reference"):
+        image = opts.images[i % len(opts.images)]
+        encoded = inputs(prompt, image)
+        prompt_ids = encoded["input_ids"][0].tolist()
+        with torch.no_grad():
+            out = model.generate(**encoded, generation_config=config)
+            new = out[0, len(prompt_ids) :].tolist()
+            if any(t in eos_ids for t in new):
+                new = new[: next(j for j, t in enumerate(new) if t in eos_ids) + 1]
+            full = torch.tensor([prompt_ids + new])
+            forward = model(input_ids=full, pixel_values=encoded["pixel_values"])
+            logits[f"p{i}"] = forward.logits[0].numpy().astype(np.float32)
+        pixels[image] = encoded["pixel_values"][0].numpy().astype(np.float32)
+        records.append({"prompt": prompt, "image": image, "prompt_ids": prompt_ids, "tokens": new})
+    # the first prompt's last position with the second image instead of the first
+    swapped = inputs(opts.prompts[0], opts.images[1])
+    with torch.no_grad():
+        moved = model(**swapped).logits[0, -1].numpy()
+    last = logits["p0"][len(records[0]["prompt_ids"]) - 1]
+    np.savez(writer.path("logits.npz"), **logits)
+    np.savez(writer.path("pixels.npz"), **pixels)
+    writer.write_json(
+        "reference.json",
+        {
+            "engine": "transformers",
+            "dtype": "float32",
+            "attn_implementation": "eager",
+            "architecture": type(model).__name__,
+            "eos": eos_ids,
+            "records": records,
+            "image_sensitivity": {
+                "record": 0,
+                "image": opts.images[1],
+                "max_abs_logit_change": float(np.abs(moved - last).max()),
+            },
+        },
+    )

@@ -1,0 +1,96 @@
+"""validate (image-text-to-text): the bundle through runtime/vlm.py against the
+reference, on the same questions and images.
+
+  * pixels: the runtime's numpy preprocessing of each image against the processor's
+    (max_abs_pixel_diff);
+  * tokens and logits: as a causal LM's (builders/causal_lm/validate.py compare): the
+    bundle renders each turn through its own template and expands the image
+    placeholders itself (tokenizer_match_rate), generates greedily in batches with
+    the images' features, and its teacher-forced logits are compared at every
+    position;
+  * image sensitivity: the first prompt's last logits with the second image instead
+    of the first move by image_sensitivity, against the reference's move
+    (image_sensitivity_ratio): a bundle that ignored its images would score 0.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pydantic import BaseModel, ConfigDict, Field
+
+if TYPE_CHECKING:
+    from kiln.store.api import Request, Writer
+
+
+class Options(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    prompts: list[str] = Field(min_length=1, description="Questions (must equal the reference's).")
+    images: list[str] = Field(min_length=2, description="Images (must equal the reference's).")
+    max_new_tokens: int = Field(ge=1, description="Greedy tokens per prompt.")
+    scored_positions: int = Field(0, ge=0, le=0, description="No evaluation text for VLMs.")
+    task: str = Field(pattern="^image-text-to-text$", description="The recipe's task.")
+    chat: bool = Field(False, description="Unused: a VLM prompt is always a chat turn.")
+
+
+def build(request: Request, writer: Writer) -> None:
+    import numpy as np
+
+    import runtime
+    from builders.causal_lm.validate import compare
+    from builders.common import measure
+    from builders.data import images
+    from runtime import Sampler
+    from runtime.vlm import VisionBundle
+
+    opts = Options.model_validate(request.options)
+    m = measure.start(request, lambda path: runtime.open(path, expect=VisionBundle))
+    bundle, ref = m.bundle, m.reference
+    stored = m.arrays("pixels.npz")
+    pixel_diff = max(
+        float(np.abs(bundle.pixels([images.path(name)])[0] - stored[name]).max())
+        for name in stored.files
+    )
+    asked = [
+        bundle.ask(prompt, [images.path(opts.images[i % len(opts.images)])])
+        for i, prompt in enumerate(opts.prompts)
+    ]
+    _, tokenizer_agree = m.agreement([ids for ids, _ in asked])
+    features = {tuple(ids): feats for ids, feats in asked}  # teacher forcing reads them
+
+    class WithImages:
+        """compare()'s view of the bundle: logits of a record's ids with its image."""
+
+        def logits(self, ids: list[int]) -> np.ndarray:
+            prompt = max((k for k in features if tuple(ids[: len(k)]) == k), key=len)
+            return bundle.logits(ids, features[prompt])
+
+    gen, per_s = m.generate(
+        asked,
+        "greedy decode",
+        lambda b: bundle.generate_images(b, opts.max_new_tokens, Sampler()),
+    )
+    metrics = compare(WithImages(), ref, m.arrays("logits.npz"), gen)
+    first_ids, first_feats = asked[0]
+    other = bundle.image_features([images.path(opts.images[1])])
+    moved = bundle.logits(first_ids, other)[-1]
+    own = bundle.logits(first_ids, first_feats)[-1]
+    sensitivity = float(np.abs(moved - own).max())
+    reference = float(ref["image_sensitivity"]["max_abs_logit_change"])
+    metrics.update(
+        tokenizer_match_rate=tokenizer_agree,
+        decode_tokens_per_s=per_s,
+        max_abs_pixel_diff=pixel_diff,
+        image_sensitivity=sensitivity,
+        reference_image_sensitivity=reference,
+        image_sensitivity_ratio=sensitivity / reference if reference else 0.0,
+    )
+    outputs = [
+        f"[{r['image']}] {bundle.decode(g)}" for r, g in zip(ref["records"], gen, strict=True)
+    ]
+    writer.evidence(metrics, outputs, m.backend("main"))
+    request.log(
+        "token match {token_match_rate:.3f}, max |dlogit| {max_abs_logit_diff:.2e}, pixels "
+        "{max_abs_pixel_diff:.1e}, image sensitivity {image_sensitivity:.3f} "
+        "(reference {reference_image_sensitivity:.3f})".format(**metrics)
+    )

@@ -1,0 +1,106 @@
+"""Run a vision-language bundle (image-text-to-text): images in, tokens out.
+
+The bundle is a causal-LM bundle (runtime/causal_lm.py runs its text decoder, with
+prefix reuse, chunked prefill, guided decoding and the logits processors) plus a
+vision program, vision.onnx, and the checkpoint's preprocessor_config.json
+(bundle.json "vision", builders/causal_lm/bundle.py). A prompt with images goes:
+
+    image files  -> runtime/images.py: the processor's pixel values, in numpy
+                 -> vision.onnx: image features [images * tokens_per_image, hidden]
+    messages     -> the chat template, one image placeholder token per image part,
+                    each expanded to tokens_per_image image tokens (as the
+                    checkpoint's processor expands it)
+                 -> the decoder, whose graph writes the k-th feature row at the k-th
+                    image token (builders/causal_lm/export.py)
+
+No torch and no transformers' models at run time: onnxruntime, numpy, Pillow and
+tokenizers (transformers' template renderer for the chat, as for text bundles).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from runtime.causal_lm import Bundle, Generation, Row
+from runtime.encoder import session_options
+from runtime.format import BundleError, read_json
+from runtime.sampling import Sampler
+
+TASK = "image-text-to-text"
+
+
+class VisionBundle(Bundle):
+    """A vision-language bundle: Bundle's generation, with images."""
+
+    TASK = TASK
+
+    def __init__(self, path: Path, threads: int | None = None) -> None:
+        import onnxruntime as ort
+
+        super().__init__(path, threads)
+        spec = self.meta.get("vision")
+        if not isinstance(spec, dict) or self.image_token is None:
+            raise BundleError(f"{path}: an image-text-to-text bundle without its vision program")
+        engine = spec["engine"]
+        self.vision = ort.InferenceSession(
+            str(self.path / engine["file"]),
+            session_options(threads),
+            providers=[engine["provider"]],
+        )
+        self.processor: dict[str, Any] = read_json(self.path / spec["processor"])
+        self.tokens_per_image = int(spec["tokens_per_image"])
+
+    def pixels(self, paths: Sequence[Path | str]) -> np.ndarray:
+        """The pixel values of the images at `paths`, as the checkpoint's processor
+        makes them (runtime/images.py; a bad file is a BundleError naming it)."""
+        from runtime import images
+
+        return images.pixel_values([Path(p) for p in paths], self.processor)["pixel_values"]
+
+    def image_features(self, paths: Sequence[Path | str]) -> np.ndarray:
+        """The features of the images at `paths`, [len(paths) * tokens_per_image,
+        hidden], in order: the vision program on one image at a time (its graph takes
+        one, builders/vision/)."""
+        if not paths:
+            return self.no_images
+        pixels = self.pixels(paths)
+        runs = [
+            self.vision.run(["image_features"], {"pixel_values": pixels[i : i + 1]})[0]
+            for i in range(len(pixels))
+        ]
+        return np.concatenate(runs)
+
+    def encode_chat(
+        self, messages: list[dict[str, Any]], thinking: bool | None = None
+    ) -> list[int]:
+        """The conversation's token ids (Bundle.encode_chat), each image part's
+        placeholder token expanded to the image's tokens_per_image tokens."""
+        ids = super().encode_chat(messages, thinking)
+        token, n = self.image_token, self.tokens_per_image
+        out: list[int] = []
+        for t in ids:
+            out.extend([t] * n if t == token else [t])
+        return out
+
+    def ask(self, text: str, images: Sequence[Path | str] = ()) -> tuple[list[int], np.ndarray]:
+        """One user turn: the images, then the text (the order llava-1.5's and most
+        VLMs' templates put them in), as token ids and the images' features."""
+        parts: list[dict[str, str]] = [{"type": "image"} for _ in images]
+        parts.append({"type": "text", "text": text})
+        ids = self.encode_chat([{"role": "user", "content": parts}])
+        return ids, self.image_features(images)
+
+    def generate_images(
+        self,
+        prompts: list[tuple[list[int], np.ndarray]],
+        max_new_tokens: int,
+        sampler: Sampler | None = None,
+    ) -> Generation:
+        """Generate for a batch of (token ids, image features) prompts."""
+        sampler = sampler or Sampler()
+        rows = [Row(ids, max_new_tokens, None, sampler, feats) for ids, feats in prompts]
+        return self.generate_rows(rows)
