@@ -151,9 +151,12 @@ def _tables(model: Any, device: Any) -> tuple[Any, Any] | str:
     module (its scaling included), or why they cannot be tables."""
     import torch
 
-    rotary = getattr(getattr(model, "model", None), "rotary_emb", None)
+    inner = getattr(model, "model", None)  # a VLM's decoder: model.model.language_model
+    rotary = getattr(inner, "rotary_emb", None) or getattr(
+        getattr(inner, "language_model", None), "rotary_emb", None
+    )
     if rotary is None:
-        return "the model has no model.rotary_emb"
+        return "the model has no model.rotary_emb (nor model.language_model.rotary_emb)"
     kind = getattr(rotary, "rope_type", None)
     if kind not in STATIC_ROPE:
         return f"rotary type {kind!r} is not a static table"
