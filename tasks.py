@@ -78,25 +78,31 @@ class Reporter(ConsoleReporter):
     """doit's console reporter; at the end of a build, kiln's summary of it."""
 
     def execute_task(self, task: Any) -> None:
+        self._for(task, super().execute_task, task)
+        self._saw(task, "ran")
+
+    def _for(self, task: Any, write: Callable[..., None], *args: Any) -> None:
+        """`write`, on stderr for `doit run`'s task: its stdout is the generated text
+        alone, so its title and its failure go to stderr."""
         out = self.outstream
-        if task.name == "generate":  # `doit run`: stdout is the generated text alone
+        if task is not None and task.name == "generate":
             self.outstream = sys.stderr
         try:
-            super().execute_task(task)
+            write(*args)
         finally:
             self.outstream = out
-        self._saw(task, "ran")
 
     def skip_uptodate(self, task: Any) -> None:
         super().skip_uptodate(task)
         self._saw(task, "reused")
 
     def add_failure(self, task: Any, fail: Any) -> None:
-        super().add_failure(task, fail)
+        self._for(task, super().add_failure, task, fail)
         self._saw(task, "failed")
 
     def complete_run(self) -> None:
-        super().complete_run()
+        generated = [f for f in self.failures if f["task"].name == "generate"]
+        self._for(generated[0]["task"] if generated else None, super().complete_run)
         if SUMMARY is not None and SUMMARY.plans:
             self.outstream.write(SUMMARY.render() + "\n")
 
