@@ -31,6 +31,7 @@ from kiln.commands.sources import Read, read
 from kiln.errors import KilnError, Location, Problem
 from kiln.fsio import atomic_write
 from kiln.paths import Paths
+from kiln.plan import GENERATES
 from kiln.schema import Recipe, Thresholds, pin_described
 
 MODELINE = "# yaml-language-server: $schema=../schema/recipe.schema.json"
@@ -116,6 +117,8 @@ def task_of(architecture: str, paths: Paths) -> str:
         return "automatic-speech-recognition"
     if built[architecture] == "encoder-decoder":
         return "text2text-generation"
+    if built[architecture] == "vision-language":
+        return "image-text-to-text"
     return "feature-extraction"  # an encoder without a head: sentence embeddings
 
 
@@ -183,8 +186,9 @@ def recipe_data(found: Read, task: str, precision: str, paths: Paths) -> dict[st
     chat = found.chat_template and task == "text-generation"
     n = _needs_n(thresholds, paths) if task == "text-generation" else 0
     seq = min(MAX_SEQ_LEN, found.context_length or MAX_SEQ_LEN)
-    validation: dict[str, Any] = {"thresholds": thresholds, "prompts": "default"}
-    if task in ("text-generation", "text2text-generation", "automatic-speech-recognition"):
+    prompts = "images" if task == "image-text-to-text" else "default"  # questions on images
+    validation: dict[str, Any] = {"thresholds": thresholds, "prompts": prompts}
+    if task in GENERATES:
         validation["max_new_tokens"] = 32
     if n:
         validation["scored_positions"] = n
