@@ -55,7 +55,11 @@ class Options(BaseModel):
     kv_cache: str = Field(pattern="^(auto|fp8)$", description="fp8: quantize K and V too.")
     samples: int = Field(ge=1, description="Calibration texts.")
     max_tokens: int = Field(ge=8, description="Tokens per calibration text.")
-    task: str = Field(pattern="^text-generation$", description="The recipe's task.")
+    task: str = Field(
+        pattern="^(text-generation|image-text-to-text)$",
+        description="The recipe's task; a vision-language model's language model alone is "
+        "quantized (its vision tower and projector stay in fp32).",
+    )
     block_size: int | None = Field(
         None, description="Blocked int4 weights: weights per scale along K (else modelopt's)."
     )
@@ -98,6 +102,18 @@ def config(
     return cfg
 
 
+# A vision-language model's modules that keep their precision: the vision program is
+# built from the fp32 checkpoint (builders/vision/), as TensorRT-LLM's VLM recipes keep
+# the vision encoder unquantized; quantizers there would only calibrate on text.
+VISION_MODULES = ("*vision_tower*", "*multi_modal_projector*")
+
+
+def language_model_only(cfg: dict[str, Any]) -> dict[str, Any]:
+    """`cfg` with every quantizer of the vision modules off (later entries win)."""
+    off = [{"quantizer_name": f"{m}", "enable": False} for m in VISION_MODULES]
+    return {**cfg, "quant_cfg": [*cfg["quant_cfg"], *off]}
+
+
 def calibration_ids(tokenizer: Any, samples: int, max_tokens: int) -> list[list[int]]:
     lines = [ln for ln in texts.path("calibration").read_text().splitlines() if ln.strip()]
     chosen = [lines[i % len(lines)] for i in range(samples)]  # repeat when asked for more
@@ -111,14 +127,14 @@ def build(request: Request, writer: Writer) -> None:
     from transformers import AutoTokenizer
 
     from builders.common import siblings
-    from builders.common.hf import load_causal_lm, quiet_stdout
+    from builders.common.hf import auto_class, load_causal_lm, quiet_stdout
 
     opts = Options.model_validate(request.options)
     checkpoint = request.inputs["checkpoint"] / "checkpoint"
     cuda = torch.cuda.is_available()
     device = "cuda" if cuda else "cpu"
     torch.manual_seed(0)
-    model = load_causal_lm(checkpoint).to(device)
+    model = load_causal_lm(checkpoint, auto_class(opts.task)).to(device)
     fused = siblings.fuse(model) if opts.weights in siblings.FUSED_PRECISIONS else 0
     calibration = calibration_ids(
         AutoTokenizer.from_pretrained(checkpoint), opts.samples, opts.max_tokens
@@ -130,6 +146,8 @@ def build(request: Request, writer: Writer) -> None:
                 m(torch.tensor([ids], device=device))
 
     cfg = config(mtq, opts.weights, opts.kv_cache, opts.block_size, opts.awq_alpha_step)
+    if opts.task == "image-text-to-text":
+        cfg = language_model_only(cfg)
     request.log(f"{CONFIGS[opts.weights] or 'FP8_KV_CFG'} on {device}, {len(calibration)} texts")
     started = time.monotonic()
     try:

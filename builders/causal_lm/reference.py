@@ -71,7 +71,7 @@ def build(request: Request, writer: Writer) -> None:
     )
     # the text's windows first: a recipe asking more positions than the text gives
     # fails here, not after the whole reference has run
-    text_windows = _windows(tokenizer, opts.scored_positions) if opts.scored_positions else None
+    text_windows = eval_windows(tokenizer, opts.scored_positions) if opts.scored_positions else None
     records, logits = [], {}
     for i, prompt in request.progress(enumerate(opts.prompts), len(opts.prompts), "fp32 reference"):
         if opts.chat:
@@ -91,7 +91,7 @@ def build(request: Request, writer: Writer) -> None:
         records.append({"prompt": prompt, "prompt_ids": prompt_ids, "tokens": new})
     np.savez(writer.path("logits.npz"), **logits)
     window = _window_effect(model, records, logits)
-    text = _score_text(model, text_windows) if text_windows is not None else None
+    text = score_eval_text(model, text_windows) if text_windows is not None else None
     if text is not None:
         np.savez(writer.path("text.npz"), nll=text.pop("nll"), top1=text.pop("top1"))
     writer.write_json(
@@ -141,14 +141,14 @@ def _window_effect(
     }
 
 
-def _windows(tokenizer: Any, positions: int) -> list[list[int]]:
+def eval_windows(tokenizer: Any, positions: int) -> list[list[int]]:
     from builders.causal_lm.scoring import TEXT, windows
 
     ids = tokenizer(TEXT.read_text(), add_special_tokens=True)["input_ids"]
     return windows(ids, positions)
 
 
-def _score_text(model: Any, chunks: list[list[int]]) -> dict[str, Any]:
+def score_eval_text(model: Any, chunks: list[list[int]]) -> dict[str, Any]:
     """fp32 next-token NLL and top-1 over the shipped evaluation text."""
     import numpy as np
     import torch

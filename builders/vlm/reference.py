@@ -6,9 +6,11 @@ continuation with the same pixels. Generation stops at EOS or the template's end
 turn, like the runtime; nothing else processes the logits.
 
 It also records what the bundle is checked against besides tokens: each image's pixel
-values (pixels.npz), and how far the first prompt's last logits move when its image is
+values (pixels.npz), how far the first prompt's last logits move when its image is
 swapped for the second validation image (`image_sensitivity`): a bundle whose logits
-do not move that way has lost its image.
+do not move that way has lost its image; and, with scored_positions, the language
+model's next-token scores on the shipped evaluation text (text.npz), which a quantized
+recipe's statistical gates read.
 """
 
 from __future__ import annotations
@@ -27,7 +29,9 @@ class Options(BaseModel):
     images: list[str] = Field(min_length=2, description="builders/data/images/ files.")
     max_new_tokens: int = Field(ge=1, description="Greedy tokens per prompt.")
     dtype: str = Field(pattern="^float32$", description="Reference dtype; always fp32.")
-    scored_positions: int = Field(0, ge=0, le=0, description="No evaluation text for VLMs.")
+    scored_positions: int = Field(
+        0, ge=0, description="Positions of the shipped evaluation text to score; 0: none."
+    )
     task: str = Field(pattern="^image-text-to-text$", description="The task.")
     chat: bool = Field(False, description="Unused: a VLM prompt is always a chat turn.")
 
@@ -43,6 +47,7 @@ def build(request: Request, writer: Writer) -> None:
     from transformers import AutoProcessor, GenerationConfig
     from transformers.image_utils import load_image
 
+    from builders.causal_lm.reference import eval_windows, score_eval_text
     from builders.common.hf import IMAGE_TEXT, load_causal_lm
     from builders.data import images
 
@@ -64,6 +69,9 @@ def build(request: Request, writer: Writer) -> None:
         pad_token_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos_ids[0],
     )
     pictures = {name: load_image(str(images.path(name))) for name in opts.images}
+    # the evaluation text's windows first: a recipe asking more positions than it gives
+    # fails here, not after the whole reference has run
+    windows = eval_windows(tokenizer, opts.scored_positions) if opts.scored_positions else None
 
     def inputs(prompt: str, image: str) -> Any:
         text = processor.apply_chat_template(messages(prompt), add_generation_prompt=True)
@@ -91,6 +99,10 @@ def build(request: Request, writer: Writer) -> None:
     last = logits["p0"][len(records[0]["prompt_ids"]) - 1]
     np.savez(writer.path("logits.npz"), **logits)
     np.savez(writer.path("pixels.npz"), **pixels)
+    # the language model on text alone (a quantized recipe's statistical gates)
+    text = score_eval_text(model, windows) if windows is not None else None
+    if text is not None:
+        np.savez(writer.path("text.npz"), nll=text.pop("nll"), top1=text.pop("top1"))
     writer.write_json(
         "reference.json",
         {
@@ -100,6 +112,7 @@ def build(request: Request, writer: Writer) -> None:
             "architecture": type(model).__name__,
             "eos": eos_ids,
             "records": records,
+            **({"text": text} if text is not None else {}),
             "image_sensitivity": {
                 "record": 0,
                 "image": opts.images[1],

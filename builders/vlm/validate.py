@@ -11,6 +11,9 @@ reference, on the same questions and images.
   * image sensitivity: the first prompt's last logits with the second image instead
     of the first move by image_sensitivity, against the reference's move
     (image_sensitivity_ratio): a bundle that ignored its images would score 0.
+
+Each question's image and the bundle's answer go into the evidence as `answers`, which
+the manifest records and the recipe's page shows beside its image.
 """
 
 from __future__ import annotations
@@ -28,7 +31,9 @@ class Options(BaseModel):
     prompts: list[str] = Field(min_length=1, description="Questions (must equal the reference's).")
     images: list[str] = Field(min_length=2, description="Images (must equal the reference's).")
     max_new_tokens: int = Field(ge=1, description="Greedy tokens per prompt.")
-    scored_positions: int = Field(0, ge=0, le=0, description="No evaluation text for VLMs.")
+    scored_positions: int = Field(
+        0, ge=0, description="Evaluation-text positions (must equal the reference's)."
+    )
     task: str = Field(pattern="^image-text-to-text$", description="The recipe's task.")
     chat: bool = Field(False, description="Unused: a VLM prompt is always a chat turn.")
 
@@ -37,7 +42,7 @@ def build(request: Request, writer: Writer) -> None:
     import numpy as np
 
     import runtime
-    from builders.causal_lm.validate import compare
+    from builders.causal_lm.validate import compare, score_text
     from builders.common import measure
     from builders.data import images
     from runtime import Sampler
@@ -77,6 +82,8 @@ def build(request: Request, writer: Writer) -> None:
     own = bundle.logits(first_ids, first_feats)[-1]
     sensitivity = float(np.abs(moved - own).max())
     reference = float(ref["image_sensitivity"]["max_abs_logit_change"])
+    if opts.scored_positions:  # the decoder on the evaluation text, no image
+        metrics.update(score_text(bundle, ref, m.arrays("text.npz")))
     metrics.update(
         tokenizer_match_rate=tokenizer_agree,
         decode_tokens_per_s=per_s,
@@ -85,10 +92,16 @@ def build(request: Request, writer: Writer) -> None:
         reference_image_sensitivity=reference,
         image_sensitivity_ratio=sensitivity / reference if reference else 0.0,
     )
-    outputs = [
-        f"[{r['image']}] {bundle.decode(g)}" for r, g in zip(ref["records"], gen, strict=True)
+    said = [bundle.decode(g) for g in gen]
+    records = ref["records"]
+    outputs = [f"[{r['image']}] {text}" for r, text in zip(records, said, strict=True)]
+    # What the site shows beside each image (issue 40); the manifest keeps each
+    # answer's start (kiln.evidence.record), this file the whole of it.
+    answers = [
+        {"image": r["image"], "prompt": r["prompt"], "answer": text}
+        for r, text in zip(records, said, strict=True)
     ]
-    writer.evidence(metrics, outputs, m.backend("main"))
+    writer.evidence(metrics, outputs, m.backend("main"), answers=answers)
     request.log(
         "token match {token_match_rate:.3f}, max |dlogit| {max_abs_logit_diff:.2e}, pixels "
         "{max_abs_pixel_diff:.1e}, image sensitivity {image_sensitivity:.3f} "

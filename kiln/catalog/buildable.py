@@ -129,6 +129,7 @@ EVAL_POSITIONS: dict[str, int] = {
     "kiln-tiny/kimi-linear@986f504": 4623,
     "kiln-tiny/laguna@8fda58e": 4623,
     "kiln-tiny/llama@86b0c01": 4623,
+    "kiln-tiny/llava@c592177": 4623,
     "kiln-tiny/mistral@78f6621": 4623,
     "kiln-tiny/mixtral@d251492": 4623,
     "kiln-tiny/nemotron-h@53c6c7e": 4623,
@@ -238,7 +239,7 @@ def quantized(precision: Precision) -> bool:
 def measured(recipe: Recipe) -> frozenset[str]:
     """The metrics the recipe's validate step records."""
     out = MEASURES[recipe.task]
-    if recipe.task == "text-generation":
+    if recipe.task in ("text-generation", "image-text-to-text"):
         if recipe.validation.scored_positions > 0:
             out |= TEXT_METRICS
         if recipe.execution.variant not in ("ordinary", "lora"):  # lora merges, never drafts
@@ -321,19 +322,16 @@ def refusals(recipe: Recipe) -> list[Problem]:
         )
     if recipe.task == "image-text-to-text" and (
         recipe.build.backend != "onnxruntime"
-        or quantized(recipe.precision)
         or compute != "fp32"
         or recipe.execution.variant != "ordinary"
-        or recipe.validation.scored_positions
     ):
         problems.append(
             Problem(
-                "image-text-to-text recipes are built as fp32 onnxruntime bundles of the "
-                "ordinary variant so far (the vision program has no inductor engine yet, and "
-                "the quantize step loads text-only models)",
+                "image-text-to-text recipes are built as onnxruntime bundles of the ordinary "
+                "variant computing in fp32 so far (the vision program has no inductor engine "
+                "yet); their language model may be quantized",
                 _at("task"),
-                "use precision fp32, backend onnxruntime, variant ordinary and no "
-                "validation.scored_positions for this task",
+                "use backend onnxruntime, variant ordinary and compute fp32 for this task",
             )
         )
     elif recipe.task not in ("text-generation", "image-text-to-text") and (
@@ -361,7 +359,8 @@ def gate_problems(recipe: Recipe, name: str, thresholds: Thresholds) -> list[Pro
     for gate in thresholds.gates:
         size = SAMPLE_SIZE.get(gate.metric)
         needs = gate.n or 0
-        if recipe.task == "text-generation" and size == "scored_positions" and scored < needs:
+        scores = recipe.task in ("text-generation", "image-text-to-text")
+        if scores and size == "scored_positions" and scored < needs:
             problems.append(
                 Problem(
                     f"thresholds/{name}.yaml gates {gate.metric} over n >= {needs} scored "

@@ -301,7 +301,8 @@ def test_a_missing_file_a_wrong_wheel_or_a_missing_distribution_is_located(
 
 def test_the_evaluation_positions_table_counts_every_tokenizer(real: Chat) -> None:
     """kiln.catalog.buildable.EVAL_POSITIONS, which `doit check` refuses recipes by, is
-    what the shipped text gives under each causal LM's tokenizer of the catalog."""
+    what the shipped text gives under each causal LM's (and VLM's) tokenizer of the
+    catalog."""
     from transformers import AutoTokenizer
 
     from builders.causal_lm.scoring import TEXT
@@ -314,7 +315,7 @@ def test_the_evaluation_positions_table_counts_every_tokenizer(real: Chat) -> No
     elsewhere = set()  # imported checkpoints this session has not imported
     for _, recipe in sorted(cat.recipes.items()):
         label = recipe.model.label
-        if recipe.task != "text-generation" or label in counted:
+        if recipe.task not in ("text-generation", "image-text-to-text") or label in counted:
             continue
         if recipe.model.imported and label != cat.recipe(FP32).model.label:
             elsewhere.add(label)  # Gemma 3 270M: tests/builds/test_real_gemma.py (nightly)

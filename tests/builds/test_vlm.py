@@ -29,10 +29,13 @@ CIRCLE, SQUARE, STRIPES = (
 )
 
 
+INT8 = "tiny-llava-int8-wo"
+
+
 @pytest.fixture(scope="module")
 def llava(tmp_path_factory: pytest.TempPathFactory, hub: Path) -> World:
-    world = make_world(tmp_path_factory.mktemp("vlm"), hub, (RECIPE,))
-    world.doit("build", f"recipe={RECIPE}", "publish=1", check=True)
+    world = make_world(tmp_path_factory.mktemp("vlm"), hub, (RECIPE, INT8))
+    world.doit("build", f"recipe={RECIPE},{INT8}", "publish=1", check=True)
     return world
 
 
@@ -53,6 +56,24 @@ def test_tiny_llava_passes_every_gate_with_its_image_read(llava: World) -> None:
     assert metrics["reference_image_sensitivity"] > 0.1  # the fixture's answer moves
     assert 0.99 < metrics["image_sensitivity_ratio"] < 1.01  # and the bundle's as far
     assert {g["metric"] for g in record["gates"]} >= {"image_sensitivity_ratio"}
+
+
+def test_int8_quantizes_the_language_model_alone_and_keeps_the_image(llava: World) -> None:
+    record = llava.manifest(INT8)["evidence"][-1]
+    assert record["verdict"] == "pass"
+    metrics = record["metrics"]
+    assert metrics["scored_positions"] == 512 and metrics["image_sensitivity_ratio"] > 0.9
+    assert metrics["max_abs_logit_diff"] > 1e-3  # int8 weights: not the fp32 graph
+    done = next(
+        json.loads(p.read_text())
+        for p in llava.store.rglob("quantize.json")
+        if json.loads(p.read_text())["weights"] == "int8-wo"
+    )
+    names = done["quantizers"]
+    assert names and all(n.startswith("model.language_model.") for n in names), names
+    int8 = bundle_dir(llava, INT8)
+    fp32 = bundle_dir(llava, RECIPE)
+    assert (int8 / "vision.onnx").read_bytes() == (fp32 / "vision.onnx").read_bytes()
 
 
 def test_the_bundle_runs_without_torch(llava: World) -> None:
@@ -141,7 +162,7 @@ def test_a_broken_image_is_a_clear_error(bundle: Any, tmp_path: Path) -> None:
 
     cut = tmp_path / "cut.png"
     cut.write_bytes(CIRCLE.read_bytes()[:60])
-    with pytest.raises(BundleError, match="cut.png"):
+    with pytest.raises(BundleError, match=r"cut\.png"):
         bundle.ask("What is in the picture?", [cut])
 
 
