@@ -27,6 +27,7 @@ from kiln.evidence.lock import lock
 from kiln.paths import Paths
 from kiln.plan.step import Plan, Step
 from kiln.schema import Evidence, GatesRef, Lock, Verdict
+from kiln.schema.manifest import ANSWER_CHARS
 from kiln.store import Store, unsupported
 
 
@@ -89,8 +90,25 @@ def _judged(cat: Catalog, store: Store, name: str, p: Plan) -> Evidence:
         reason=reason,
         thresholds=_gates(cat, name),
         features=found.get("features"),
+        answers=_answers(found.get("answers")),
         scope=hostinfo.scope(),  # "ci" or "local" (a replay's "nightly" is extra)
     )
+
+
+def _answers(found: Any) -> Any:
+    """A VLM validation's answers as the manifest keeps them: each cut to its first
+    ANSWER_CHARS characters, "…" saying so (the store's evidence.json keeps them whole).
+    Anything else is left as found, for the Evidence model to refuse."""
+    if not isinstance(found, list):
+        return found
+    return [_cut(a) if isinstance(a, dict) else a for a in found]
+
+
+def _cut(answer: dict[str, Any]) -> dict[str, Any]:
+    text = answer.get("answer")
+    if not isinstance(text, str) or len(text) <= ANSWER_CHARS:
+        return answer
+    return {**answer, "answer": text[: ANSWER_CHARS - 1] + "…"}
 
 
 # Features whose failure fails the verdict: a compiled bundle whose greedy tokens

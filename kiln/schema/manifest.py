@@ -203,6 +203,26 @@ class FeatureProof(Recorded):
 
 
 FeatureName = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]*$", max_length=64)]
+# An answer is kept to its start: the manifest is reviewed in PRs and 8 answers of 16
+# tokens fit easily; the full text stays in the store's evidence.json ("outputs").
+ANSWER_CHARS = 200
+
+
+class Answer(Recorded):
+    """One question a vision-language validation asked about one image, and what the
+    bundle answered (issue 40: the site shows them beside the image)."""
+
+    image: str = Field(
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$",
+        description="The validation image's file name in builders/data/images/ (a name, "
+        "never a path).",
+    )
+    prompt: str = Field(max_length=2000, description="The question asked about the image.")
+    answer: str = Field(
+        max_length=ANSWER_CHARS,
+        description=f"The bundle's greedy answer, its first {ANSWER_CHARS} characters (a "
+        "longer one is cut and ends with '…'; the store's evidence.json keeps it whole).",
+    )
 
 
 class Evidence(Recorded):
@@ -250,6 +270,14 @@ class Evidence(Recorded):
         "logits_processors, prefix_reuse, chunked_prefill, beam_search, determinism): each with "
         "what it compared and whether it held. A feature not named here is untested by this "
         "record. Absent on records made before features were recorded.",
+    )
+    answers: list[Answer] | None = Field(
+        None,
+        exclude_if=_unrecorded,
+        max_length=64,
+        description="An image-text-to-text validation's questions, each with its image and "
+        f"the bundle's answer (at most {ANSWER_CHARS} characters each), in the order asked. "
+        "Absent for other tasks and on records made before answers were recorded.",
     )
 
 
