@@ -15,6 +15,7 @@ script enhances the index, and a Content-Security-Policy says so.
   features.py  the runtime-features pages (architecture x feature x host class, per backend)
   api.py       the JSON API next to the pages
   plot.py      the metric sparklines
+  images.py    a vision-language recipe's validation images, questions and answers
   coverage.py  the coverage table (architectures x verdict) in docs/coverage.md
   docs.py      the manual: README.md, docs/*.md and bench/README.md as pages under docs/
   serve.py     `doit serve`: a local preview server
@@ -47,11 +48,13 @@ from kiln.schema.thresholds import FAMILIES
 from kiln.site import api
 from kiln.site import docs as sitedocs
 from kiln.site import features as sitefeatures
+from kiln.site import images as siteimages
 from kiln.site import plot as siteplot
 from kiln.site import view as siteview
 from kiln.site.features import LABELS, feature_grid
 from kiln.site.features import rows as feature_rows
-from kiln.site.matrix import Grid, Matrix, View, matrix, views
+from kiln.site.matrix import Grid, Matrix, View, filters, matrix, views
+from kiln.site.matrix import inputs as architecture_inputs
 
 SITE = ROOT / "site"
 TEMPLATES = SITE / "templates"
@@ -147,6 +150,8 @@ class Site:
     feature_views: list[sitefeatures.View]  # the pages': every backend, then each alone
     docs: list[sitedocs.Doc]
     made: Made
+    inputs: dict[str, str]  # architecture -> the input its recipes take (a matrix row's mark)
+    asked: dict[str, siteimages.Asked]  # image-text-to-text recipes: their validation images
 
     @property
     def catalog(self) -> list[siteview.Entry]:
@@ -156,8 +161,15 @@ class Site:
     def ordered(self, items: list[siteview.Entry]) -> list[siteview.Entry]:
         return siteview.by_evidence(items)
 
-    def view_of(self, variant: str, backend: str | None) -> View | None:
-        return next((v for v in self.views if (v.variant, v.backend) == (variant, backend)), None)
+    def view_of(
+        self, variant: str, backend: str | None, modality: str | None = None
+    ) -> View | None:
+        key = (variant, backend, modality)
+        return next((v for v in self.views if (v.variant, v.backend, v.modality) == key), None)
+
+    def input_of(self, architecture: str) -> str:
+        """What a row's architecture takes: text, image+text, audio."""
+        return self.inputs.get(architecture, siteview.TEXT)
 
     def model_url(self, repo: str) -> str:
         return next(f"models/{g.slug}.html" for g in self.models if g.key == repo)
@@ -182,6 +194,8 @@ def view(catalog: Catalog) -> Site:
         feature_views=sitefeatures.views(items),
         docs=sitedocs.load({e.name for e in items}),
         made=Made.now(),
+        inputs=architecture_inputs(items),
+        asked={e.name: a for e in items if (a := siteimages.asked(e, catalog))},
     )
 
 
@@ -228,6 +242,7 @@ def _environment() -> Any:
         METRICS=METRICS,
         NAV=NAV,
         SCOPES=SCOPES,
+        filters=filters,
         stale_of=api.stale_reason,
         scope_of=scope_of,
         zip=zip,
@@ -315,9 +330,11 @@ def _headline_label(e: siteview.Entry) -> str | None:
     return next((f"#{i}" for i, ev in enumerate(e.history) if ev is e.latest), None)
 
 
-def _recipe_page(e: siteview.Entry) -> dict[str, Any]:
+def _recipe_page(site: Site, e: siteview.Entry) -> dict[str, Any]:
     return {
         "e": e,
+        "asked": site.asked.get(e.name),
+        "random_weights": family(e.recipe.model.pin) == "tiny",
         "gates": gate_rows(e),
         "plots": siteplot.plots(siteplot.runs(e.history, e.past), _headline_label(e)),
         "plot_size": (siteplot.WIDTH, siteplot.HEIGHT),
@@ -347,7 +364,7 @@ def pages(site: Site) -> Iterator[PageSpec]:
     for g in site.architectures:
         yield f"architectures/{g.slug}.html", "architecture.html", {"g": g}
     for e in site.entries:
-        yield e.url, "recipe.html", _recipe_page(e)
+        yield e.url, "recipe.html", _recipe_page(site, e)
     yield "api/index.html", "api.html", {}
     for d in site.docs:
         yield d.url, "doc.html", {"doc": d}
@@ -396,6 +413,7 @@ def render(site: Site, out: Path) -> list[Path]:
     for name in (f"{n}.schema.json" for n in API_SCHEMA_FILES):
         shutil.copyfile(SCHEMAS / name, out / "api" / "schema" / name)
     shutil.copytree(STATIC, out / "static")
+    siteimages.copy(list(site.asked.values()), out)
     (out / MARKER).write_text("rendered by kiln; `doit site` replaces this folder\n")
     return written
 

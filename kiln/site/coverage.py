@@ -3,20 +3,28 @@
 Data: catalog/architectures.yaml (kiln.catalog.architectures) plus the manifests,
 which alone decide a verdict: a recipe with no manifest is "not built", never a pass.
 docs/coverage.md ends with the table `markdown(rows())` renders (`--write` refreshes
-it; tests/unit/test_docs.py fails when it is stale), and the site renders that page
-into its manual.
+it; tests/builds/test_breadth.py fails when it is stale), and the site renders that
+page into its manual.
+
+Each row says what the architecture takes as input (issue 40): its recipes' task's
+modality (kiln.site.view), or, for an architecture with no recipe, image+text when
+its reason names the image processor that would feed it: every image-input entry's
+exact reason does (catalog/architectures.yaml), and no text model's has one.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from kiln.catalog import Catalog, architectures
 from kiln.errors import KilnError
 from kiln.evidence import manifest
-from kiln.site.view import UNREADABLE, why_unreadable
+from kiln.site.view import MODALITIES, TEXT, UNREADABLE, modality, why_unreadable
 
 NOT_BUILT = "not built here"
+IMAGES = MODALITIES["image-text-to-text"]  # "image+text"
+_IMAGE_PROCESSOR = re.compile(r"\b[A-Z]\w*ImageProcessor\b")  # Gemma4ImageProcessor, ...
 
 
 @dataclass(frozen=True)
@@ -35,6 +43,12 @@ class Row:
     real: tuple[Cell, ...]
     status: str  # "tiny" when a tiny recipe exists, else the yaml's status
     reason: str
+    modality: str  # what it takes as input: text, image+text, audio
+
+    @property
+    def verdict(self) -> str:
+        """The tiny recipe's verdict, or the status when there is no tiny recipe."""
+        return self.tiny.verdict if self.tiny else self.status
 
 
 def _cell(cat: Catalog, recipe: str) -> Cell:
@@ -50,6 +64,15 @@ def _cell(cat: Catalog, recipe: str) -> Cell:
     return Cell(recipe, last.verdict, last.reason, cat.paths.rel(path))
 
 
+def _modality(cat: Catalog, a: architectures.Architecture) -> str:
+    """What the architecture takes as input: its recipes' (by their task), else
+    image+text where its reason names an image processor, else text."""
+    tasks = {cat.recipes[n].task for n in (a.tiny, *a.real) if n in cat.recipes}
+    if tasks:
+        return ", ".join(sorted({modality(t) for t in tasks}))
+    return IMAGES if _IMAGE_PROCESSOR.search(a.reason) else TEXT
+
+
 def rows(cat: Catalog) -> list[Row]:
     table = architectures.load(cat.paths.root)
     out = []
@@ -62,6 +85,7 @@ def rows(cat: Catalog) -> list[Row]:
                 real=tuple(_cell(cat, r) for r in a.real),
                 status="tiny" if a.tiny else (a.status or "not-built"),
                 reason=a.reason,
+                modality=_modality(cat, a),
             )
         )
     return out
@@ -71,8 +95,7 @@ def counts(table: list[Row]) -> dict[str, int]:
     """Architectures per tiny verdict (or per status when there is no tiny recipe)."""
     out: dict[str, int] = {}
     for r in table:
-        key = r.tiny.verdict if r.tiny else r.status
-        out[key] = out.get(key, 0) + 1
+        out[r.verdict] = out.get(r.verdict, 0) + 1
     return dict(sorted(out.items()))
 
 
@@ -85,16 +108,16 @@ def _link(cell: Cell) -> str:
 def markdown(table: list[Row]) -> str:
     """The coverage page's table: one line per architecture, each verdict linking its evidence."""
     lines = [
-        "| architecture | family | tiny recipe: verdict | real recipes | why not |",
-        "|---|---|---|---|---|",
+        "| architecture | family | input | tiny recipe: verdict | real recipes | why not |",
+        "|---|---|---|---|---|---|",
     ]
     for r in table:
         tiny = _link(r.tiny) if r.tiny else r.status
         real = ", ".join(_link(c) for c in r.real) or "-"  # no <br>: the site renders no raw HTML
         why = r.tiny.reason if r.tiny and r.tiny.verdict != "pass" else r.reason
-        lines.append(
-            f"| {r.architecture} | {r.family or '-'} | {tiny} | {real} | {why.replace('|', '/')} |"
-        )
+        taking = f"**{r.modality}**" if r.modality != TEXT else r.modality
+        cells = [r.architecture, r.family or "-", taking, tiny, real, why.replace("|", "/")]
+        lines.append(f"| {' | '.join(cells)} |")
     return "\n".join(lines) + "\n"
 
 
@@ -104,10 +127,20 @@ PAGE = "docs/coverage.md"
 HEADING = "\n## The table\n"
 
 
+def summary(table: list[Row]) -> str:
+    """The coverage line: architectures per verdict, then how many take images and
+    what their verdicts are ("...; 10 take images: 1 pass, 9 not-built")."""
+    line = ", ".join(f"{n} {verdict}" for verdict, n in counts(table).items())
+    images = [r for r in table if IMAGES in r.modality]
+    if images:
+        theirs = ", ".join(f"{n} {verdict}" for verdict, n in counts(images).items())
+        line += f"; {len(images)} take{'s' if len(images) == 1 else ''} images: {theirs}"
+    return line + "."
+
+
 def section(table: list[Row]) -> str:
-    """What follows HEADING: the counts per verdict, then the table."""
-    summary = ", ".join(f"{n} {verdict}" for verdict, n in counts(table).items())
-    return f"\n{summary}.\n\n{markdown(table)}"
+    """What follows HEADING: the coverage line, then the table."""
+    return f"\n{summary(table)}\n\n{markdown(table)}"
 
 
 def write(cat: Catalog) -> bool:

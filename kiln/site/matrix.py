@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from kiln.evidence.cells import AXES, cell, column
 from kiln.hostinfo import HostClass
 from kiln.schema import WEIGHTS
-from kiln.site.view import Claim, Entry
+from kiln.site.view import TEXT, Claim, Entry, slug
 
 UNTESTED = "untested"
 ORDINARY = "ordinary"
@@ -215,6 +215,16 @@ def _architecture(e: Entry) -> str:
     return cell(e.recipe, e.manifest.lock if e.manifest else None).architecture
 
 
+def inputs(items: Iterable[Entry]) -> dict[str, str]:
+    """Each architecture a matrix row names -> the input its recipes take (kiln.site.view
+    modality; "audio, text" were its recipes to differ)."""
+    found: dict[str, set[str]] = {}
+    for e in items:
+        if e.claims:
+            found.setdefault(_architecture(e), set()).add(e.facets["modality"])
+    return {arch: ", ".join(sorted(taken)) for arch, taken in found.items()}
+
+
 def _claims(
     items: Iterable[Entry], group: Callable[[Entry], Group]
 ) -> list[tuple[str, Group, Claim]]:
@@ -236,11 +246,13 @@ def beyond_baseline(row: Row) -> bool:
 
 @dataclass(frozen=True)
 class View:
-    """One page of the support matrix: a variant, and a backend or every backend."""
+    """One page of the support matrix: a variant, a backend or every backend, and an
+    input modality or every one."""
 
     variant: str
     backend: str | None
     grid: Grid
+    modality: str | None = None
 
     @property
     def sections(self) -> list[Section]:
@@ -252,9 +264,10 @@ class View:
 
     @property
     def url(self) -> str:
-        if (self.variant, self.backend) == (ORDINARY, None):
+        if (self.variant, self.backend, self.modality) == (ORDINARY, None, None):
             return "matrix.html"
-        return f"matrix/{self.variant}-{self.backend or 'any'}.html"
+        taking = f"-{slug(self.modality)}-input" if self.modality else ""
+        return f"matrix/{self.variant}-{self.backend or 'any'}{taking}.html"
 
 
 def precisions(items: list[Entry]) -> list[str]:
@@ -263,14 +276,23 @@ def precisions(items: list[Entry]) -> list[str]:
     return [p for p in WEIGHTS if p in declared] + sorted(declared - set(WEIGHTS))
 
 
-def support(items: list[Entry], variant: str = ORDINARY, backend: str | None = None) -> Grid:
-    """Architecture x precision for one variant (and one backend, or every backend)."""
-    chosen = [
-        e
-        for e in items
-        if e.recipe.execution.variant == variant
+def _chosen(e: Entry, variant: str, backend: str | None, modality: str | None) -> bool:
+    return (
+        e.recipe.execution.variant == variant
         and (backend is None or e.recipe.build.backend == backend)
-    ]
+        and (modality is None or e.facets["modality"] == modality)
+    )
+
+
+def support(
+    items: list[Entry],
+    variant: str = ORDINARY,
+    backend: str | None = None,
+    modality: str | None = None,
+) -> Grid:
+    """Architecture x precision for one variant (one backend, or every backend; one
+    input modality, or every one)."""
+    chosen = [e for e in items if _chosen(e, variant, backend, modality)]
     return grid(
         "precision",
         [(p,) for p in precisions(items)],
@@ -278,9 +300,18 @@ def support(items: list[Entry], variant: str = ORDINARY, backend: str | None = N
     )
 
 
+def modalities(items: list[Entry], variant: str, backend: str | None = None) -> list[str]:
+    """The input modalities with evidence for a variant (and backend), text first: the
+    choices of a page's modality filter, offered where there are two or more."""
+    found = {e.facets["modality"] for e in items if e.claims and _chosen(e, variant, backend, None)}
+    return sorted(found, key=lambda m: (m != TEXT, m))
+
+
 def views(items: list[Entry]) -> list[View]:
     """The matrix pages: ordinary first, then each variant with evidence; for each,
-    every backend together and, where more than one has evidence, each backend alone."""
+    every backend together and, where more than one has evidence, each backend alone;
+    and each of those pages for each input modality alone, where it has evidence of
+    more than one (issue 40: "which image-input architectures pass?")."""
     evidenced = [e for e in items if e.claims]
     variants = sorted({e.recipe.execution.variant for e in evidenced} | {ORDINARY})
     out = []
@@ -288,10 +319,49 @@ def views(items: list[Entry]) -> list[View]:
         backends = sorted(
             {e.recipe.build.backend for e in evidenced if e.recipe.execution.variant == v}
         )
-        out.append(View(v, None, support(items, v)))
-        if len(backends) > 1:
-            out += [View(v, b, support(items, v, b)) for b in backends]
+        for b in [None, *(backends if len(backends) > 1 else [])]:
+            out.append(View(v, b, support(items, v, b)))
+            taken = modalities(items, v, b)
+            if len(taken) > 1:
+                out += [View(v, b, support(items, v, b, m), m) for m in taken]
     return out
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One link of a matrix page's filter: its text, its page, and whether it is this one."""
+
+    text: str
+    url: str
+    current: bool
+
+
+def filters(pages: list[View], here: View) -> list[tuple[str, list[Choice]]]:
+    """A page's filters, each (label, choices): the variant; where there is more than
+    one choice, the backend (keeping the page's modality where that page exists) and
+    the input modality (on the page's backend)."""
+
+    def find(variant: str, backend: str | None, modality: str | None) -> View | None:
+        key = (variant, backend, modality)
+        return next((v for v in pages if (v.variant, v.backend, v.modality) == key), None)
+
+    variants = [
+        Choice(v.variant, v.url, v.variant == here.variant)
+        for v in pages
+        if v.backend is None and v.modality is None
+    ]
+    backends = []
+    for v in pages:
+        if v.variant == here.variant and v.modality is None:
+            target = find(v.variant, v.backend, here.modality) or v
+            backends.append(Choice(v.backend or "any", target.url, v.backend == here.backend))
+    taking = [
+        Choice(v.modality or "any", v.url, v.modality == here.modality)
+        for v in pages
+        if (v.variant, v.backend) == (here.variant, here.backend)
+    ]
+    found = [("Backend", backends), ("Modality", taking)]
+    return [("Variant", variants), *((k, c) for k, c in found if len(c) > 1)]
 
 
 @dataclass(frozen=True)

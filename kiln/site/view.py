@@ -35,6 +35,7 @@ UNKNOWN = "unknown"
 FACETS: dict[str, str] = {
     "architecture": "Architecture",
     "task": "Task",
+    "modality": "Modality",
     "precision": "Precision",
     "variant": "Variant",
     "backend": "Backend",
@@ -43,6 +44,20 @@ FACETS: dict[str, str] = {
     "scope": "Scope",
     "verdict": "Verdict",
 }
+# What a recipe's model takes as input, by its task (issue 40): read off the task, the
+# one place the site decides it, so no recipe declares it. Every other task reads text.
+TEXT = "text"
+MODALITIES: dict[str, str] = {
+    "image-text-to-text": "image+text",
+    "automatic-speech-recognition": "audio",
+}
+
+
+def modality(task: str) -> str:
+    """The input a recipe of `task` takes: text, image+text or audio."""
+    return MODALITIES.get(task, TEXT)
+
+
 # The catalog's order: what passes first, then what was measured and failed, what
 # could not run here, and what proves nothing yet; by name within each.
 EVIDENCE_ORDER = (
@@ -322,6 +337,7 @@ def _facets(e: Entry) -> dict[str, str]:
     return {
         "architecture": e.architecture or UNKNOWN,
         "task": text(get(r, "task", UNKNOWN)),
+        "modality": modality(text(get(r, "task", UNKNOWN))),
         "precision": text(get(r, "precision.weights", UNKNOWN)),
         "variant": text(get(r, "execution.variant", UNKNOWN)),
         "backend": text(get(r, "build.backend", UNKNOWN)),

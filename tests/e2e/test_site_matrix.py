@@ -5,7 +5,9 @@ recipes and manifests (no build needed), served on 127.0.0.1.
 One site, one browser and one load of each page per viewport, shared by every test
 here: the matrix at 1366x900 (the fp8 question, answered at a glance: issue 44) and
 390 px (one card per architecture), the runtime features, the catalog, a recipe page
-with plots and an unsupported-here page.
+with plots and an unsupported-here page; and issue 40's: the matrix of the
+architectures that take images, and a vision-language recipe's page with its
+validation images and answers.
 """
 
 from __future__ import annotations
@@ -36,8 +38,16 @@ PAGES = (
     "index.html",
     "recipes/tiny-llama.html",
     "recipes/tiny-llama-aoti-h200.html",
+    "recipes/tiny-llava.html",
+    "matrix/ordinary-any-image-text-input.html",
 )
-AXED = ("matrix.html", "features.html")
+AXED = (
+    "matrix.html",
+    "features.html",
+    "index.html",
+    "recipes/tiny-llava.html",
+    "matrix/ordinary-any-image-text-input.html",
+)
 AXE_JS = """async () => (await axe.run(document,
   {runOnly: {type: 'tag', values: ['wcag2a', 'wcag2aa']}, resultTypes: ['violations']}))
   .violations.filter(v => v.impact === 'serious' || v.impact === 'critical').map(v => v.id)"""
@@ -206,7 +216,7 @@ ROW_JS = """tr => {
     for (const th of Array.from(groups.cells).slice(1)) { n += th.colSpan; if (i < n) return th; } };
   const reads = td => { const a = td.querySelector('a');
     return a ? a.innerText : td.querySelector('.visually-hidden') ? 'untested' : td.innerText.trim(); };
-  return {arch: tr.cells[0].innerText.replace(/\\n/g, ''), name: box(tr.cells[0]), head: box(table.tHead),
+  return {arch: tr.cells[0].querySelector('a').innerText.replace(/\\n/g, ''), name: box(tr.cells[0]), head: box(table.tHead),
     cells: Array.from(tr.cells).slice(1).filter(td => td.offsetParent !== null).map(td => {
       const group = groupOf(td.cellIndex - 1), host = hosts.cells[td.cellIndex - 1];
       const abbr = host.querySelector('abbr');
@@ -242,7 +252,7 @@ def test_which_architectures_pass_at_fp8_and_on_which_host(
         box = cell.bounding_box()
         assert box is not None and box["x"] + box["width"] <= LAPTOP["width"]  # on screen
         if cell.locator("a").count() and cell.locator("a").inner_text() == "pass":
-            arch = cell.locator("xpath=../th").inner_text().replace("\n", "")
+            arch = cell.locator("xpath=../th/a").inner_text().replace("\n", "")
             host = cell.get_attribute("data-label").removeprefix("fp8 on ")
             answer.add((arch, host))
             href = cell.locator("a").get_attribute("href")
@@ -287,7 +297,7 @@ def test_each_row_keeps_its_column_headers_in_view_and_reads_the_manifests(
     page = laptop.pages["matrix.html"]
     expected = cells_from_manifests(world)
     beyond = sorted({arch for arch, precision, _ in expected if precision != "fp32"})
-    first = page.locator("#matrix tbody").first.locator("th[scope=row]").all()
+    first = page.locator("#matrix tbody").first.locator("th[scope=row] a").all()
     assert [th.inner_text().replace("\n", "") for th in first] == beyond
     assert "LlamaForCausalLM" in beyond  # the fp8 answer is in the first rows
     checked = 0
@@ -516,3 +526,89 @@ def test_every_page_says_what_made_it_and_none_overflows_or_logs_errors(
             assert loaded.widths[rel] <= viewport["width"], (rel, viewport)
             assert loaded.errors[rel] == [], rel
         assert loaded.axe == {rel: [] for rel in AXED}
+
+
+# ---------------------------------------------------------------- issue 40: modality
+
+
+def test_the_modality_filter_narrows_the_catalog_and_counts_follow_it(
+    laptop: Loaded, world: World
+) -> None:
+    from kiln.site.view import modality
+
+    cat = catalog.load(catalog.Paths(world.root))
+    takes = {name: modality(r.task) for name, r in cat.recipes.items()}
+    images = sorted(n for n, m in takes.items() if m == "image+text")
+    assert "tiny-llava" in images
+    page = laptop.pages["index.html"]
+    page.select_option("#f-modality", "image+text")
+    shown = [r for r in page.locator("#catalog tbody tr").all() if r.is_visible()]
+    assert sorted(r.locator("a.name").inner_text() for r in shown) == images
+    assert all(r.locator(".tag.input").inner_text() == "image+text input" for r in shown)
+    assert page.inner_text("#count") == f"Showing {len(images)} of {len(takes)} recipes."
+    assert "modality=image%2Btext" in page.url  # a shareable link
+    # each other filter's counts follow it: no image-text-to-text recipe is fp8
+    assert page.locator("#f-precision option[value='fp8']").inner_text() == "fp8 (0)"
+    page.select_option("#f-modality", "")
+    page.select_option("#f-precision", "fp8")
+    option = page.locator("#f-modality option[value='image+text']").inner_text()
+    assert option == "image+text (0)"
+    page.select_option("#f-precision", "")
+    audio = sum(1 for m in takes.values() if m == "audio")
+    assert page.locator("#f-modality option[value='audio']").inner_text() == f"audio ({audio})"
+
+
+def test_the_matrix_marks_image_input_rows_and_filters_them_by_input(laptop: Loaded) -> None:
+    page = laptop.pages["matrix.html"]
+    llava = page.locator("#matrix tbody tr", has=page.locator("th a", has_text="Llava"))
+    assert llava.locator("th .tag.input").inner_text() == "image+text input"
+    assert llava.locator("th .tag.input").is_visible()
+    llama = page.locator("#matrix tbody tr", has=page.locator("th a", has_text="LlamaForCausalLM"))
+    assert llama.first.locator(".tag.input").count() == 0  # text alone is not marked
+    inputs = page.locator("nav.matrix-filters div", has_text="Modality")
+    assert [a.inner_text() for a in inputs.locator("a").all()][:2] == ["any", "text"]
+    assert inputs.locator("a[aria-current=page]").inner_text() == "any"
+    other = page.context.new_page()
+    other.goto(page.url)
+    other.locator("nav.matrix-filters div", has_text="Modality").locator(
+        "a", has_text="image+text"
+    ).click()
+    assert other.url.endswith("matrix/ordinary-any-image-text-input.html")
+    rows = other.locator("#matrix th[scope=row] a").all()
+    assert [r.inner_text().replace("\n", "") for r in rows] == ["LlavaForConditionalGeneration"]
+    current = other.locator("nav.matrix-filters a[aria-current=page]").all()
+    assert [a.inner_text() for a in current] == ["ordinary", "any", "image+text"]
+    assert "taking image+text input" in other.inner_text("#showing")
+    cell = other.locator("#matrix td.cell a", has_text="pass").first
+    assert cell.get_attribute("href").startswith("../recipes/tiny-llava.html#evidence-")
+    other.close()
+
+
+def test_the_vlm_page_shows_each_validation_image_with_its_questions_and_answers(
+    laptop: Loaded, phone: Loaded, world: World
+) -> None:
+    from kiln.errors import printable
+    from kiln.plan import VALIDATION_IMAGES
+
+    answers = manifests(world)["tiny-llava"]["evidence"][-1]["answers"]
+    page = laptop.pages["recipes/tiny-llava.html"]
+    figures = page.locator("#images ~ ul.asked figure").all()
+    assert len(figures) == len(VALIDATION_IMAGES)
+    for figure, name in zip(figures, VALIDATION_IMAGES, strict=True):
+        img = figure.locator("img")
+        assert img.is_visible() and img.get_attribute("alt") == f"Validation image {name}"
+        loaded = img.evaluate("i => i.complete && i.naturalWidth > 0 && i.naturalHeight > 0")
+        assert loaded, name  # the copy in the site, not a broken link
+        box = img.bounding_box()
+        assert box is not None and 90 <= box["height"] <= 100  # drawn at 6rem, not 32 px
+        asked = [a for a in answers if a["image"] == name]
+        questions = [q.inner_text() for q in figure.locator("dt").all()]
+        said = [d.inner_text() for d in figure.locator("dd").all()]
+        assert questions == [a["prompt"] for a in asked]
+        assert said == [printable(a["answer"]).strip() for a in asked]
+    record = page.locator("#images + p a").get_attribute("href")
+    assert record == f"#evidence-{len(manifests(world)['tiny-llava']['evidence']) - 1}"
+    cards = phone.pages["recipes/tiny-llava.html"].locator("ul.asked figure").all()
+    for card in cards:  # one card per image on a phone, inside the screen
+        box = card.bounding_box()
+        assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= PHONE["width"]

@@ -9,9 +9,12 @@ import subprocess
 import sys
 import time
 import urllib.request
+from html.parser import HTMLParser
 from pathlib import Path
+from typing import Any
 
 import jsonschema
+import pytest
 import yaml
 from browser import tags_of
 from conftest import ROOT, SLOW, copy_catalog
@@ -444,3 +447,268 @@ def test_runtime_features_say_yes_only_where_a_record_proves_them(tmp_path: Path
     assert api["features"] == [label for _, label in sitefeatures.FEATURES]
     yes = [c for r in api["rows"] for c in r["cells"] if c["verdict"] == "yes"]
     assert yes and all(c["evidence"] and c["check"] for c in yes)
+
+
+# ---------------------------------------------------------------- modality (issue 40)
+
+
+class Rows(HTMLParser):
+    """The attributes of every table row: the catalog's carry data-modality, and so do
+    the matrix's rows of architectures that take images or audio."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rows: list[dict[str, str | None]] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "tr":
+            self.rows.append(dict(attrs))
+
+
+def rows_of(page: Path) -> list[dict[str, str | None]]:
+    parser = Rows()
+    parser.feed(page.read_text())
+    return parser.rows
+
+
+def test_modality_is_read_off_the_task_and_filters_the_catalog_and_the_matrix(
+    tmp_path: Path,
+) -> None:
+    from kiln.site.view import MODALITIES, modality
+
+    world = copy_catalog(tmp_path)
+    cat = catalog.load(catalog.Paths(world.root))
+    site = tmp_path / "site"
+    sitegen.build(cat, site)
+    expected = {name: modality(r.task) for name, r in cat.recipes.items()}
+    assert expected["tiny-llava"] == "image+text" and expected["tiny-whisper"] == "audio"
+    assert expected["tiny-llama"] == "text"
+    # the catalog: every row carries its modality, the form offers it, a page per value
+    index = site / "index.html"
+    shown = {r["data-search"].split()[0]: r["data-modality"] for r in rows_of(index) if r}
+    assert shown == expected
+    html = index.read_text()
+    assert '<select id="f-modality" name="modality">' in html
+    images = [n for n, m in expected.items() if m == "image+text"]
+    assert f'<option value="image+text">image+text ({len(images)})</option>' in html
+    browse = site / "browse" / "modality" / "image-text.html"
+    assert sorted(r["data-search"].split()[0] for r in rows_of(browse) if r) == sorted(images)
+    assert "tiny-llava</a>" in html and '<span class="tag input">image+text input</span>' in html
+    # the API says it, and its schema allows exactly the modalities the site knows
+    listing = json.loads((site / "api" / "recipes.json").read_text())
+    api_validator("RecipeList").validate(listing)
+    assert {r["name"]: r["facets"]["modality"] for r in listing["recipes"]} == expected
+    enum = json.loads((ROOT / "schema" / "site-api.schema.json").read_text())["$defs"]["Facets"]
+    assert set(enum["properties"]["modality"]["enum"]) == {"text", *MODALITIES.values()}
+    # the matrix: image-input rows are marked, and a Modality filter leads to a page each
+    matrix = (site / "matrix.html").read_text()
+    marked = {r.get("data-modality") for r in rows_of(site / "matrix.html")} - {None}
+    assert marked == {"image+text", "audio"}
+    llava = matrix.split('href="architectures/llavaforconditionalgeneration.html"')[1]
+    assert llava.split("</th>")[0].endswith('<span class="tag input">image+text input</span>')
+    nav = matrix.split('aria-label="Matrix filters"')[1].split("</nav>")[0]
+    link = '<a href="matrix/ordinary-any-image-text-input.html">image+text</a>'
+    assert '<span class="label">Modality</span>' in nav and link in nav
+    only = site / "matrix" / "ordinary-any-image-text-input.html"
+    page = only.read_text()
+    heads = page.split('<th scope="row">')[1:]
+    assert len(heads) == 1 and "llavaforconditionalgeneration.html" in heads[0]
+    assert "taking <strong>image+text</strong> input" in page
+    assert 'aria-current="page">image+text</a>' in page  # the filter says where it is
+    text_only = (site / "matrix" / "ordinary-any-text-input.html").read_text()
+    assert "llavaforconditionalgeneration" not in text_only
+    assert "architectures/llamaforcausallm.html" in text_only
+
+
+class Asked(HTMLParser):
+    """A recipe page's validation images: each image's src and name, and its question
+    and answer pairs, as the page shows them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.images: list[dict[str, Any]] = []
+        self.inside = False
+        self.cell: str | None = None  # "code", "dt" or "dd" while inside one
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        found = dict(attrs)
+        if tag == "ul" and found.get("class") == "asked":
+            self.inside = True
+        elif self.inside and tag == "li":
+            self.images.append({"src": None, "alt": None, "name": "", "asked": []})
+        elif self.inside and tag == "img":
+            self.images[-1].update(src=found["src"], alt=found.get("alt"))
+        elif self.inside and tag in ("code", "dt", "dd"):
+            self.cell = tag
+            if tag == "dt":
+                self.images[-1]["asked"].append(["", ""])
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "ul" and self.inside:
+            self.inside = False
+        if tag == self.cell:
+            self.cell = None
+
+    def handle_data(self, data: str) -> None:
+        if self.cell == "code":
+            self.images[-1]["name"] += data
+        elif self.cell in ("dt", "dd"):
+            self.images[-1]["asked"][-1][self.cell == "dd"] += data
+
+
+def asked_on(page: Path) -> list[dict[str, Any]]:
+    parser = Asked()
+    parser.feed(page.read_text())
+    return parser.images
+
+
+def test_a_vlm_recipe_page_shows_its_images_with_the_questions_and_the_answers(
+    tmp_path: Path,
+) -> None:
+    """Issue 40: each validation image, copied into the site, with the questions asked
+    about it and the answers of the deciding record; the site needs nothing outside it."""
+    from kiln.errors import printable
+    from kiln.plan import VALIDATION_IMAGES
+
+    world = copy_catalog(tmp_path)
+    site = tmp_path / "site"
+    sitegen.build(catalog.load(catalog.Paths(world.root)), site)
+    record = world.manifest("tiny-llava")["evidence"][-1]
+    assert len(record["answers"]) == 8  # prompts/images.yaml's eight questions
+    page = site / "recipes" / "tiny-llava.html"
+    shown = asked_on(page)
+    assert [i["name"] for i in shown] == list(VALIDATION_IMAGES)
+    for image in shown:
+        copied = (page.parent / image["src"]).resolve()
+        assert copied == (site / "assets" / "images" / image["name"]).resolve()
+        shipped = ROOT / "builders" / "data" / "images" / image["name"]
+        assert copied.read_bytes() == shipped.read_bytes()
+        assert image["alt"] == f"Validation image {image['name']}"
+        mine = [a for a in record["answers"] if a["image"] == image["name"]]
+        assert image["asked"] == [[a["prompt"], printable(a["answer"])] for a in mine]
+    html = page.read_text()
+    assert 'href="#evidence-0">record 0</a>' in html and "answers are not language" in html
+    assert "image=builders/data/images/circle_64x48.png" in html  # the run command
+    assert not any(ch in html for ch in "\x00\x04\x06\x16")  # raw control characters
+    assert "<dt>Modality</dt><dd>image+text input</dd>" in html
+    # only a vision-language page has the section, and only its images are copied
+    assert 'id="images"' not in (site / "recipes" / "tiny-llama.html").read_text()
+    assert sorted(p.name for p in (site / "assets" / "images").iterdir()) == sorted(
+        VALIDATION_IMAGES
+    )
+
+
+def test_a_vlm_page_without_recorded_answers_shows_the_questions_on_their_images(
+    tmp_path: Path,
+) -> None:
+    """A record made before answers were recorded is still valid; the page then pairs
+    the recipe's prompts with the images as the planner does (prompt i, image i mod 4)
+    and says no answer is recorded. A name that is no shipped image gets no picture,
+    and is never copied; an answer's control characters and bidi overrides are escaped."""
+    from kiln.plan import VALIDATION_IMAGES
+
+    world = copy_catalog(tmp_path)
+    path = world.root / "manifests" / "tiny-llava.json"
+    data = json.loads(path.read_text())
+    answers = data["evidence"][-1].pop("answers")
+    path.write_text(json.dumps(data))
+    site = tmp_path / "site"
+    sitegen.build(catalog.load(catalog.Paths(world.root)), site)
+    shown = asked_on(site / "recipes" / "tiny-llava.html")
+    prompts = yaml.safe_load((ROOT / "prompts" / "images.yaml").read_text())["prompts"]
+    n = len(VALIDATION_IMAGES)
+    assert [[q for q, _ in i["asked"]] for i in shown] == [prompts[k::n] for k in range(n)]
+    assert {a for i in shown for _, a in i["asked"]} == {"no answer recorded"}
+    assert "before answers were recorded" in (site / "recipes" / "tiny-llava.html").read_text()
+
+    answers[0] = {**answers[0], "image": "elsewhere.png", "answer": "left\u202eright\x00"}
+    data["evidence"][-1]["answers"] = answers
+    path.write_text(json.dumps(data))
+    sitegen.build(catalog.load(catalog.Paths(world.root), cache=False), site)
+    shown = asked_on(site / "recipes" / "tiny-llava.html")
+    other = next(i for i in shown if i["name"] == "elsewhere.png")
+    assert other["src"] is None and other["asked"][0][1] == "left\\u202eright\\x00"
+    assert not (site / "assets" / "images" / "elsewhere.png").exists()
+
+
+def test_an_answer_names_an_image_never_a_path() -> None:
+    """The site copies the images a manifest names: a path there is a schema error (the
+    manifest is then unreadable), and so is an answer longer than the manifest keeps."""
+    import pydantic
+
+    from kiln.schema.manifest import ANSWER_CHARS, Answer
+
+    ok = {"image": "circle_64x48.png", "prompt": "What is in the picture?", "answer": "a circle"}
+    assert Answer.model_validate(ok).image == "circle_64x48.png"
+    for bad in (
+        {"image": "../../etc/passwd"},
+        {"image": "sub/circle.png"},
+        {"image": ".hidden"},
+        {"answer": "x" * (ANSWER_CHARS + 1)},
+    ):
+        with pytest.raises(pydantic.ValidationError):
+            Answer.model_validate({**ok, **bad})
+
+
+# ---------------------------------------------------------------- coverage (issue 40)
+
+
+def test_the_coverage_table_marks_and_counts_the_architectures_that_take_images(
+    tmp_path: Path,
+) -> None:
+    from kiln.site import coverage
+
+    world = copy_catalog(tmp_path)
+    (world.root / "catalog").mkdir()
+    (world.root / "catalog" / "architectures.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "schema_version": 1,
+                "architectures": [
+                    {"name": "LlamaForCausalLM", "family": "dense", "tiny": "tiny-llama"},
+                    {"name": "LlavaForConditionalGeneration", "family": "vision-language"}
+                    | {"tiny": "tiny-llava", "in_matrix": False},
+                    {"name": "WhisperForConditionalGeneration", "family": "encoder-decoder"}
+                    | {"tiny": "tiny-whisper"},
+                    {"name": "PixForConditionalGeneration", "status": "not-built"}
+                    | {"reason": "PixImageProcessor tiles each image into crops."},
+                    {"name": "WordsForCausalLM", "status": "not-in-release"}
+                    | {"reason": "transformers 5.24.0 has no WordsForCausalLM."},
+                ],
+            }
+        )
+    )
+    table = coverage.rows(catalog.load(catalog.Paths(world.root)))
+    taking = {r.architecture: r.modality for r in table}
+    assert taking == {
+        "LlamaForCausalLM": "text",
+        "LlavaForConditionalGeneration": "image+text",
+        "WhisperForConditionalGeneration": "audio",
+        "PixForConditionalGeneration": "image+text",
+        "WordsForCausalLM": "text",
+    }
+    verdicts = {r.architecture: r.verdict for r in table}
+    assert verdicts["LlavaForConditionalGeneration"] == "pass"  # the committed manifest
+    section = coverage.section(table)
+    line = section.strip().split("\n")[0]
+    assert line.endswith("; 2 take images: 1 not-built, 1 pass.")
+    rows = {r.split(" | ")[0].strip("| "): r for r in section.split("\n") if r.startswith("| ")}
+    assert rows["LlavaForConditionalGeneration"].split(" | ")[2] == "**image+text**"
+    assert rows["WhisperForConditionalGeneration"].split(" | ")[2] == "**audio**"
+    assert rows["LlamaForCausalLM"].split(" | ")[2] == "text"
+
+
+def test_the_shipped_coverage_table_marks_every_vision_language_entry() -> None:
+    """Every architecture catalog/architectures.yaml lists as vision-language, or whose
+    reason is about its image processor, is counted as taking images; no text one is."""
+    from kiln.catalog import architectures
+    from kiln.site import coverage
+
+    cat = catalog.load(catalog.Paths(ROOT))
+    table = {r.architecture: r for r in coverage.rows(cat)}
+    listed = architectures.load(ROOT).architectures
+    images = {a.name for a in listed if a.family == "vision-language" or "Image" in a.reason}
+    assert {"LlavaForConditionalGeneration", "MllamaForConditionalGeneration"} <= images
+    assert {n for n, r in table.items() if "image+text" in r.modality} == images
+    line = coverage.summary(list(table.values()))
+    assert f"; {len(images)} take images: " in line

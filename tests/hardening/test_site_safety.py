@@ -119,6 +119,7 @@ def test_payloads_reach_every_free_text_field(sites: dict[str, Any]) -> None:
     assert "description" in injected["thresholds/fp32-exact.yaml"]
     assert "lock.model.architecture" in injected["manifests/tiny-llama.json"]
     assert "evidence.0.host.cpu" in injected["manifests/tiny-llama.json"]
+    assert "evidence.0.answers.0.prompt" in injected["manifests/tiny-llava.json"]
     page = (sites["evil"] / "recipes" / "tiny-llama.html").read_text()
     assert "&lt;script&gt;window.__pwned" in page  # shown, as text
 
@@ -154,11 +155,18 @@ def test_no_payload_runs_in_the_browser(browser: Any, sites: dict[str, Any]) -> 
     context = browser.new_context(bypass_csp=True)
     dialogs: list[str] = []
     context.on("page", lambda p: p.on("dialog", lambda d: dialogs.append(d.message)))
+    clean: Path = sites["clean"]
+    # the clean site's own images: a vision-language recipe's validation images (issue 40)
+    own = {
+        page.relative_to(clean).as_posix(): sum(t in ("img", "iframe") for t, _ in tags_of(page))
+        for page in clean.rglob("*.html")
+    }
+    assert own["recipes/tiny-llava.html"] > 0 and own["recipes/tiny-llama.html"] == 0
     with serving(sites["evil"]) as base:
         result = crawl(context, base)  # every page loaded, its state read once loaded
         for url, report in result.pages.items():
             assert report.pwned == "undefined", url
-            assert report.embeds == 0, url
+            assert report.embeds == own.get(result.rel(url), 0), url
         page = context.new_page()
         page.goto(base + "index.html")
         page.fill("#f-q", "<script>")  # the search box matches the payload, as text
