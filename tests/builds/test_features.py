@@ -72,6 +72,25 @@ def test_guided_json_always_parses_against_the_schema(llama: Bundle) -> None:
 
 
 @heavy
+def test_the_guided_feature_runs_a_batch_one_engine_one_prompt_at_a_time(llama: Bundle) -> None:
+    """The validation's guided_decoding proof fed two prompts at once, which a batch-1
+    engine refused (every GPU latency recipe's manifest said so): it now keeps to the
+    bundle's max_batch_size, and proves the same."""
+    from builders.causal_lm._features import _guided
+
+    prompts = [llama.encode(p) for p in PROMPTS[:2]]
+    whole = _guided(llama, prompts)
+    kept = llama.max_batch_size
+    llama.max_batch_size = 1
+    try:
+        one = _guided(llama, prompts)
+    finally:
+        llama.max_batch_size = kept
+    assert whole["proved"] and one["proved"]
+    assert one["metrics"]["outputs"] == 2.0 and one["metrics"]["valid"] == 2.0
+
+
+@heavy
 def test_guided_regex_and_lark_grammar(llama: Bundle) -> None:
     ids = [llama.encode(p) for p in PROMPTS]
     pattern = r"[A-Z][a-z]{2,6}-[0-9]{2,4}"
