@@ -335,11 +335,11 @@ def test_doit_run_guides_and_refuses_cleanly(built: World, tmp_path: Path) -> No
     empty.write_text('{"$ref": "#"}')
     nothing = built.doit("run", "recipe=tiny-llama", "prompt=Data:", f"json_schema={empty}")
     assert nothing.returncode == 1 and "Traceback" not in nothing.stdout + nothing.stderr
-    assert "command line: json_schema: the JSON schema matches nothing" in nothing.stdout
+    assert "command line: json_schema: the JSON schema matches nothing" in nothing.stderr
     assert "Data:" not in nothing.stdout  # refused, not run: no (empty) output printed
     beams = built.doit("run", "recipe=tiny-llama", "prompt=Hi", "num_beams=2")
     assert beams.returncode != 0 and "Traceback" not in beams.stdout + beams.stderr
-    assert "num_beams applies to encoder-decoder recipes" in beams.stdout
+    assert "num_beams applies to encoder-decoder recipes" in beams.stderr and not beams.stdout
 
 
 def test_run_variables_refuse_bad_grammar_files(tmp_path: Path) -> None:

@@ -221,7 +221,7 @@ def test_a_bad_messages_file_is_a_clear_error(real: Chat, tmp_path: Path) -> Non
     file = tmp_path / "bad.json"
     file.write_text(json.dumps([{"role": "user", "text": "hi"}]))
     out = real.doit("run", f"recipe={FP32}", "chat=1", f"messages={file}")
-    assert out.returncode != 0 and 'a message is {"role": ..., "content": ...}' in out.stdout
+    assert out.returncode != 0 and 'a message is {"role": ..., "content": ...}' in out.stderr
     assert "Traceback" not in out.stdout + out.stderr
 
 

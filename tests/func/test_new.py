@@ -206,7 +206,9 @@ def test_an_unknown_architecture_names_what_kiln_builds(
     # one the table knows kiln does not build says why
     shutil.rmtree(world.root / "models")
     _folder(world, architecture="Llama4ForConditionalGeneration")
-    with pytest.raises(KilnError, match=r"Llama4ForConditionalGeneration \(Multimodal"):
+    with pytest.raises(
+        KilnError, match=r"Llama4ForConditionalGeneration \(Tiling: Llama4ImageProcessor"
+    ):
         new.new("mine", "models/mine", "fp32", False, "text")
     assert not (world.root / "recipes" / "mine.yaml").exists()
 
