@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field
 
-from kiln.schema import Strict
+from kiln.schema import TASKS, Strict
 
 if TYPE_CHECKING:
     from kiln.catalog import Catalog
@@ -35,6 +35,11 @@ class Architecture(Strict):
         None, description="Why there is no tiny recipe: the release lacks it, or not built."
     )
     reason: str = Field("", description="The exact reason, for status entries.")
+    task: Literal[TASKS] | None = Field(  # type: ignore[valid-type]
+        None,
+        description="For an entry with no recipe: the task a recipe of it would have "
+        "(image-text-to-text for the image-input architectures); with recipes, theirs.",
+    )
     in_matrix: bool = Field(
         True,
         description="Listed in the reference support matrix; false for an architecture "

@@ -6,15 +6,13 @@ docs/coverage.md ends with the table `markdown(rows())` renders (`--write` refre
 it; tests/builds/test_breadth.py fails when it is stale), and the site renders that
 page into its manual.
 
-Each row says what the architecture takes as input (issue 40): its recipes' task's
-modality (kiln.site.view), or, for an architecture with no recipe, image+text when
-its reason names the image processor that would feed it: every image-input entry's
-exact reason does (catalog/architectures.yaml), and no text model's has one.
+Each row says what the architecture takes as input (issue 40): the modality
+(kiln.site.view) of its recipes' task, or, for an architecture with no recipe, of
+the task catalog/architectures.yaml names for it (text where it names none).
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from kiln.catalog import Catalog, architectures
@@ -24,7 +22,6 @@ from kiln.site.view import MODALITIES, TEXT, UNREADABLE, modality, why_unreadabl
 
 NOT_BUILT = "not built here"
 IMAGES = MODALITIES["image-text-to-text"]  # "image+text"
-_IMAGE_PROCESSOR = re.compile(r"\b[A-Z]\w*ImageProcessor\b")  # Gemma4ImageProcessor, ...
 
 
 @dataclass(frozen=True)
@@ -65,12 +62,12 @@ def _cell(cat: Catalog, recipe: str) -> Cell:
 
 
 def _modality(cat: Catalog, a: architectures.Architecture) -> str:
-    """What the architecture takes as input: its recipes' (by their task), else
-    image+text where its reason names an image processor, else text."""
+    """What the architecture takes as input: its recipes' (by their task), else the
+    table's task for it, else text."""
     tasks = {cat.recipes[n].task for n in (a.tiny, *a.real) if n in cat.recipes}
     if tasks:
         return ", ".join(sorted({modality(t) for t in tasks}))
-    return IMAGES if _IMAGE_PROCESSOR.search(a.reason) else TEXT
+    return modality(a.task) if a.task else TEXT
 
 
 def rows(cat: Catalog) -> list[Row]:

@@ -671,7 +671,11 @@ def test_the_coverage_table_marks_and_counts_the_architectures_that_take_images(
                     {"name": "WhisperForConditionalGeneration", "family": "encoder-decoder"}
                     | {"tiny": "tiny-whisper"},
                     {"name": "PixForConditionalGeneration", "status": "not-built"}
-                    | {"reason": "PixImageProcessor tiles each image into crops."},
+                    | {"reason": "PixImageProcessor tiles each image into crops."}
+                    | {"task": "image-text-to-text"},
+                    # a reason that names an image processor decides nothing: the task does
+                    {"name": "ProseForCausalLM", "status": "not-built"}
+                    | {"reason": "Like PixImageProcessor's crops, its cache is refused."},
                     {"name": "WordsForCausalLM", "status": "not-in-release"}
                     | {"reason": "transformers 5.24.0 has no WordsForCausalLM."},
                 ],
@@ -685,6 +689,7 @@ def test_the_coverage_table_marks_and_counts_the_architectures_that_take_images(
         "LlavaForConditionalGeneration": "image+text",
         "WhisperForConditionalGeneration": "audio",
         "PixForConditionalGeneration": "image+text",
+        "ProseForCausalLM": "text",
         "WordsForCausalLM": "text",
     }
     verdicts = {r.architecture: r.verdict for r in table}
@@ -699,15 +704,19 @@ def test_the_coverage_table_marks_and_counts_the_architectures_that_take_images(
 
 
 def test_the_shipped_coverage_table_marks_every_vision_language_entry() -> None:
-    """Every architecture catalog/architectures.yaml lists as vision-language, or whose
-    reason is about its image processor, is counted as taking images; no text one is."""
+    """Every architecture catalog/architectures.yaml lists as vision-language, or names
+    the image-text-to-text task for, is counted as taking images; no text one is; and
+    every not-built entry whose reason is about an image processor names that task."""
     from kiln.catalog import architectures
     from kiln.site import coverage
 
     cat = catalog.load(catalog.Paths(ROOT))
     table = {r.architecture: r for r in coverage.rows(cat)}
     listed = architectures.load(ROOT).architectures
-    images = {a.name for a in listed if a.family == "vision-language" or "Image" in a.reason}
+    images = {
+        a.name for a in listed if a.family == "vision-language" or a.task == "image-text-to-text"
+    }
+    assert {a.name for a in listed if "ImageProcessor" in a.reason} <= images
     assert {"LlavaForConditionalGeneration", "MllamaForConditionalGeneration"} <= images
     assert {n for n, r in table.items() if "image+text" in r.modality} == images
     line = coverage.summary(list(table.values()))
