@@ -190,6 +190,7 @@ class Bundle:
         vision = self.meta.get("vision") or {}
         self.image_token: int | None = vision.get("image_token_id") if IMAGES in inputs else None
         self.no_images = np.zeros((0, int(vision.get("hidden_size", 0))), np.float32)
+        self.image_blocks = vision.get("image_attention") == "bidirectional"
         self.max_batch_size = self.meta["limits"]["max_batch_size"]
         self.max_seq_len = self.meta["limits"]["max_seq_len"]
         self.policy = Policy(self.meta.get("prompt_policy"))
@@ -217,6 +218,11 @@ class Bundle:
         with the assistant's turn opened (transformers' apply_chat_template with
         add_generation_prompt). From then on generation also stops at the template's
         end-of-turn tokens."""
+        text = self.render_chat(messages, thinking)
+        return list(self.tokenizer.encode(text, add_special_tokens=False).ids)
+
+    def render_chat(self, messages: list[dict[str, Any]], thinking: bool | None = None) -> str:
+        """The conversation as the chat template renders it (encode_chat's text)."""
         if not self.has_chat:
             raise BundleError(
                 "this bundle carries no chat template (its checkpoint has none); "
@@ -228,7 +234,7 @@ class Bundle:
                 self.policy.check(text, f"message {i} ({m['role']})")
         text = Template(self.path, self.meta["chat"]).render(messages, thinking)
         self.eos |= set(self.meta["chat"].get("end_of_turn", []))
-        return list(self.tokenizer.encode(text, add_special_tokens=False).ids)
+        return text
 
     def decode(self, ids: list[int]) -> str:
         return str(self.tokenizer.decode([i for i in ids if i not in self.eos]))
@@ -490,15 +496,16 @@ class Bundle:
         or with prefill_chunk_len set, one pass per chunk of that many tokens, each on
         the cache the ones before it left. Only the last position's logits are asked
         for, and only the last chunk's come back. `images`: each row's image features,
-        fed with the chunk that holds their tokens."""
+        fed with the chunk that holds their tokens; where the decoder's image tokens
+        attend both ways (Gemma 3), a chunk ends before an image it would split."""
         chunk, width = self.prefill_chunk_len, ids.shape[1]
         used = [0] * ids.shape[0]
         if not chunk or width <= chunk:
             features = self._chunk_images(ids, images, used)
             return self.forward(ids, mask, positions, past, keep=1, images=features)
         before = mask.shape[1] - width
-        for start in range(0, width, chunk):
-            end = min(start + chunk, width)
+        whole = self.image_token if self.image_blocks else None
+        for start, end in chunk_bounds(ids, chunk, whole):
             features = self._chunk_images(ids[:, start:end], images, used)
             logits, past = self.forward(
                 ids[:, start:end],
@@ -536,3 +543,28 @@ class Bundle:
         if self._tokenizer_text is None:
             self._tokenizer_text = str(self.tokenizer.to_str())
         return self._tokenizer_text
+
+
+def chunk_bounds(ids: np.ndarray, chunk: int, whole: int | None = None) -> list[tuple[int, int]]:
+    """[start, end) of each prefill chunk of `ids` [rows, width]: `chunk` tokens each,
+    the last shorter. With `whole` (an image token whose runs attend both ways), a
+    boundary inside a run of it in any row moves back to where that run starts, or,
+    when the run starts at the chunk's own start, forward to where it ends: the chunk
+    then holds the whole image, longer than `chunk`."""
+    width = ids.shape[1]
+    bounds, start = [], 0
+    while start < width:
+        end = min(start + chunk, width)
+        if whole is not None:
+            split = lambda b: bool(((ids[:, b - 1] == whole) & (ids[:, b] == whole)).any())  # noqa: E731
+            back = end
+            while start < back < width and split(back):
+                back -= 1
+            if back > start:
+                end = back
+            else:
+                while end < width and split(end):
+                    end += 1
+        bounds.append((start, end))
+        start = end
+    return bounds

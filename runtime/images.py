@@ -13,11 +13,12 @@ processors' rule is the one a model was trained with, for PIL inputs).
 
 `preprocess` reproduces transformers 5.24's PIL-backend processors (`backend="pil"`,
 not the torchvision one, whose resize filter differs) step for step, for the
-`preprocessor_config.json` of three families; tests/builds/test_images.py compares
+`preprocessor_config.json` of four families; tests/builds/test_images.py compares
 every shipped test image with transformers' output:
 
   CLIPImageProcessor     (LLaVA) shortest edge to `size`, center crop, rescale, normalize
   SiglipImageProcessor   resize to height x width, rescale, normalize
+  Gemma3ImageProcessor   (Gemma 3) SigLIP's steps, bilinear; pan-and-scan crops refused
   Qwen2VLImageProcessor  (Qwen2-VL, Qwen2.5-VL) smart_resize to a multiple of
                          patch_size * merge_size within min/max pixels, rescale,
                          normalize, then flattened patches [n, C * T * P * P]
@@ -64,6 +65,13 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     },
     "SiglipImageProcessor": {
         "size": {"height": 224, "width": 224},
+        "do_center_crop": False,
+        "image_mean": (0.5, 0.5, 0.5),
+        "image_std": (0.5, 0.5, 0.5),
+    },
+    "Gemma3ImageProcessor": {
+        "size": {"height": 224, "width": 224},
+        "resample": 2,  # PIL.Image.Resampling.BILINEAR
         "do_center_crop": False,
         "image_mean": (0.5, 0.5, 0.5),
         "image_std": (0.5, 0.5, 0.5),
@@ -200,7 +208,7 @@ def settings(config: dict[str, Any]) -> dict[str, Any]:
         merged["size"] = size
         if not merged["do_resize"]:  # patches need sides that are multiples of patch * merge
             raise BundleError("preprocessor_config.json: Qwen2-VL needs do_resize")
-    for option in ("do_pad", "do_reduce_labels", "use_square_size"):
+    for option in ("do_pad", "do_reduce_labels", "use_square_size", "do_pan_and_scan"):
         if merged.get(option):
             raise BundleError(f"preprocessor_config.json sets {option}; this runtime lacks it")
     if not merged["do_convert_rgb"]:

@@ -7,9 +7,10 @@ vision program, vision.onnx, and the checkpoint's preprocessor_config.json
 
     image files  -> runtime/images.py: the processor's pixel values, in numpy
                  -> vision.onnx: image features [images * tokens_per_image, hidden]
-    messages     -> the chat template, one image placeholder token per image part,
-                    each expanded to tokens_per_image image tokens (as the
-                    checkpoint's processor expands it)
+    messages     -> the chat template, one image placeholder per image part, each
+                    expanded in the text to the image's sequence (tokens_per_image
+                    image tokens, with the markers around them the checkpoint's
+                    processor writes), then tokenized
                  -> the decoder, whose graph writes the k-th feature row at the k-th
                     image token (builders/causal_lm/export.py)
 
@@ -53,6 +54,8 @@ class VisionBundle(Bundle):
         )
         self.processor: dict[str, Any] = read_json(self.path / spec["processor"])
         self.tokens_per_image = int(spec["tokens_per_image"])
+        self.image_placeholder = str(spec["image_placeholder"])
+        self.image_sequence = str(spec["image_sequence"])
 
     def pixels(self, paths: Sequence[Path | str]) -> np.ndarray:
         """The pixel values of the images at `paths`, as the checkpoint's processor
@@ -78,13 +81,21 @@ class VisionBundle(Bundle):
         self, messages: list[dict[str, Any]], thinking: bool | None = None
     ) -> list[int]:
         """The conversation's token ids (Bundle.encode_chat), each image part's
-        placeholder token expanded to the image's tokens_per_image tokens."""
-        ids = super().encode_chat(messages, thinking)
-        token, n = self.image_token, self.tokens_per_image
-        out: list[int] = []
-        for t in ids:
-            out.extend([t] * n if t == token else [t])
-        return out
+        placeholder expanded in the rendered text to the image's sequence, as the
+        checkpoint's processor expands it before tokenizing (builders/vision/export.py
+        recorded both, checked against the processor)."""
+        from runtime.chat import check_messages, texts
+
+        for i, m in enumerate(check_messages(messages, parts=True)):
+            if any(self.image_placeholder in t for t in texts(m["content"])):
+                raise BundleError(
+                    f"message {i} ({m['role']}) writes the image placeholder "
+                    f"{self.image_placeholder!r} in its text; give each image as an "
+                    '{"type": "image"} part instead'
+                )
+        text = self.render_chat(messages, thinking)
+        text = text.replace(self.image_placeholder, self.image_sequence)
+        return list(self.tokenizer.encode(text, add_special_tokens=False).ids)
 
     def ask(self, text: str, images: Sequence[Path | str] = ()) -> tuple[list[int], np.ndarray]:
         """One user turn: the images, then the text (the order llava-1.5's and most

@@ -106,11 +106,14 @@ def _chat(writer: Writer, ckpt: Any, tok_config: dict[str, Any], tokenizer: Any)
     }
 
 
-def _vision(request: Request, writer: Writer, ckpt: Any) -> dict[str, Any]:
+def _vision(
+    request: Request, writer: Writer, ckpt: Any, decoder: dict[str, Any]
+) -> dict[str, Any]:
     """A vision-language bundle's vision program (input `vision`, builders/vision/) as
     vision.onnx, the checkpoint's preprocessor_config.json, which runtime/images.py
     reads, and bundle.json's "vision": what the runtime needs to turn image files into
-    the features the decoder merges at the image token."""
+    the features the decoder merges at the image token, and whether the decoder's
+    image tokens attend both ways (`decoder`: its io.json)."""
     source = request.inputs["vision"]
     engine = json.loads((source / "engine.json").read_text())
     io = json.loads((source / "io.json").read_text())
@@ -127,6 +130,9 @@ def _vision(request: Request, writer: Writer, ckpt: Any) -> dict[str, Any]:
         "image_token_id": io["image_token_id"],
         "tokens_per_image": io["tokens_per_image"],
         "hidden_size": io["hidden_size"],
+        "image_placeholder": io["image_placeholder"],
+        "image_sequence": io["image_sequence"],
+        "image_attention": decoder.get("image_attention", "causal"),
     }
 
 
@@ -207,6 +213,6 @@ def build(request: Request, writer: Writer) -> None:
     if opts.prompt_policy:
         meta["prompt_policy"] = opts.prompt_policy
     if "vision" in request.inputs:
-        meta["vision"] = _vision(request, writer, ckpt)
+        meta["vision"] = _vision(request, writer, ckpt, io)
     extend(request, writer, meta, opts.speculative)
     writer.write_json("bundle.json", meta)

@@ -29,7 +29,9 @@ cache keys and values of different widths.
 A vision-language model's decoder reads its token embeddings with image_features
 written over the rows of its image tokens (merge_image_features): the k-th image token
 of the batch, counted row by row, takes feature row k. A forward that feeds no image
-token passes image_features of 0 rows.
+token passes image_features of 0 rows. Where the model's mask lets an image's tokens
+see each other both ways (Gemma 3), the graph builds that mask from input_ids, as the
+processor's token_type_ids give it (export.json image_attention "bidirectional").
 
 A prefill passes past tensors with past = 0. The example batch is 2 and the example
 past is non-empty: with batch 1 the exporter specializes the batch dimension to a
@@ -125,6 +127,8 @@ def explicit_cache_module(
     from builders.common.hf import cache_keyword
 
     cache_kw = cache_keyword(model)
+    blocks = image_token is not None and bidirectional_images(model)
+    window = getattr(model.config.get_text_config(decoder=True), "sliding_window", None)
 
     class WithExplicitCache(torch.nn.Module):
         def __init__(self) -> None:
@@ -144,6 +148,10 @@ def explicit_cache_module(
             if keep:
                 *past, last = past  # type: ignore[assignment]
                 kept = {KEEP: kept_positions(input_ids, last)}
+            if blocks and image_token is not None:  # Gemma 3: image tokens see each other
+                attention_mask = image_block_masks(
+                    input_ids, attention_mask, image_token, window, merged.dtype
+                )
             out = self.model(
                 **tokens,
                 attention_mask=attention_mask,
@@ -177,6 +185,59 @@ def merge_image_features(input_ids: Any, embeds: Any, features: Any, token: int)
     table = torch.cat([features.new_zeros(1, features.shape[-1]), features], 0)
     picked = table[index].reshape(embeds.shape)
     return torch.where(fed.reshape(is_image.shape).unsqueeze(-1), picked, embeds)
+
+
+def bidirectional_images(model: Any) -> bool:
+    """Whether the model's own mask lets an image's tokens attend to each other in both
+    directions (Gemma 3 and PaliGemma take token_type_ids for that; 1 marks an image
+    token). The graph finds the images in input_ids (image_block_masks), so its mask is
+    the model's over the tokens one forward feeds: a prefill chunk must hold an image's
+    tokens whole, which the runtime keeps (bundle.json vision.image_attention,
+    runtime/causal_lm.py)."""
+    import inspect
+
+    return "token_type_ids" in inspect.signature(model.forward).parameters
+
+
+def image_block_masks(
+    input_ids: Any, attention_mask: Any, token: int, window: int | None, dtype: Any
+) -> dict[str, Any]:
+    """Gemma 3's attention masks for one forward, additive [batch, 1, seq, past + seq],
+    per layer type, as its processor's token_type_ids make them in transformers
+    (create_masks_for_vision_model): a key is visible when it is real (attention_mask)
+    and not after the query, or when query and key are tokens of one image (a run of
+    `token` in this forward); a sliding layer also drops keys `window` or more
+    positions back. Written here because transformers builds the image-block overlay
+    under torch.vmap, which the TorchScript exporter cannot trace; the model reads a
+    ready mapping as it is (validate compares the graph with transformers' own)."""
+    import torch
+
+    seq = torch._shape_as_tensor(input_ids)[1]
+    total = torch._shape_as_tensor(attention_mask)[1]
+    past = total - seq
+    query = torch.cumsum(torch.ones_like(input_ids[0]), 0) - 1 + past  # absolute positions
+    key = torch.cumsum(torch.ones_like(attention_mask[0]), 0) - 1
+    is_image = input_ids == token
+    before = torch.cat([torch.zeros_like(is_image[:, :1]), is_image[:, :-1]], 1)
+    group = torch.cumsum((is_image & ~before).to(torch.int64), 1) - 1
+    block = torch.where(is_image, group, torch.full_like(group, -1))  # -1: not an image
+    at = torch.clamp(key - past, min=0).unsqueeze(0).expand(block.shape[0], -1)
+    key_block = torch.where((key >= past).unsqueeze(0), block.gather(1, at), -1)
+    same = (block[:, :, None] == key_block[:, None, :]) & (block[:, :, None] >= 0)
+    causal = key[None, None, :] <= query[None, :, None]
+    real = attention_mask[:, None, :].to(torch.bool)
+    visible = (causal | same) & real
+    low = torch.finfo(dtype).min
+
+    def additive(ok: Any) -> Any:
+        zero = torch.zeros((), dtype=dtype)
+        return torch.where(ok, zero, torch.full((), low, dtype=dtype)).unsqueeze(1)
+
+    masks = {"full_attention": additive(visible)}
+    if window is not None:
+        near = (query[:, None] - key[None, :]) < window
+        masks["sliding_attention"] = additive(visible & near[None])
+    return masks
 
 
 def image_token_id(model: Any) -> int | None:
@@ -326,6 +387,7 @@ def build(request: Request, writer: Writer) -> None:
     meta[KEEP] = keep
     if image_token is not None:
         meta["image_token_id"] = image_token
+        meta["image_attention"] = "bidirectional" if bidirectional_images(model) else "causal"
     if "quantized" in request.inputs:
         done = json.loads((request.inputs["quantized"] / "quantize.json").read_text())
         keys = ("weights", "kv_cache", "config", "device", "lm_head_outliers")

@@ -5,7 +5,13 @@ tokens (builders/vision/__init__.py's contract), through transformers' own
 model's choices, not kiln's.
 
 export.json records what the runtime needs besides the graph: the image size the
-processor makes, the features' rows per image and width, and the image token id.
+processor makes, the features' rows per image and width, the image token id, and the
+text the checkpoint's processor writes for one image: the placeholder the chat template
+leaves for an image part (`image_placeholder`) and what the processor replaces it with
+before tokenizing (`image_sequence`: LLaVA's 16 image tokens; Gemma 3's image tokens
+between <start_of_image> and <end_of_image>, set off by blank lines). The runtime
+expands the rendered chat the same way, on text, so the tokenizer merges what the
+processor's tokenizer merges.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ if TYPE_CHECKING:
 
 # Architectures whose image features are a fixed number of rows per picture of one
 # fixed size (CLIP- and SigLIP-style towers behind a projector): the graph's contract.
-FIXED_SIZE = ("LlavaForConditionalGeneration",)
+FIXED_SIZE = ("LlavaForConditionalGeneration", "Gemma3ForConditionalGeneration")
 
 
 class Options(BaseModel):
@@ -44,6 +50,36 @@ def image_size(checkpoint: Any) -> tuple[int, int]:
     if isinstance(size, dict) and "shortest_edge" in size:
         return int(size["shortest_edge"]), int(size["shortest_edge"])
     raise ValueError(f"preprocessor_config.json: no fixed image size in {size!r}")
+
+
+def image_text(processor: Any, rows: int) -> tuple[str, str]:
+    """(placeholder, sequence): the text a chat template writes for one image part, and
+    the text the processor puts in its place (Gemma3Processor's full_image_sequence,
+    else the image token once per feature row, as LlavaProcessor writes it)."""
+    placeholder = str(processor.image_token)
+    sequence = getattr(processor, "full_image_sequence", None)
+    return placeholder, str(sequence) if sequence is not None else placeholder * rows
+
+
+def checked_image_text(checkpoint: Any, rows: int, token: int, size: tuple[int, int]) -> Any:
+    """image_text of the checkpoint's processor, checked against the processor itself: its
+    ids for one image's placeholder are the tokenizer's ids of the sequence, with `rows`
+    image tokens (so the runtime's expansion is the processor's, not a guess)."""
+    from PIL import Image
+    from transformers import AutoProcessor
+
+    processor = AutoProcessor.from_pretrained(checkpoint, backend="pil")
+    placeholder, sequence = image_text(processor, rows)
+    picture = Image.new("RGB", (size[1], size[0]), (128, 128, 128))
+    made = processor(images=[picture], text=placeholder, return_tensors="np")["input_ids"][0]
+    ours = processor.tokenizer(sequence, add_special_tokens=False)["input_ids"]
+    tail = [int(t) for t in made[len(made) - len(ours) :]]
+    if tail != list(ours) or int((made == token).sum()) != rows:
+        raise ValueError(
+            f"the processor writes {made.tolist()} for one image; expanding "
+            f"{placeholder!r} to {sequence!r} gives {list(ours)}"
+        )
+    return placeholder, sequence
 
 
 def build(request: Request, writer: Writer) -> None:
@@ -91,6 +127,9 @@ def build(request: Request, writer: Writer) -> None:
             dynamo=False,
         )
     config = model.config
+    placeholder, sequence = checked_image_text(
+        checkpoint, int(rows), int(config.image_token_id), (height, width)
+    )
     writer.write_json(
         "export.json",
         {
@@ -102,5 +141,7 @@ def build(request: Request, writer: Writer) -> None:
             "tokens_per_image": int(rows),
             "hidden_size": int(hidden),
             "image_token_id": int(config.image_token_id),
+            "image_placeholder": placeholder,
+            "image_sequence": sequence,
         },
     )

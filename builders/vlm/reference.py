@@ -88,7 +88,15 @@ def build(request: Request, writer: Writer) -> None:
             if any(t in eos_ids for t in new):
                 new = new[: next(j for j, t in enumerate(new) if t in eos_ids) + 1]
             full = torch.tensor([prompt_ids + new])
-            forward = model(input_ids=full, pixel_values=encoded["pixel_values"])
+            # Gemma 3's processor marks the image tokens (token_type_ids), which its mask
+            # reads; the generated tokens are text
+            marks = encoded.get("token_type_ids")
+            typed = (
+                {}
+                if marks is None
+                else {"token_type_ids": torch.nn.functional.pad(marks, (0, len(new)))}
+            )
+            forward = model(input_ids=full, pixel_values=encoded["pixel_values"], **typed)
             logits[f"p{i}"] = forward.logits[0].numpy().astype(np.float32)
         pixels[image] = encoded["pixel_values"][0].numpy().astype(np.float32)
         records.append({"prompt": prompt, "image": image, "prompt_ids": prompt_ids, "tokens": new})

@@ -29,7 +29,6 @@ BUILDABLE: dict[tuple[str, str], tuple[Any, ...]] = {
     ("execution", "variant"): VARIANTS,
     ("build", "backend"): ("onnxruntime", "aoti", "inductor", "tensorrt"),
     ("build", "target"): ("cpu", "sm89", "sm90", "sm100", "sm120"),
-    ("build", "tensor_parallel"): (1,),
 }
 # Who builds precision.compute fp16|bf16: the inductor engine computes in the recipe's
 # dtype; the onnxruntime engine converts the fp32 graph to it (weights cast once) and
@@ -123,6 +122,7 @@ EVAL_POSITIONS: dict[str, int] = {
     "kiln-tiny/exaone-moe@7109863": 4623,
     "kiln-tiny/exaone4@91b298d": 4623,
     "kiln-tiny/gemma3@7137be1": 4623,
+    "kiln-tiny/gemma3-vlm@556a910": 4623,
     "kiln-tiny/glm-moe-dsa@4138afa": 4623,
     "kiln-tiny/glm4-moe@bbcec97": 4623,
     "kiln-tiny/gpt-oss@679e2e9": 4623,
@@ -146,6 +146,73 @@ EVAL_POSITIONS: dict[str, int] = {
 
 # A speculative variant also compares drafting with plain decoding.
 SPECULATIVE_METRICS = frozenset({"speculative_match_rate", "acceptance_rate", "tokens_per_forward"})
+# A tensor-parallel bundle also records its ranks and their shards (issue 42).
+TENSOR_PARALLEL_METRICS = frozenset(
+    {"world_size", "rank_weight_bytes", "rank_split_fraction", "replicated_weight_bytes"}
+)
+
+
+def _tensor_parallel(recipe: Recipe) -> list[Problem]:
+    """build.tensor_parallel N > 1: the inductor engine of a text-generation recipe
+    (catalog/rules.yaml's tensor-parallel-needs-inductor names the backend), unquantized:
+    the split (builders/causal_lm/backends/_shards.py) cuts plain Linear weights, and
+    fp8's Fp8Linear is not one. Whether the checkpoint's head counts divide by N is
+    checked against its config.json where this host has it (`split_problems`)."""
+    tp = recipe.build.tensor_parallel
+    if tp == 1 or recipe.build.backend != "inductor":
+        return []
+    if recipe.task != "text-generation":
+        return [
+            Problem(
+                f"tensor_parallel {tp} splits a text-generation engine; {recipe.task} "
+                "recipes build one engine per process",
+                _at("build", "tensor_parallel"),
+                "set build.tensor_parallel: 1",
+            )
+        ]
+    if quantized(recipe.precision):
+        return [
+            Problem(
+                f"tensor_parallel {tp} splits plain weights; {precision_name(recipe.precision)} "
+                "weights are not split yet",
+                _at("build", "tensor_parallel"),
+                "use precision.weights: fp32 and kv_cache: auto, or build.tensor_parallel: 1",
+            )
+        ]
+    return []
+
+
+def precision_name(precision: Precision) -> str:
+    return precision.weights if precision.weights != "fp32" else f"kv_cache {precision.kv_cache}"
+
+
+def split_problems(recipe: Recipe, config: dict[str, Any] | None) -> list[Problem]:
+    """The counts a split of build.tensor_parallel ranks divides (attention heads,
+    key/value heads, intermediate size), read from the checkpoint's config.json
+    (`config`; None where this host has not fetched it: the engine step then refuses
+    the same way)."""
+    tp = recipe.build.tensor_parallel
+    if tp == 1 or config is None or recipe.build.backend != "inductor":
+        return []
+    text = config.get("text_config") or config
+    heads = int(text.get("num_attention_heads") or 0)
+    counts = {
+        "num_attention_heads": heads,
+        "num_key_value_heads": int(text.get("num_key_value_heads") or heads),
+        "intermediate_size": int(text.get("intermediate_size") or 0),
+    }
+    bad = [f"{k} {v}" for k, v in counts.items() if v == 0 or v % tp]
+    if not bad:
+        return []
+    fits = [n for n in range(1, 65) if all(v and v % n == 0 for v in counts.values())]
+    return [
+        Problem(
+            f"tensor_parallel {tp} does not divide {', '.join(bad)} of {recipe.model.label} "
+            "(its config.json): every rank must hold whole heads and an equal share of the MLP",
+            _at("build", "tensor_parallel"),
+            f"use a tensor_parallel that divides them all: {', '.join(map(str, fits))}",
+        )
+    ]
 
 
 def _half_compute(recipe: Recipe) -> list[Problem]:
@@ -244,6 +311,8 @@ def measured(recipe: Recipe) -> frozenset[str]:
             out |= TEXT_METRICS
         if recipe.execution.variant not in ("ordinary", "lora"):  # lora merges, never drafts
             out |= SPECULATIVE_METRICS
+        if recipe.build.tensor_parallel > 1:
+            out |= TENSOR_PARALLEL_METRICS
     return out
 
 
@@ -310,6 +379,7 @@ def refusals(recipe: Recipe) -> list[Problem]:
         )
     problems += _compiled_quantized(recipe)
     problems += _variant_backend(recipe)
+    problems += _tensor_parallel(recipe)
     scored, available = recipe.validation.scored_positions, EVAL_POSITIONS.get(recipe.model.label)
     if available is not None and scored > available:
         problems.append(

@@ -1,5 +1,8 @@
-"""image-text-to-text: tiny LLaVA built through `doit build`, to a pass against
-transformers' own processor and generate, and its bundle run as users run it.
+"""image-text-to-text: tiny LLaVA and tiny Gemma 3 built through `doit build`, to a
+pass against transformers' own processor and generate, and their bundles run as users
+run them. Gemma 3's image tokens attend to each other both ways (its own mask), so its
+bundle is also checked against the causal mask it must not have, and its chunked
+prefill must keep each image whole.
 
 The bundle's decoder merges the vision program's features at the image tokens inside
 its graph (builders/causal_lm/export.py), so what the text path does (batches, chunked
@@ -194,3 +197,119 @@ def test_doit_run_answers_about_an_image_and_refuses_what_it_cannot_use(llava: W
     assert one.returncode == 0, one.stderr
     plain = llava.doit("run", f"recipe={RECIPE}", f"image={CIRCLE}", "prompt=x", "chat=0")
     assert plain.returncode == 1 and "answers chat turns only" in plain.stderr and not plain.stdout
+
+
+GEMMA = "tiny-gemma3-vlm"
+GEMMA_INT8 = "tiny-gemma3-vlm-int8-wo"
+
+
+@pytest.fixture(scope="module")
+def gemma(tmp_path_factory: pytest.TempPathFactory, hub: Path) -> World:
+    world = make_world(tmp_path_factory.mktemp("gemma3-vlm"), hub, (GEMMA, GEMMA_INT8))
+    world.doit("build", f"recipe={GEMMA},{GEMMA_INT8}", "publish=1", check=True)
+    return world
+
+
+@pytest.fixture(scope="module")
+def gemma_bundle(gemma: World) -> Any:
+    import runtime
+    from runtime.vlm import VisionBundle
+
+    return runtime.open(bundle_dir(gemma, GEMMA), expect=VisionBundle)
+
+
+def test_tiny_gemma3_passes_fp32_and_int8_with_its_image_read(gemma: World) -> None:
+    fp32 = gemma.manifest(GEMMA)["evidence"][-1]
+    assert fp32["verdict"] == "pass", fp32["gates"]
+    assert fp32["metrics"]["token_match_rate"] == 1.0
+    assert fp32["metrics"]["max_abs_pixel_diff"] <= 1e-6
+    assert 0.99 < fp32["metrics"]["image_sensitivity_ratio"] < 1.01
+    int8 = gemma.manifest(GEMMA_INT8)["evidence"][-1]
+    assert int8["verdict"] == "pass", int8["gates"]
+    assert int8["metrics"]["max_abs_logit_diff"] > 1e-3  # int8 weights: not the fp32 graph
+    assert int8["metrics"]["image_sensitivity_ratio"] > 0.9
+
+
+def _checkpoint(world: World) -> Path:
+    return next(p.parent for p in world.store.rglob("checkpoint/config.json"))
+
+
+def test_gemma3_expands_each_image_as_its_processor_does(gemma: World, gemma_bundle: Any) -> None:
+    """The chat's <start_of_image> becomes blank lines, <start_of_image>, 4 soft tokens,
+    <end_of_image>, blank lines: the processor's ids, byte for byte."""
+    from PIL import Image
+    from transformers import AutoProcessor
+
+    ids, feats = gemma_bundle.ask("What is in the picture?", [CIRCLE])
+    assert gemma_bundle.meta["vision"]["image_attention"] == "bidirectional"
+    processor = AutoProcessor.from_pretrained(_checkpoint(gemma), backend="pil")
+    turn = [
+        {
+            "role": "user",
+            "content": [{"type": "image"}, {"type": "text", "text": "What is in the picture?"}],
+        }
+    ]
+    text = processor.apply_chat_template(turn, add_generation_prompt=True)
+    theirs = processor(images=[Image.open(CIRCLE).convert("RGB")], text=text)["input_ids"][0]
+    assert ids == list(theirs)
+    assert ids.count(gemma_bundle.image_token) == 4 == feats.shape[0]
+
+
+def test_gemma3_image_tokens_see_each_other_both_ways(gemma: World, gemma_bundle: Any) -> None:
+    """The bundle's logits are transformers' with the processor's token_type_ids, and
+    measurably not transformers' causal-only ones: a bundle with a causal mask over
+    the image would fail the fp32 logit gate."""
+    import torch
+    from PIL import Image
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    checkpoint = _checkpoint(gemma)
+    processor = AutoProcessor.from_pretrained(checkpoint, backend="pil")
+    model = AutoModelForImageTextToText.from_pretrained(checkpoint, attn_implementation="eager")
+    turn = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "Colour?"}]}]
+    text = processor.apply_chat_template(turn, add_generation_prompt=True)
+    encoded = processor(images=[Image.open(SQUARE).convert("RGB")], text=text, return_tensors="pt")
+    with torch.no_grad():
+        both = model(**encoded).logits[0].numpy()
+        causal = (
+            model(**{k: v for k, v in encoded.items() if k != "token_type_ids"}).logits[0].numpy()
+        )
+    ids, feats = gemma_bundle.ask("Colour?", [SQUARE])
+    ours = gemma_bundle.logits(ids, feats)
+    assert np.abs(ours - both).max() < 1e-4
+    assert np.abs(ours - causal).max() > 1e-2
+
+
+def test_gemma3_chunks_never_split_an_image(gemma_bundle: Any) -> None:
+    from runtime.causal_lm import chunk_bounds
+
+    two = gemma_bundle.encode_chat(
+        [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "image"},
+                    {"type": "image"},
+                    {"type": "text", "text": "Compare."},
+                ],
+            }
+        ]
+    )
+    feats = gemma_bundle.image_features([CIRCLE, SQUARE])
+    token = gemma_bundle.image_token
+    for chunk in (2, 3, 5):
+        for _, end in chunk_bounds(np.array([two]), chunk, token):
+            assert not (0 < end < len(two) and two[end - 1] == token == two[end]), (chunk, end)
+    whole = _alone(gemma_bundle, (two, feats))
+    gemma_bundle.prefill_chunk_len = 3  # narrower than an image's 4 tokens
+    try:
+        assert _alone(gemma_bundle, (two, feats)) == whole
+    finally:
+        gemma_bundle.prefill_chunk_len = 0
+
+
+def test_a_placeholder_written_in_the_text_is_refused(gemma_bundle: Any) -> None:
+    from runtime import BundleError
+
+    with pytest.raises(BundleError, match="image placeholder '<start_of_image>'"):
+        gemma_bundle.encode_chat([{"role": "user", "content": "look: <start_of_image>"}])
