@@ -21,7 +21,8 @@
 # The job (in /tmp/kiln, store /tmp/kiln/.kiln/store, kept between starts): the
 # evidence builds (bench/gpu_evidence.sh: doit build publish=1), then per recipe
 # `doit run chat=1` of the capital question, then for the recipes named in PROBE the
-# determinism probe (bench/probes/determinism_gpu.py), and for those in BENCH
+# determinism probe (bench/probes/determinism_gpu.py), for those in PATHS the probe that
+# splits a divergence by program (bench/probes/determinism_paths.py), and for those in BENCH
 # bench/decode_gpu.py through the bundle against HF generate and the hand-written
 # Inductor step. The machine stays up 30 s between calls: make them back to back.
 set -u
@@ -79,6 +80,14 @@ job)
     echo "== $r $(nvidia-smi --query-gpu=name --format=csv,noheader)" >>/tmp/out/determinism.txt
     timeout 900 python3 bench/probes/determinism_gpu.py "$bundle" --profile >>/tmp/out/determinism.txt 2>&1
   done
+  for r in ${PATHS:-}; do  # which program parts the processes (bench/probes/determinism_paths.py)
+    bundle=$(python3 bench/artifact.py "$r" bundle)
+    for env in "" "CUBLAS_WORKSPACE_CONFIG=:4096:8"; do
+      echo "== $r $(nvidia-smi --query-gpu=name --format=csv,noheader) ${env:-default}" >>/tmp/out/paths.txt
+      timeout 900 python3 bench/probes/determinism_paths.py "$bundle" --runs "${PATH_RUNS:-6}" \
+        ${env:+--env "$env"} >>/tmp/out/paths.txt 2>&1
+    done
+  done
   for spec in ${BENCH:-}; do  # RECIPE:DTYPE
     r=${spec%%:*}
     checkpoint=$(python3 bench/artifact.py "$r" import)/checkpoint
@@ -94,6 +103,7 @@ wait)
   tail -30 /tmp/out/job.log /tmp/out/evidence.txt 2>/dev/null
   grep -hE "^(==|The|Paris|  )|capital|tokens/s" /tmp/out/run.txt 2>/dev/null | tail -30
   tail -25 /tmp/out/determinism.txt /tmp/out/decode.txt 2>/dev/null
+  grep -v "process .* done" /tmp/out/paths.txt 2>/dev/null | tail -40
   tar -czf "$OUT/results.tar.gz" -C /tmp/out . /tmp/kiln/manifests
   ;;
 esac
