@@ -16,6 +16,7 @@ builders or tasks: a bundle runs on a machine that never built it.
   inductor_lm.py  InductorBundle: KV cache on the device, greedy decoding there (ids only back);
                   InductorSpeculativeBundle: n-gram drafts verified over that cache
   inductor.py     InductorEngine: torch.export programs, static KV cache, Inductor, CUDA graph
+  sharded.py      a tensor-parallel bundle: N rank processes over their weight shards, in step
   kernels.py      an inductor engine's compiled kernels, keyed by host, put in Inductor's cache
   encoder.py      EncoderBundle: loading and right padding shared by classify and embed
   classify.py     Classifier: class probabilities per text (builders/classify/)
@@ -144,6 +145,11 @@ def open(
         raise BundleError(
             f"{path} is a {task} bundle, run by {runner.__name__}, not by {expect.__name__}"
         )
+    if isinstance(engine, dict) and int(engine.get("tensor_parallel", 1)) > 1:
+        from runtime.sharded import in_rank, open_sharded
+
+        if not in_rank():  # the controller of N ranks, each of which opens it below
+            return open_sharded(path, threads, runner, meta)
     return runner(path, threads)
 
 

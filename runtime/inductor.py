@@ -86,13 +86,17 @@ class InductorEngine:
             raise BundleError(f"{file}: this bundle runs on CUDA; this host has no CUDA device")
         with zipfile.ZipFile(file) as archive:
             names = archive.namelist()
+            self.program = json.loads(archive.read("program.json"))
             carried = json.loads(archive.read(kernels.META)) if kernels.META in names else None
             if not compile_here:
                 compile_here = not kernels.check(file, carried, self.device)
             if self.device == "cpu":
                 # Inductor's C++ is generated for a thread count (it splits loops and
-                # reductions by it): the carried kernels' count, else a fixed one
-                count = carried["threads"] if carried and not compile_here else kernels.threads()
+                # reductions by it): the carried kernels' count, else a fixed one (a
+                # tensor-parallel rank's share of it: its ranks run side by side)
+                world = int(self.program.get("tensor_parallel", 1))
+                here = max(1, kernels.threads() // world)
+                count = carried["threads"] if carried and not compile_here else here
                 if threads and threads != count:  # never silently: the caller asked
                     print(
                         f"kiln: {file.name}: runs at {count} threads, not the {threads} asked: "
@@ -109,8 +113,7 @@ class InductorEngine:
                 folder = kernels.cache_folder(kernels.host_key(self.device))
             # what this load installed and compiled (the engine step's check prints it)
             self.kernels = {"installed": 0 if compile_here else kernels.install(archive, folder)}
-            self.program = json.loads(archive.read("program.json"))
-            weights = load(archive.read("weights.safetensors"))
+            weights = load(archive.read(_weights_member(file, self.program)))
             programs = {
                 name: torch.export.load(io.BytesIO(archive.read(name)))
                 for name in ("decode.pt2", "prefill.pt2", "verify.pt2")
@@ -346,6 +349,27 @@ class InductorEngine:
         kernels = [e for e in prof.events() if e.device_type.name == "CUDA"]
         times = sorted(((e.name, e.time_range.elapsed_us()) for e in kernels), key=lambda x: -x[1])
         return len(kernels), sum(us for _, us in times), times
+
+
+def _weights_member(file: Path, program: dict[str, Any]) -> str:
+    """The engine's weights, or a tensor-parallel engine's shard of this process's rank
+    (runtime/sharded.py starts the ranks): its own member only is read."""
+    world = int(program.get("tensor_parallel", 1))
+    if world == 1:
+        return "weights.safetensors"
+    import torch.distributed as dist
+
+    if not dist.is_initialized() or dist.get_world_size() != world:
+        raise BundleError(
+            f"{file}: a tensor-parallel engine of {world} ranks runs in its ranks' "
+            "processes, which runtime.open starts; this process is not one of them"
+        )
+    if dist.group.WORLD.group_name != program["group"]:
+        raise BundleError(
+            f"{file}: the programs all-reduce over process group {program['group']!r}; "
+            f"this rank's default group is {dist.group.WORLD.group_name!r}"
+        )
+    return f"weights.rank{dist.get_rank()}.safetensors"
 
 
 def _greedy_step(module: Any, count: int) -> Callable[..., Any]:

@@ -189,6 +189,11 @@ def build(request: Request, writer: Writer) -> None:
                 "backend_version": engine["version"],
                 "provider": engine["provider"],
                 **_shared_cache(engine, io),
+                **(
+                    {"tensor_parallel": engine["tensor_parallel"]}
+                    if "tensor_parallel" in engine
+                    else {}
+                ),
             }
         },
         "io": {"inputs": io["inputs"], "outputs": io["outputs"], "kv_cache": io["kv_cache"]},

@@ -17,6 +17,7 @@ held (builders/causal_lm/_features.py); they do not enter the verdict.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -111,6 +112,41 @@ def _quantized_on(request: Request) -> dict[str, str]:
     return {"quantization": quantization["config"], "quantized_on": quantization["device"]}
 
 
+def shard_metrics(folder: Path) -> dict[str, float]:
+    """A tensor-parallel bundle's ranks and their shards, read from its engine file:
+    world_size, the largest rank's weight bytes and share of the split weights, and
+    the bytes every rank holds whole (kiln.schema.METRICS); {} for an unsplit bundle."""
+    import zipfile
+
+    engine = json.loads((folder / "bundle.json").read_text())["engines"]["main"]
+    world = int(engine.get("tensor_parallel", 1))
+    if world == 1:
+        return {}
+    with zipfile.ZipFile(folder / engine["file"]) as archive:
+        split = set(json.loads(archive.read("program.json"))["split"])
+        sizes = [_tensor_bytes(archive, f"weights.rank{r}.safetensors") for r in range(world)]
+    parts = [sum(n for name, n in s.items() if name in split) for s in sizes]
+    whole = sum(n for name, n in sizes[0].items() if name not in split)
+    return {
+        "world_size": float(world),
+        "rank_weight_bytes": float(max(sum(s.values()) for s in sizes)),
+        "rank_split_fraction": max(parts) / sum(parts) if sum(parts) else 0.0,
+        "replicated_weight_bytes": float(whole),
+    }
+
+
+def _tensor_bytes(archive: Any, member: str) -> dict[str, int]:
+    """Each tensor's bytes in a safetensors member, from its header alone."""
+    with archive.open(member) as f:
+        length = int.from_bytes(f.read(8), "little")
+        header = json.loads(f.read(length))
+    return {
+        name: int(v["data_offsets"][1]) - int(v["data_offsets"][0])
+        for name, v in header.items()
+        if name != "__metadata__"
+    }
+
+
 def _determinism(request: Request, bundle: Any, opts: Options) -> dict[str, Any]:
     """The determinism feature over the validation's prompts, plain and (where the
     bundle has a chat template) as chat turns; recorded unproved if it cannot run."""
@@ -156,10 +192,13 @@ def build(request: Request, writer: Writer) -> None:
     if opts.scored_positions:
         metrics.update(score_text(bundle, ref, m.arrays("text.npz")))
     metrics["decode_tokens_per_s"] = per_s
+    metrics.update(shard_metrics(request.inputs["bundle"]))
     backend = {**m.backend("main"), **_quantized_on(request)}
     # after the timed decode: it times nothing
     features = exercise(bundle, prompt_ids, ref, ref_logits, gen)
-    if isinstance(bundle, InductorBundle):  # compiled code: the same in every process?
+    if isinstance(bundle, InductorBundle) and not metrics.get("world_size"):
+        # compiled code: the same in every process? (a tensor-parallel bundle's ranks
+        # are fresh processes of their own each time it opens: not repeated here)
         features = features or {}
         features["determinism"] = _determinism(request, bundle, opts)
     extra = {"features": features} if features is not None else {}

@@ -315,7 +315,31 @@ def _buildable(catalog: Catalog, name: str, recipe: Recipe) -> list[Problem]:
     which = recipe.validation.thresholds
     if which in catalog.thresholds:
         problems += buildable.gate_problems(recipe, which, catalog.thresholds[which])
+    if recipe.build.tensor_parallel > 1 and not problems:
+        # judged again once fetched: the verdict's key lists the configs fetched here
+        problems += buildable.split_problems(recipe, _fetched_config(catalog, recipe))
     return [replace(p, location=catalog.locate(name, _key_path(p))) for p in problems]
+
+
+def _fetched_config(catalog: Catalog, recipe: Recipe) -> dict[str, Any] | None:
+    """The checkpoint's config.json where this host already has it, in the hub cache
+    at the pinned revision (whose files a revision pins: it never changes), without
+    reading the network; None elsewhere (a packaged or local checkpoint, or a repo not
+    fetched here yet)."""
+    import json
+
+    model = recipe.model
+    if model.repo is None or model.revision is None:
+        return None
+    folder = "models--" + model.repo.replace("/", "--")
+    file = catalog.paths.hub / folder / "snapshots" / model.revision / "config.json"
+    try:
+        if file.stat().st_size > 1 << 20:
+            return None
+        found = json.loads(file.read_text())
+    except (OSError, ValueError):
+        return None
+    return found if isinstance(found, dict) else None
 
 
 def _key_path(p: Problem) -> tuple[str, ...]:

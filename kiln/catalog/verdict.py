@@ -20,6 +20,8 @@ is the sha256 of everything load() and its verdict are a function of:
     the listing load() reads) or the error listing one gave, and the rules file
     (the catalog's own catalog/rules.yaml if it is a file, else this checkout's);
   * the code that judges them: the lstat of every .py file of the kiln package;
+  * which checkpoints' config.json the hub cache holds (a tensor-parallel recipe's
+    head counts are judged against its checkpoint's where fetched here);
   * the libraries and the interpreter: the lstat of each file at the top of the
     packages that parse and validate (LIBRARIES: pydantic and what it builds on,
     PyYAML; an upgrade or a reinstall writes them all anew), sys.version, -O, and
@@ -149,6 +151,32 @@ def _library(name: str, since: int, out: list[object]) -> bool:
     return racy
 
 
+def _fetched_configs(hub: Path) -> list[str]:
+    """Which checkpoints' config.json the hub cache holds, by repo folder and revision:
+    a split recipe's head counts are judged against the one its pin names where it is
+    here (kiln.catalog._fetched_config), so a fetch that brings one judges the catalog
+    again. A revision's files never change, so their names are enough (a few dozen
+    entries, listed, never read)."""
+    found = []
+    try:
+        with os.scandir(hub) as repos:
+            for repo in repos:
+                if not repo.name.startswith("models--"):
+                    continue
+                with (
+                    contextlib.suppress(OSError),
+                    os.scandir(Path(repo.path) / "snapshots") as revs,
+                ):
+                    found += [
+                        f"{repo.name}/{r.name}"
+                        for r in revs
+                        if os.path.isfile(Path(r.path) / "config.json")
+                    ]
+    except OSError:
+        return []
+    return sorted(found)
+
+
 def inputs(paths: Paths, steps_code: Sequence[Path] = (), installed: Sequence[str] = ()) -> Inputs:
     """What a verdict is a function of; for a catalog with manifests, the caller adds
     the folders of the code in step keys (every file) and what is installed
@@ -180,6 +208,8 @@ def inputs(paths: Paths, steps_code: Sequence[Path] = (), installed: Sequence[st
     for folder in steps_code:
         out.append(f"[{folder}]")
         racy |= _tree(str(folder), since, out, suffix="")
+    out.append("[fetched configs]")
+    out.append(_fetched_configs(paths.hub))
     out.append(["installed", *installed])
     key = hashlib.sha256(repr(out).encode("utf-8", "surrogateescape")).hexdigest()
     return Inputs(key, racy)

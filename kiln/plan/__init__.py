@@ -324,7 +324,13 @@ def _engine(
         options["prefill_chunk_len"] = build.prefill_chunk_len
         options["verify_len"] = verify_len
         options["compile_mode"] = build.compile_mode
+    # Named only when split, so an unsplit engine's key is what it was before issue 42;
+    # the bundle and validate steps take the engine's key, so they re-key with it.
+    tp = build.tensor_parallel if role == "model" else 1
+    if tp > 1:
+        options["tensor_parallel"] = tp
     name = f"engine {at} {build.backend}" + ("" if compute == "fp32" else f" {compute}")
+    name += f" tp{tp}" if tp > 1 else ""
     return _step("engine", name, options, inputs, tools, role)
 
 

@@ -117,6 +117,14 @@ METRICS: dict[str, str] = {
     "reference (informative: what image_sensitivity_ratio divides by).",
     "image_sensitivity_ratio": "image-text-to-text: image_sensitivity / "
     "reference_image_sensitivity; a bundle that ignored its images would score 0.",
+    "world_size": "Tensor-parallel bundles: the ranks the bundle ran as (build.tensor_parallel), "
+    "each a process of its own over its own weight shard.",
+    "rank_weight_bytes": "Tensor-parallel bundles: the largest rank's weight bytes, read from "
+    "its shard in the engine file (split and replicated weights together).",
+    "rank_split_fraction": "Tensor-parallel bundles: the largest rank's share of the split "
+    "weights' bytes (q/k/v, o, gate/up, down), read from the shards: 1/world_size when even.",
+    "replicated_weight_bytes": "Tensor-parallel bundles: the bytes every rank holds whole "
+    "(embedding, norms, output projection), read from rank 0's shard.",
 }
 
 # The unit of a metric that has one (the site's plot scales print it; issue 44). A
@@ -128,6 +136,9 @@ UNITS: dict[str, str] = {
     "first_divergence": "tokens",
     "log_perplexity_ratio": "nats",
     "scored_positions": "positions",
+    "rank_weight_bytes": "bytes",
+    "replicated_weight_bytes": "bytes",
+    "world_size": "ranks",
 }
 
 # A statistical gate needs the metric's sample size; it is measured alongside it.

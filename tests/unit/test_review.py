@@ -83,7 +83,7 @@ DRAFT = {"repo": "kiln-tiny/qwen3", "revision": "8c0453fc635cbc01885554be7a5f6b7
         ),
         ({"trust_remote_code": True}, "remote-code-needs-allowlist"),
         ({"build.backend": "tensorrt"}, "tensorrt-needs-gpu-target"),
-        ({"build.tensor_parallel": 2}, "tensor-parallel-needs-gpu"),
+        ({"build.tensor_parallel": 2}, "tensor-parallel-needs-inductor"),
     ],
 )
 def test_each_rule_fires_cites_its_id_and_points_at_a_line(

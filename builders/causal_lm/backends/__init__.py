@@ -12,6 +12,8 @@ else in kiln knows which backend built an engine.
   aoti         torch.export + AOTInductor: a compiled .pt2 package (CPU or CUDA)
   inductor     torch.export programs (decode, chunked prefill) over a static KV cache,
                weights once in safetensors, and their kernels
+  _shards      inductor's tensor parallelism: each rank's weight shard, the programs'
+               all-reduces (build.tensor_parallel)
   _kernels     inductor's kernels: the programs compiled (autotuned on CUDA) on the
                build host in a fresh process, the Inductor cache that makes, and a
                second process's load from it alone (runtime/kernels.py)

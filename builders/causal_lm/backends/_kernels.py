@@ -110,7 +110,9 @@ def _child(request: Request, verb: str, work: Path, cache: Path) -> dict[str, An
 def main(verb: str, work: Path) -> None:
     engine = json.loads((work / "engine.json").read_text())
     start = time.perf_counter()
-    if verb == "compile":
+    if engine.get("tensor_parallel", 1) > 1:
+        out = _ranks(verb, work, engine)
+    elif verb == "compile":
         import torch
 
         from runtime.inductor import InductorEngine
@@ -126,6 +128,24 @@ def main(verb: str, work: Path) -> None:
         opened: Any = open_engine(work, engine, None)  # an InductorEngine
         out = {"kernels": opened.kernels}
     print(json.dumps({**out, "seconds": time.perf_counter() - start}))
+
+
+def _ranks(verb: str, work: Path, engine: dict[str, Any]) -> dict[str, Any]:
+    """compile or check a tensor-parallel engine in its ranks (runtime/sharded.py): the
+    programs all-reduce, so every rank runs them, each over its own shard, in one
+    Inductor cache folder (the ranks' programs are the same graphs: one set of kernels)."""
+    from runtime.kernels import host_key
+    from runtime.sharded import Ranks
+
+    target = ("engine", str(work / "engine.zip"), engine, verb == "compile")
+    ranks = Ranks(int(engine["tensor_parallel"]), engine["provider"], target)
+    try:
+        ready = ranks.ready
+    finally:
+        ranks.close()
+    if verb == "compile":
+        return {"key": host_key(engine["provider"]), "threads": ready[0]["threads"]}
+    return {"kernels": ready[0]["kernels"]}
 
 
 if __name__ == "__main__":

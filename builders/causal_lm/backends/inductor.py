@@ -6,7 +6,11 @@ The engine file is one uncompressed zip (the bundle step copies one file):
   prefill.pt2          the same step over build.prefill_chunk_len tokens (when > 0)
   verify.pt2           the same step over verify_len tokens: a drafting variant's verify
                        forward (the last token and max_draft_len drafts), when set
-  weights.safetensors  the parameters once, in the engine's dtype
+  weights.safetensors  the parameters once, in the engine's dtype; with
+                       build.tensor_parallel N, weights.rank<r>.safetensors instead, rank
+                       r's shard (backends/_shards.py: column-parallel q/k/v and gate/up,
+                       row-parallel o and down, an all-reduce in the programs after each
+                       row-parallel layer, the output projection replicated)
   program.json         what the runtime needs: names, dtype, shapes, chunk length
   kernels/, kernels.json
                        the programs compiled (and on CUDA autotuned) on the build host,
@@ -49,6 +53,7 @@ differs between 5.17 (the H200 host) and 5.24, is not traced.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import io
 import json
@@ -62,6 +67,7 @@ if TYPE_CHECKING:
     from kiln.store.api import Request, Writer
 
 from builders.causal_lm.backends import Options as BaseOptions
+from builders.causal_lm.backends import _shards
 
 DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 # The CPU flags that give Inductor's CPU backend native arithmetic in a half dtype;
@@ -86,6 +92,11 @@ class Options(BaseOptions):
         description="Tokens of the verify program (max_draft_len + 1) for a drafting "
         "variant; 0: none.",
     )
+    tensor_parallel: int = Field(
+        1,
+        ge=1,
+        description="Ranks the weights are split across (backends/_shards.py); 1: unsplit.",
+    )
 
 
 def build(request: Request, writer: Writer) -> None:
@@ -104,6 +115,7 @@ def build(request: Request, writer: Writer) -> None:
         "file": "engine.zip",
         "max_batch_size": opts.max_batch_size,
         "max_seq_len": opts.max_seq_len,
+        **({"tensor_parallel": opts.tensor_parallel} if opts.tensor_parallel > 1 else {}),
     }
     if device == "cuda":
         torch.cuda.empty_cache()  # the export's model is gone; the compile runs beside
@@ -121,7 +133,6 @@ def engine_files(
 
     from builders.causal_lm import _cache
     from builders.causal_lm.export import describe
-    from builders.common import siblings
     from builders.common.hf import load_for_export
     from builders.common.ort import check_limits
 
@@ -139,6 +150,59 @@ def engine_files(
     meta = describe(model, entries)
     check_limits(request, opts.max_seq_len, meta)
     meta["kv_cache"]["dtype"] = DTYPES[opts.compute]
+    world = opts.tensor_parallel
+    ranked = entries if world == 1 else _shards.rank_entries(entries, world)
+    with contextlib.nullcontext("") if world == 1 else _shards.export_group() as group:
+        if world > 1:
+            _split(request, model, 0, world)
+            hooked = _shards.reduce_rows(model, group)
+            request.log(f"rank 0 of {world}: {hooked} row-parallel outputs all-reduced")
+        names, weights = _prepared(request, model, device, dtype)
+        step = _step_module(model, names, ranked)
+        files = _programs(request, step, ranked, weights, opts, device, dtype)
+    if world == 1:
+        files["weights.safetensors"] = _safetensors(names, weights)
+    else:
+        files["weights.rank0.safetensors"] = _safetensors(names, weights)
+        del model, weights, step
+        for rank in range(1, world):
+            other = load_for_export(checkpoint)
+            _split(request, other, rank, world)
+            mine, shard = _prepared(request, other, device, dtype)
+            if mine != names:
+                raise request.error(
+                    f"rank {rank}'s parameters differ from rank 0's", "a kiln bug: report it"
+                )
+            files[f"weights.rank{rank}.safetensors"] = _safetensors(names, shard)
+            del other, shard
+    program_meta = {
+        "weights": names,
+        "dtype": DTYPES[opts.compute],
+        "batch": opts.max_batch_size,
+        "max_seq_len": opts.max_seq_len,
+        "prefill_chunk_len": opts.prefill_chunk_len,
+        "cache": [
+            [opts.max_batch_size, e["shape"][1], opts.max_seq_len, e["shape"][3]] for e in ranked
+        ],
+        "vocab_size": meta["vocab_size"],
+        **({"verify_len": opts.verify_len} if opts.verify_len else {}),
+        **({"compile_mode": opts.compile_mode} if opts.compile_mode else {}),
+    }
+    if world > 1:  # the ranks' group, as the programs name it, and what each holds part of
+        program_meta |= {
+            "tensor_parallel": world,
+            "group": group,
+            "split": _shards.split_names(names),
+        }
+    files["program.json"] = json.dumps(program_meta, sort_keys=True, indent=1).encode()
+    return files, meta, entries
+
+
+def _prepared(request: Request, model: Any, device: str, dtype: Any) -> tuple[list[str], list[Any]]:
+    """The model's siblings fused, cast, fp8 layers frozen; its parameter names and
+    tensors, the programs' weight inputs."""
+    from builders.common import siblings
+
     fused = siblings.fuse(model, special=_fp8_class())
     if fused:
         request.log(f"{fused} groups of projections fused into one matmul each")
@@ -146,8 +210,21 @@ def engine_files(
     for module in model.modules():
         if isinstance(module, _fp8_class()):
             module.freeze(device)
-    names, weights = _weights(model)
-    step = _step_module(model, names, entries)
+    return _weights(model)
+
+
+def _programs(
+    request: Request,
+    step: Any,
+    entries: list[dict[str, Any]],
+    weights: list[Any],
+    opts: Options,
+    device: str,
+    dtype: Any,
+) -> dict[str, bytes]:
+    """decode.pt2, and prefill.pt2 and verify.pt2 where asked: `step` exported."""
+    import torch
+
     programs = {"decode.pt2": 1}
     if opts.prefill_chunk_len:
         programs["prefill.pt2"] = opts.prefill_chunk_len
@@ -162,22 +239,20 @@ def engine_files(
         buffer = io.BytesIO()
         torch.export.save(program, buffer)
         files[file] = buffer.getvalue()
-    files["weights.safetensors"] = _safetensors(names, weights)
-    program_meta = {
-        "weights": names,
-        "dtype": DTYPES[opts.compute],
-        "batch": opts.max_batch_size,
-        "max_seq_len": opts.max_seq_len,
-        "prefill_chunk_len": opts.prefill_chunk_len,
-        "cache": [
-            [opts.max_batch_size, e["shape"][1], opts.max_seq_len, e["shape"][3]] for e in entries
-        ],
-        "vocab_size": meta["vocab_size"],
-        **({"verify_len": opts.verify_len} if opts.verify_len else {}),
-        **({"compile_mode": opts.compile_mode} if opts.compile_mode else {}),
-    }
-    files["program.json"] = json.dumps(program_meta, sort_keys=True, indent=1).encode()
-    return files, meta, entries
+    return files
+
+
+def _split(request: Request, model: Any, rank: int, world: int) -> None:
+    """The model cut to rank `rank`'s shard (backends/_shards.py); a model not shaped
+    as the split expects is refused, naming what differs."""
+    try:
+        _shards.split(model, rank, world)
+    except ValueError as exc:
+        raise request.error(
+            f"tensor_parallel {world}: {exc}",
+            "build this model with build.tensor_parallel: 1; the split knows Llama-shaped "
+            "decoder layers (Llama, Qwen2, Qwen3, Mistral)",
+        ) from None
 
 
 def _verify_program(opts: Options) -> dict[str, int]:
