@@ -32,7 +32,15 @@ class CellKey(NamedTuple):
 
 def column(recipe: Recipe) -> tuple[str, str, str]:
     """The matrix column of a recipe, one value per axis of AXES."""
-    return recipe.precision.weights, recipe.execution.variant, recipe.build.backend
+    return recipe.precision.weights, recipe.execution.variant, backend_label(recipe)
+
+
+def backend_label(recipe: Recipe) -> str:
+    """The backend, with the world size of a tensor-parallel engine ("inductor tp2"):
+    a split engine's evidence is its own cell, as it proves the split, not the
+    unsplit engine (issue 42)."""
+    tp = recipe.build.tensor_parallel
+    return recipe.build.backend if tp == 1 else f"{recipe.build.backend} tp{tp}"
 
 
 def cell(recipe: Recipe, lock: Lock | None = None) -> CellKey:

@@ -340,12 +340,19 @@ def _facets(e: Entry) -> dict[str, str]:
         "modality": modality(text(get(r, "task", UNKNOWN))),
         "precision": text(get(r, "precision.weights", UNKNOWN)),
         "variant": text(get(r, "execution.variant", UNKNOWN)),
-        "backend": text(get(r, "build.backend", UNKNOWN)),
+        "backend": _backend(r),
         "target": _target(r, e.latest),
         "host": e.host.label if e.host else nothing,
         "scope": e.scope or nothing,
         "verdict": e.state,
     }
+
+
+def _backend(r: Any) -> str:
+    """The backend facet, with a tensor-parallel engine's world size ("inductor tp2")."""
+    backend = text(get(r, "build.backend", UNKNOWN))
+    tp = get(r, "build.tensor_parallel", 1)
+    return f"{backend} tp{tp}" if isinstance(tp, int) and tp > 1 else backend
 
 
 def by_evidence(items: list[Entry]) -> list[Entry]:

@@ -133,3 +133,16 @@ def test_diff_of_tensor_parallel_rebuilds_engine_bundle_and_validate(tmp_path: P
     md = markdown(report)
     assert "- engine (model) " in md and "- fetch (model) " not in md
     assert "- reference (model) " not in md
+
+
+def test_the_matrix_and_catalog_show_the_world_size_in_the_backend_column(
+    tmp_path: Path,
+) -> None:
+    from kiln.evidence.cells import cell
+    from kiln.site.view import _backend
+
+    cat = make_catalog(tmp_path, {"one": split(1), "two": split(2)})
+    assert cell(cat.recipes["one"]).column == ("fp32", "ordinary", "inductor")
+    assert cell(cat.recipes["two"]).column == ("fp32", "ordinary", "inductor tp2")
+    assert _backend(cat.recipes["two"]) == "inductor tp2"
+    assert _backend(cat.recipes["one"]) == "inductor"
