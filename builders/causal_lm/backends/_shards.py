@@ -90,6 +90,12 @@ def layers(model: Any) -> list[Any]:
 def split(model: Any, rank: int, world: int) -> None:
     """The model's weights cut to rank `rank` of `world`, in place (module docstring)."""
     config = model.config.get_text_config()
+    bad = indivisible(config.to_dict(), world)
+    if bad:  # what `doit check` refuses where it has the config.json
+        raise ValueError(
+            f"it does not divide {', '.join(bad)}: every rank must hold whole heads "
+            "and an equal share of the MLP"
+        )
     heads = config.num_attention_heads
     counts = {
         "heads": heads,

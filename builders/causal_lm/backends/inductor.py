@@ -250,8 +250,9 @@ def _split(request: Request, model: Any, rank: int, world: int) -> None:
     except ValueError as exc:
         raise request.error(
             f"tensor_parallel {world}: {exc}",
-            "build this model with build.tensor_parallel: 1; the split knows Llama-shaped "
-            "decoder layers (Llama, Qwen2, Qwen3, Mistral)",
+            "set build.tensor_parallel to one that divides the heads, the key/value heads "
+            "and the intermediate size, or to 1; the split knows Llama-shaped decoder "
+            "layers (Llama, Qwen2, Qwen3, Mistral)",
         ) from None
 
 
