@@ -47,14 +47,17 @@ PREFILL_MODES = {"cpu": "default", "cuda": "default"}
 # them would lengthen every uncached load again).
 VERIFY_MODES = PREFILL_MODES
 # The sdpa backends a CUDA decode step may use, by engine dtype, in order of choice.
-# fp32: the math backend, which Inductor fuses into a few small kernels for one query;
-# torch's fused kernels are slower there (fp32 has no flash or cuDNN kernel, and the
-# memory-efficient one took over 20 us a layer on the H200). bf16/fp16: cuDNN's fused
-# attention, which takes the additive mask (flash does not): 6 us a layer on the H200
-# at SmolLM2-135M's geometry over a 1,024-slot cache, against about 15 us for the
-# math backend's kernels (bench/results/decode_gpu_smollm2_shape_2026-12-01.txt);
-# math where cuDNN refuses the shapes.
-DECODE_ATTENTION = {"float32": ("MATH",), "bfloat16": ("CUDNN_ATTENTION", "MATH")}
+# The math backend, which Inductor fuses into a few small kernels for one query, for
+# every dtype. torch's fused kernels are slower in fp32 (no flash or cuDNN kernel, and
+# the memory-efficient one took over 20 us a layer on the H200). In bf16/fp16 cuDNN's
+# fused attention is faster (6 us a layer on the H200 at SmolLM2-135M's geometry over a
+# 1,024-slot cache, against about 15 us for the math kernels,
+# bench/results/decode_gpu_smollm2_shape_2026-12-01.txt) but not deterministic: on the
+# H100 the real SmolLM2 bf16 decode step, run uncompiled from one saved state, gave 2
+# distinct 63-step logit paths in 10 with cuDNN's attention and 1 with the math
+# backend's (bench/results/gpu_determinism_2026-12-06b.txt), and greedy output parted
+# between runs of one process where a top-2 margin was a tie.
+DECODE_ATTENTION = {"float32": ("MATH",), "bfloat16": ("MATH",)}
 DECODE_ATTENTION["float16"] = DECODE_ATTENTION["bfloat16"]
 # Decode steps per CUDA graph replay, and per read of the generated ids.
 BLOCK = 16
