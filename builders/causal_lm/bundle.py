@@ -106,9 +106,7 @@ def _chat(writer: Writer, ckpt: Any, tok_config: dict[str, Any], tokenizer: Any)
     }
 
 
-def _vision(
-    request: Request, writer: Writer, ckpt: Any, decoder: dict[str, Any]
-) -> dict[str, Any]:
+def _vision(request: Request, writer: Writer, ckpt: Any, decoder: dict[str, Any]) -> dict[str, Any]:
     """A vision-language bundle's vision program (input `vision`, builders/vision/) as
     vision.onnx, the checkpoint's preprocessor_config.json, which runtime/images.py
     reads, and bundle.json's "vision": what the runtime needs to turn image files into
