@@ -2,8 +2,9 @@
 bundle folder, and a process's own peak memory.
 
 Imported by bench/chat_peers.py, check_catalog.py, noop_build.py, parallel_build.py
-and runtime_features.py (run as scripts, so this folder is on sys.path), and as
-bench._process by bench/probes/quantized_decode.py.
+runtime_features.py and tp_cpu.py (run as scripts, so this folder is on sys.path),
+and as bench._process by bench/probes/quantized_decode.py, determinism_gpu.py and
+determinism_paths.py.
 """
 
 from __future__ import annotations
@@ -76,3 +77,23 @@ def bundle_path(recipe: str) -> Path:
     if not store.has(step.key):
         sys.exit(f"{recipe} is not built: run `doit build recipe={recipe}` first")
     return Path(store.get(step.key).path)
+
+
+def child_json(code: str, args: list[str], env: dict[str, str]) -> dict[str, object]:
+    """The last stdout line of `python -c code args...` as JSON, run in the repository
+    with `env` and an Inductor cache of its own (a fresh process's load); a failure is
+    {"error": its last stderr lines}, for a probe to report among the others."""
+    import json
+    import os
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as cache:
+        full = {**os.environ, **env, "TORCHINDUCTOR_CACHE_DIR": cache}
+        done = subprocess.run(
+            [sys.executable, "-c", code, *args],
+            capture_output=True, text=True, env=full, cwd=ROOT, check=False,
+        )  # fmt: skip
+    if done.returncode != 0:
+        return {"error": done.stderr.strip().splitlines()[-3:]}
+    got: dict[str, object] = json.loads(done.stdout.strip().splitlines()[-1])
+    return got

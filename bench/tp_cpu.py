@@ -22,9 +22,7 @@ import io
 import json
 import os
 import platform
-import re
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -32,27 +30,11 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+from _process import ROOT, bundle_path  # bench/ is on sys.path: this runs as a script
+
 sys.path.insert(0, str(ROOT))
 
 UNSPLIT, SPLIT = "tiny-llama-inductor", "tiny-llama-tp2"
-
-
-def bundle_dir(recipe: str) -> Path:
-    from kiln import catalog
-
-    out = subprocess.run(
-        [sys.executable, "-m", "doit", "plan", f"recipe={recipe}"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    key = re.search(r"bundle\s+([0-9a-f]{12})\s+up to date", out)
-    if not key:
-        sys.exit(f"{recipe} is not built: run `doit build recipe={recipe}` first")
-    store = catalog.load().paths.store / "objects"
-    return next(store.glob(f"*/{key.group(1)}*"))
 
 
 def prompts() -> list[str]:
@@ -145,7 +127,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     texts = prompts()
-    folders = {UNSPLIT: bundle_dir(UNSPLIT), SPLIT: bundle_dir(SPLIT)}
+    folders = {UNSPLIT: bundle_path(UNSPLIT), SPLIT: bundle_path(SPLIT)}
     results = {r: measure(f, texts, args.new_tokens, args.rounds) for r, f in folders.items()}
     count, shape = reduces_per_step(folders[SPLIT])
     one = reduce_seconds(shape)

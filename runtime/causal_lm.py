@@ -280,7 +280,7 @@ class Bundle:
         if self.image_token is not None:
             feeds[IMAGES] = self.no_images if images is None else images
         elif images is not None and len(images):
-            raise BundleError("this bundle takes no images: it has no vision program")
+            self._check_images(ids, [images])  # refuses: no vision program
         return feeds
 
     def logits(self, ids: list[int], images: np.ndarray | None = None) -> np.ndarray:

@@ -26,13 +26,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from bench._process import child_json  # noqa: E402  (the repository root is on sys.path above)
+
 PROMPT = "What is the capital of France?"
 
 CHILD = """
@@ -81,18 +82,8 @@ print(json.dumps(out))
 
 
 def run(bundle: str, recompile: bool, extra: dict[str, str], profile: bool) -> dict[str, object]:
-    with tempfile.TemporaryDirectory() as cache:
-        env = {**os.environ, **extra, "TORCHINDUCTOR_CACHE_DIR": cache}
-        if recompile:
-            env["KILN_RECOMPILE"] = "1"
-        done = subprocess.run(
-            [sys.executable, "-c", CHILD, bundle, PROMPT, "1" if profile else "0"],
-            capture_output=True, text=True, env=env, cwd=ROOT, check=False,
-        )  # fmt: skip
-    if done.returncode != 0:
-        return {"error": done.stderr.strip().splitlines()[-3:]}
-    got: dict[str, object] = json.loads(done.stdout.strip().splitlines()[-1])
-    return got
+    env = {**extra, **({"KILN_RECOMPILE": "1"} if recompile else {})}
+    return child_json(CHILD, [bundle, PROMPT, "1" if profile else "0"], env)
 
 
 def main() -> None:

@@ -26,13 +26,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from bench._process import child_json  # noqa: E402  (the repository root is on sys.path above)
 
 CHILD = """
 import hashlib, json, sys, time
@@ -77,16 +77,7 @@ print(json.dumps({"load_s": round(load, 2), "kernels": kernels, "rows": rows}))
 
 
 def child(bundle: str, prompts: Path, new: int, extra: dict[str, str]) -> dict[str, object]:
-    with tempfile.TemporaryDirectory() as cache:
-        env = {**os.environ, **extra, "TORCHINDUCTOR_CACHE_DIR": cache}
-        done = subprocess.run(
-            [sys.executable, "-c", CHILD, bundle, str(prompts), str(new)],
-            capture_output=True, text=True, env=env, cwd=ROOT, check=False,
-        )  # fmt: skip
-    if done.returncode != 0:
-        return {"error": done.stderr.strip().splitlines()[-3:]}
-    got: dict[str, object] = json.loads(done.stdout.strip().splitlines()[-1])
-    return got
+    return child_json(CHILD, [bundle, str(prompts), str(new)], extra)
 
 
 def compare(runs: list[dict[str, object]], label: str) -> None:

@@ -39,7 +39,7 @@ class Options(BaseModel):
 def build(request: Request, writer: Writer) -> None:
     import numpy as np
     import torch
-    from transformers import AutoTokenizer, GenerationConfig
+    from transformers import AutoTokenizer
 
     from builders.common.hf import load_causal_lm
 
@@ -52,23 +52,12 @@ def build(request: Request, writer: Writer) -> None:
         from builders.causal_lm._adapter import with_adapter
 
         model = with_adapter(request, model, merge=False)
-    eos = model.generation_config.eos_token_id
-    eos_ids = [eos] if isinstance(eos, int) else list(eos or [])
-    if opts.chat:  # a chat turn also ends at the template's end of turn (the eos token)
-        if tokenizer.chat_template is None:
-            raise request.error(
-                "validation.chat is set, but the checkpoint has no chat template",
-                "leave validation.chat out for a checkpoint without one",
-            )
-        end = tokenizer.convert_tokens_to_ids(tokenizer.eos_token)
-        eos_ids += [end] if isinstance(end, int) and end not in eos_ids else []
-    config = GenerationConfig(
-        do_sample=False,
-        num_beams=1,
-        max_new_tokens=opts.max_new_tokens,
-        eos_token_id=eos_ids,
-        pad_token_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos_ids[0],
-    )
+    if opts.chat and tokenizer.chat_template is None:
+        raise request.error(
+            "validation.chat is set, but the checkpoint has no chat template",
+            "leave validation.chat out for a checkpoint without one",
+        )
+    config, eos_ids = greedy(model, tokenizer, opts.max_new_tokens, opts.chat)
     # the text's windows first: a recipe asking more positions than the text gives
     # fails here, not after the whole reference has run
     text_windows = eval_windows(tokenizer, opts.scored_positions) if opts.scored_positions else None
@@ -83,17 +72,13 @@ def build(request: Request, writer: Writer) -> None:
         with torch.no_grad():
             ids = torch.tensor([prompt_ids])
             out = model.generate(ids, attention_mask=torch.ones_like(ids), generation_config=config)
-            new = out[0, len(prompt_ids) :].tolist()
-            if eos_ids and any(t in eos_ids for t in new):
-                new = new[: next(j for j, t in enumerate(new) if t in eos_ids) + 1]
+            new = through_eos(out[0, len(prompt_ids) :].tolist(), eos_ids)
             full = torch.tensor([prompt_ids + new])
             logits[f"p{i}"] = model(full).logits[0].numpy().astype(np.float32)
         records.append({"prompt": prompt, "prompt_ids": prompt_ids, "tokens": new})
     np.savez(writer.path("logits.npz"), **logits)
     window = _window_effect(model, records, logits)
-    text = score_eval_text(model, text_windows) if text_windows is not None else None
-    if text is not None:
-        np.savez(writer.path("text.npz"), nll=text.pop("nll"), top1=text.pop("top1"))
+    text = save_text_scores(writer, model, text_windows)
     writer.write_json(
         "reference.json",
         {
@@ -106,6 +91,47 @@ def build(request: Request, writer: Writer) -> None:
             **({"sliding_window": window} if window is not None else {}),
         },
     )
+
+
+def greedy(model: Any, tokenizer: Any, new_tokens: int, chat: bool) -> tuple[Any, list[int]]:
+    """transformers' greedy GenerationConfig for a reference, and the ids it stops at:
+    the model's EOS and, for a chat turn, the template's end of turn (the tokenizer's
+    eos token), as the runtime stops; nothing else processes the logits."""
+    from transformers import GenerationConfig
+
+    eos = model.generation_config.eos_token_id
+    eos_ids = [eos] if isinstance(eos, int) else list(eos or [])
+    if chat:
+        end = tokenizer.convert_tokens_to_ids(tokenizer.eos_token)
+        eos_ids += [end] if isinstance(end, int) and end not in eos_ids else []
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos_ids[0]
+    config = GenerationConfig(
+        do_sample=False,
+        num_beams=1,
+        max_new_tokens=new_tokens,
+        eos_token_id=eos_ids,
+        pad_token_id=pad,
+    )
+    return config, eos_ids
+
+
+def through_eos(new: list[int], eos_ids: list[int]) -> list[int]:
+    """Generated ids up to and including the first stop id."""
+    at = next((j for j, t in enumerate(new) if t in eos_ids), None)
+    return new if at is None else new[: at + 1]
+
+
+def save_text_scores(writer: Writer, model: Any, windows: Any) -> dict[str, Any] | None:
+    """The model's scores on the evaluation text's windows (score_eval_text): the
+    per-position arrays into text.npz, the summary returned for reference.json; None
+    without windows."""
+    import numpy as np
+
+    if windows is None:
+        return None
+    text = score_eval_text(model, windows)
+    np.savez(writer.path("text.npz"), nll=text.pop("nll"), top1=text.pop("top1"))
+    return text
 
 
 def _window_effect(

@@ -44,10 +44,10 @@ def messages(prompt: str) -> list[dict[str, Any]]:
 def build(request: Request, writer: Writer) -> None:
     import numpy as np
     import torch
-    from transformers import AutoProcessor, GenerationConfig
+    from transformers import AutoProcessor
     from transformers.image_utils import load_image
 
-    from builders.causal_lm.reference import eval_windows, score_eval_text
+    from builders.causal_lm.reference import eval_windows, greedy, save_text_scores, through_eos
     from builders.common.hf import IMAGE_TEXT, load_causal_lm
     from builders.data import images
 
@@ -57,17 +57,7 @@ def build(request: Request, writer: Writer) -> None:
     processor = AutoProcessor.from_pretrained(checkpoint, backend="pil")
     tokenizer = processor.tokenizer
     model = load_causal_lm(checkpoint, IMAGE_TEXT)
-    eos = model.generation_config.eos_token_id
-    eos_ids = [eos] if isinstance(eos, int) else list(eos or [])
-    end = tokenizer.convert_tokens_to_ids(tokenizer.eos_token)  # the template's end of turn
-    eos_ids += [end] if isinstance(end, int) and end not in eos_ids else []
-    config = GenerationConfig(
-        do_sample=False,
-        num_beams=1,
-        max_new_tokens=opts.max_new_tokens,
-        eos_token_id=eos_ids,
-        pad_token_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos_ids[0],
-    )
+    config, eos_ids = greedy(model, tokenizer, opts.max_new_tokens, chat=True)
     pictures = {name: load_image(str(images.path(name))) for name in opts.images}
     # the evaluation text's windows first: a recipe asking more positions than it gives
     # fails here, not after the whole reference has run
@@ -84,9 +74,7 @@ def build(request: Request, writer: Writer) -> None:
         prompt_ids = encoded["input_ids"][0].tolist()
         with torch.no_grad():
             out = model.generate(**encoded, generation_config=config)
-            new = out[0, len(prompt_ids) :].tolist()
-            if any(t in eos_ids for t in new):
-                new = new[: next(j for j, t in enumerate(new) if t in eos_ids) + 1]
+            new = through_eos(out[0, len(prompt_ids) :].tolist(), eos_ids)
             full = torch.tensor([prompt_ids + new])
             # Gemma 3's processor marks the image tokens (token_type_ids), which its mask
             # reads; the generated tokens are text
@@ -108,9 +96,7 @@ def build(request: Request, writer: Writer) -> None:
     np.savez(writer.path("logits.npz"), **logits)
     np.savez(writer.path("pixels.npz"), **pixels)
     # the language model on text alone (a quantized recipe's statistical gates)
-    text = score_eval_text(model, windows) if windows is not None else None
-    if text is not None:
-        np.savez(writer.path("text.npz"), nll=text.pop("nll"), top1=text.pop("top1"))
+    text = save_text_scores(writer, model, windows)
     writer.write_json(
         "reference.json",
         {

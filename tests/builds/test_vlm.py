@@ -35,19 +35,28 @@ CIRCLE, SQUARE, STRIPES = (
 INT8 = "tiny-llava-int8-wo"
 
 
+def built(factory: pytest.TempPathFactory, hub: Path, *recipes: str) -> World:
+    """A world with `recipes` built and their manifests published."""
+    world = make_world(factory.mktemp(recipes[0]), hub, recipes)
+    world.doit("build", f"recipe={','.join(recipes)}", "publish=1", check=True)
+    return world
+
+
+def opened(world: World, recipe: str) -> Any:
+    import runtime
+    from runtime.vlm import VisionBundle
+
+    return runtime.open(bundle_dir(world, recipe), expect=VisionBundle)
+
+
 @pytest.fixture(scope="module")
 def llava(tmp_path_factory: pytest.TempPathFactory, hub: Path) -> World:
-    world = make_world(tmp_path_factory.mktemp("vlm"), hub, (RECIPE, INT8))
-    world.doit("build", f"recipe={RECIPE},{INT8}", "publish=1", check=True)
-    return world
+    return built(tmp_path_factory, hub, RECIPE, INT8)
 
 
 @pytest.fixture(scope="module")
 def bundle(llava: World) -> Any:
-    import runtime
-    from runtime.vlm import VisionBundle
-
-    return runtime.open(bundle_dir(llava, RECIPE), expect=VisionBundle)
+    return opened(llava, RECIPE)
 
 
 def test_tiny_llava_passes_every_gate_with_its_image_read(llava: World) -> None:
@@ -205,17 +214,12 @@ GEMMA_INT8 = "tiny-gemma3-vlm-int8-wo"
 
 @pytest.fixture(scope="module")
 def gemma(tmp_path_factory: pytest.TempPathFactory, hub: Path) -> World:
-    world = make_world(tmp_path_factory.mktemp("gemma3-vlm"), hub, (GEMMA, GEMMA_INT8))
-    world.doit("build", f"recipe={GEMMA},{GEMMA_INT8}", "publish=1", check=True)
-    return world
+    return built(tmp_path_factory, hub, GEMMA, GEMMA_INT8)
 
 
 @pytest.fixture(scope="module")
 def gemma_bundle(gemma: World) -> Any:
-    import runtime
-    from runtime.vlm import VisionBundle
-
-    return runtime.open(bundle_dir(gemma, GEMMA), expect=VisionBundle)
+    return opened(gemma, GEMMA)
 
 
 def test_tiny_gemma3_passes_fp32_and_int8_with_its_image_read(gemma: World) -> None:
