@@ -6,8 +6,9 @@ program gave the same bits everywhere. The decode step is the one program whose
 attention runs on cuDNN's (runtime/inductor.py DECODE_ATTENTION: bf16 tries
 CUDNN_ATTENTION first). This probe calls scaled_dot_product_attention with the same
 inputs many times per backend, eagerly and replayed in a CUDA graph, at the decode
-step's shapes (kiln's grouped form: a KV head's query heads as rows of one head, an
-additive mask over every slot of the static cache, the first `visible` real), and
+step's shapes (kiln's folded form: a KV head's query heads as rows of one head; and
+sdpa's own enable_gqa form for one query, which the bf16 engines used; an additive mask
+over every slot of the static cache, the first `visible` real), and
 counts the distinct outputs (1: deterministic) and the time per call.
 
     python bench/probes/sdpa_determinism.py [--calls 500] [--length 2048] [--visible 300]
@@ -19,6 +20,7 @@ Name the card with the figures.
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import time
 
@@ -30,10 +32,14 @@ def digest(t: torch.Tensor) -> str:
     return hashlib.sha256(t.float().cpu().numpy().tobytes()).hexdigest()[:12]
 
 
-def inputs(args: argparse.Namespace, rows: int, dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
+def inputs(
+    args: argparse.Namespace, rows: int, dtype: torch.dtype, heads: int | None = None
+) -> tuple[torch.Tensor, ...]:
+    """q [B, heads (default: the KV heads, kiln's folded form), rows, D], k/v over the
+    whole static cache, an additive mask with the first `visible` slots real."""
     g = torch.Generator(device="cuda").manual_seed(0)
     kv, d, length = args.kv_heads, args.head_dim, args.length
-    q = torch.randn(args.batch, kv, rows, d, device="cuda", dtype=dtype, generator=g)
+    q = torch.randn(args.batch, heads or kv, rows, d, device="cuda", dtype=dtype, generator=g)
     k = torch.randn(args.batch, kv, length, d, device="cuda", dtype=dtype, generator=g)
     v = torch.randn(args.batch, kv, length, d, device="cuda", dtype=dtype, generator=g)
     mask = torch.full(
@@ -44,26 +50,24 @@ def inputs(args: argparse.Namespace, rows: int, dtype: torch.dtype) -> tuple[tor
 
 
 def trial(backend: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,
-          calls: int) -> str:  # fmt: skip
-    F = torch.nn.functional
+          calls: int, gqa: bool = False) -> str:  # fmt: skip
+    F = functools.partial(torch.nn.functional.scaled_dot_product_attention, enable_gqa=gqa)
     with sdpa_kernel([getattr(SDPBackend, backend)]):
         try:
-            first = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+            first = F(q, k, v, attn_mask=mask)
         except RuntimeError as exc:
             return f"{backend}: does not take these inputs ({str(exc).splitlines()[0][:90]})"
-        eager = {
-            digest(F.scaled_dot_product_attention(q, k, v, attn_mask=mask)) for _ in range(calls)
-        }
+        eager = {digest(F(q, k, v, attn_mask=mask)) for _ in range(calls)}
         static = torch.empty_like(first)
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
             for _ in range(3):
-                static.copy_(F.scaled_dot_product_attention(q, k, v, attn_mask=mask))
+                static.copy_(F(q, k, v, attn_mask=mask))
         torch.cuda.current_stream().wait_stream(side)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
-            static.copy_(F.scaled_dot_product_attention(q, k, v, attn_mask=mask))
+            static.copy_(F(q, k, v, attn_mask=mask))
         replayed = set()
         torch.cuda.synchronize()
         start = time.perf_counter()
@@ -101,12 +105,19 @@ def main() -> None:
     )
     group = args.heads // args.kv_heads
     for dtype in (torch.bfloat16, torch.float16):
-        for label, rows in (("decode step", group), ("prefill chunk of 64", 64 * group)):
-            q, k, v, mask = inputs(args, rows, dtype)
+        shapes = (
+            ("decode step, folded", group, None, False),
+            # what the bf16 engines ran before 15c02fa: sdpa's own grouped-query form for
+            # one query, which cuDNN serves with its split-KV decode kernel
+            ("decode step, enable_gqa", 1, args.heads, True),
+            ("prefill chunk of 64, folded", 64 * group, None, False),
+        )
+        for label, rows, heads, gqa in shapes:
+            q, k, v, mask = inputs(args, rows, dtype, heads)
             print(f"== {str(dtype)[6:]} {label}: q {list(q.shape)}, k/v {list(k.shape)}, "
                   f"mask {list(mask.shape)} ({args.visible} visible)")  # fmt: skip
             for backend in ("CUDNN_ATTENTION", "EFFICIENT_ATTENTION", "FLASH_ATTENTION", "MATH"):
-                print("  ", trial(backend, q, k, v, mask, args.calls), flush=True)
+                print("  ", trial(backend, q, k, v, mask, args.calls, gqa), flush=True)
 
 
 if __name__ == "__main__":
