@@ -16,6 +16,7 @@ builders or tasks: a bundle runs on a machine that never built it.
   inductor_lm.py  InductorBundle: KV cache on the device, greedy decoding there (ids only back);
                   InductorSpeculativeBundle: n-gram drafts verified over that cache
   inductor.py     InductorEngine: torch.export programs, static KV cache, Inductor, CUDA graph
+  inductor_vlm.py InductorVisionBundle: VisionBundle whose decoder is the inductor engine
   sharded.py      a tensor-parallel bundle: N rank processes over their weight shards, in step
   kernels.py      an inductor engine's compiled kernels, keyed by host, put in Inductor's cache
   encoder.py      EncoderBundle: loading and right padding shared by classify and embed
@@ -78,6 +79,7 @@ RUNNERS: dict[str, dict[str, str]] = {
 BACKEND_RUNNERS: dict[tuple[str, str, str], str] = {
     ("text-generation", "ordinary", "inductor"): "runtime.inductor_lm:InductorBundle",
     ("text-generation", "ngram", "inductor"): "runtime.inductor_lm:InductorSpeculativeBundle",
+    ("image-text-to-text", "ordinary", "inductor"): "runtime.inductor_vlm:InductorVisionBundle",
 }
 _PUBLIC = {
     "Bundle": "runtime.causal_lm",

@@ -4,7 +4,10 @@ cache held on the device and updated in place (runtime/inductor_lm.py drives it)
 Every program reads the same weight tensors: one copy in memory. A drafting bundle's
 engine also has a verify program of exactly max_draft_len + 1 tokens (program.json
 "verify_len"; bundles without one load as before), compiled and, on CUDA, captured in a
-CUDA graph of its own like the prefill chunk.
+CUDA graph of its own like the prefill chunk. An image-text-to-text engine's prefill
+program also takes image features, zero-padded to its static rows (program.json
+"image_features"; builders/causal_lm/backends/_images.py): `call` writes a chunk's
+rows into that buffer.
 
 The decode step is compiled together with its bookkeeping: the greedy token (argmax
 of the logits plus a bias row that bans tokens, e.g. EOS while it is suppressed) is
@@ -207,6 +210,11 @@ class InductorEngine:
                 t.zeros(chunk, **kw),
                 t.zeros(self.batch, self.length, **kw),
             ]
+        # the prefill's image features after its cache, as the program takes them
+        shape = self.program.get("image_features")
+        self.features = (
+            [t.zeros(shape, dtype=self.dtype, device=self.device)] if chunk and shape else []
+        )
         if self.verify_len:
             self.verify_in = self._inputs(self.verify_len)
         with t.inference_mode():
@@ -262,7 +270,7 @@ class InductorEngine:
         ]
 
     def _prefill(self) -> Any:
-        return self.steps[self.chunk](*self.weights, *self.chunk_in, *self.cache)
+        return self.steps[self.chunk](*self.weights, *self.chunk_in, *self.cache, *self.features)
 
     def _verify(self) -> Any:
         return self.steps[self.verify_len](*self.weights, *self.verify_in, *self.cache)
@@ -302,16 +310,34 @@ class InductorEngine:
                 steps -= take
 
     def call(
-        self, ids: np.ndarray, positions: np.ndarray, slots: np.ndarray, mask: np.ndarray
+        self,
+        ids: np.ndarray,
+        positions: np.ndarray,
+        slots: np.ndarray,
+        mask: np.ndarray,
+        features: np.ndarray | None = None,
     ) -> Any:
         """One program call from host arrays: ids/positions [B, T], slots [T], mask
         [B, max_seq_len]; the logits [B, T, vocab] on the device, in the program's own
         output buffer (the next call of that program overwrites it). One token goes
         through the decode step (its greedy bookkeeping is then overwritten by the next
         call's inputs, or continued by `advance`); verify_len tokens through the verify
-        program, other lengths through the prefill chunk."""
+        program, other lengths through the prefill chunk. `features`: the rows of the
+        image tokens in `ids`, in order, which only the prefill chunk takes."""
         t = self.torch
         args = [t.from_numpy(np.ascontiguousarray(a)) for a in (ids, positions, slots, mask)]
+        rows = 0 if features is None else len(features)
+        chunked = ids.shape[1] != 1 and not (self.verify_len and ids.shape[1] == self.verify_len)
+        if rows and not (chunked and self.features):
+            where = "this engine's programs take none" if not self.features else "the prefill does"
+            raise BundleError(f"{rows} image feature rows fed to {ids.shape[1]} tokens: {where}")
+        if chunked and self.features:  # this chunk's rows, zeros after them
+            buffer = self.features[0]
+            if rows > buffer.shape[0]:
+                raise BundleError(f"{rows} image feature rows; a prefill chunk takes {len(buffer)}")
+            buffer.zero_()
+            if rows:
+                buffer[:rows].copy_(t.from_numpy(np.ascontiguousarray(features)))
         with t.inference_mode():
             if self.verify_len and ids.shape[1] == self.verify_len:
                 for dst, src in zip(self.verify_in, args, strict=True):

@@ -63,12 +63,15 @@ class InductorBundle(Bundle):
         visible: np.ndarray,
         width: int,
         keep: Callable[[Any], Any],
+        images: list[np.ndarray | None] | None = None,
     ) -> list[Any]:
         """The new tokens ids [B, T] (the last T of `width` slots) through the programs:
         windows of the longest multi-token program (the prefill chunk, the verify
         program) that T holds, else single decode steps; `keep` of each call's logits at
         positions not kept before (on the device, in a buffer the next call may
-        overwrite)."""
+        overwrite). `images`: each caller's row's image features, of which each window
+        takes the rows of its own image tokens (a window that starts inside the one
+        before takes those rows again, as it feeds those tokens again)."""
         engine = self.engine
         new = ids.shape[1]
         chunk = max((n for n in (engine.chunk, engine.verify_len) if 0 < n <= new), default=0)
@@ -82,13 +85,24 @@ class InductorBundle(Bundle):
         steps = [(s, chunk) for s in starts] + [(s, 1) for s in range(done, new)]
         out = []
         end = 0
+        seen = None if images is None else self._image_counts(ids[: len(images)])
         for start, take in steps:
             slots = np.arange(width - new + start, width - new + start + take)
             part = slice(start, start + take)
-            logits = engine.call(ids[:, part], positions[:, part], slots, visible)
+            features = None
+            if images is not None and seen is not None:
+                features = _window_rows(images, seen, start, start + take)
+            logits = engine.call(ids[:, part], positions[:, part], slots, visible, features)
             out.append(keep(logits[:, end - start :]))  # only positions not returned yet
             end = start + take
         return out
+
+    def _image_counts(self, ids: np.ndarray) -> np.ndarray:
+        """[rows, T + 1]: each row's image tokens before each position of `ids`."""
+        if self.image_token is None:
+            return np.zeros((ids.shape[0], ids.shape[1] + 1), np.int64)
+        counts = np.cumsum(ids == self.image_token, axis=1)
+        return np.concatenate([np.zeros((ids.shape[0], 1), np.int64), counts], axis=1)
 
     def forward(
         self,
@@ -101,15 +115,28 @@ class InductorBundle(Bundle):
     ) -> tuple[np.ndarray, list[np.ndarray]]:
         """The Bundle contract over the engine's static cache: `mask` covers every slot
         so far (its last ids.shape[1] columns are the new tokens). Every position's
-        logits come back (`keep` allows that). No inductor engine takes images yet."""
-        if images is not None and len(images):
-            raise BundleError("this inductor bundle takes no images")
+        logits come back (`keep` allows that). `images`: the features of the image
+        tokens in `ids`, row by row (an image-text-to-text engine's prefill merges
+        them)."""
         rows = ids.shape[0]
+        per_row: list[np.ndarray | None] | None = None
+        if images is not None and len(images):
+            counts = self._image_counts(ids)[:, -1]
+            if int(counts.sum()) != len(images):
+                raise BundleError(
+                    f"{int(counts.sum())} image tokens but {len(images)} image feature rows"
+                )
+            per_row = list(np.split(images, np.cumsum(counts)[:-1]))
         if not past:
             self.engine.reset()
         ids, visible, positions = self._rows(ids, mask, positions)
         logits = self._run(
-            ids, positions, visible, mask.shape[1], lambda out: out[:rows].float().cpu().numpy()
+            ids,
+            positions,
+            visible,
+            mask.shape[1],
+            lambda out: out[:rows].float().cpu().numpy(),
+            per_row,
         )
         return np.concatenate(logits, axis=1), [np.zeros(0, np.float32)]
 
@@ -128,9 +155,23 @@ class InductorBundle(Bundle):
             if suppress:
                 raise BundleError("suppress applies to greedy decoding only")
             return super().generate(prompts, max_new_tokens, sampler)
+        return self._greedy(prompts, max_new_tokens, suppress)
+
+    def _greedy(
+        self,
+        prompts: list[list[int]],
+        max_new_tokens: int,
+        suppress: tuple[int, ...] = (),
+        images: list[np.ndarray | None] | None = None,
+    ) -> Generation:
+        """Greedy generation on the device (the module docstring); `images`: each
+        prompt's image features, which its prefill windows merge
+        (runtime/inductor_vlm.py)."""
         torch, engine = self.engine.torch, self.engine
         started = time.perf_counter()
         ids, mask, positions = self._batch(prompts, max_new_tokens)
+        if images is not None:
+            self._check_images(ids, images)
         pad = engine.chunk - ids.shape[1]
         if engine.chunk and pad > 0 and engine.chunk + max_new_tokens <= engine.length:
             # A prompt shorter than the chunk runs as one chunk, left-padded with
@@ -141,7 +182,7 @@ class InductorBundle(Bundle):
         engine.ban(list(suppress))
         ids, visible, positions = self._rows(ids, mask, positions)
         with torch.inference_mode():
-            last = self._run(ids, positions, visible, width, lambda out: out[:, -1])[-1]
+            last = self._run(ids, positions, visible, width, lambda out: out[:, -1], images)[-1]
             first = (last + engine.bias).argmax(-1, keepdim=True)
             engine.ids.copy_(first)
             engine.positions.copy_(torch.from_numpy(positions[:, -1:] + 1))
@@ -247,3 +288,17 @@ class InductorSpeculativeBundle(SpeculativeBundle, InductorBundle):
         if suppress:
             raise BundleError("suppress applies to target-only greedy decoding, not to drafting")
         return SpeculativeBundle.generate(self, prompts, max_new_tokens, sampler)
+
+
+def _window_rows(
+    images: list[np.ndarray | None], seen: np.ndarray, start: int, end: int
+) -> np.ndarray | None:
+    """The feature rows of the image tokens at positions [start, end) of each row,
+    row by row (`seen`: each row's image tokens before each position); None where
+    there are none."""
+    parts = [
+        features[seen[row, start] : seen[row, end]]
+        for row, features in enumerate(images)
+        if features is not None and seen[row, end] > seen[row, start]
+    ]
+    return np.concatenate(parts) if parts else None

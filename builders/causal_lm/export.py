@@ -180,7 +180,10 @@ def merge_image_features(input_ids: Any, embeds: Any, features: Any, token: int)
 
     is_image = input_ids == token
     count = torch.cumsum(is_image.reshape(-1).to(torch.int64), 0)
-    fed = is_image.reshape(-1) & (count <= torch._shape_as_tensor(features)[0])
+    # the TorchScript tracer keeps a shape as a tensor (dynamic rows); torch.export, whose
+    # programs have static shapes (the inductor backend's prefill), takes the int
+    rows = torch._shape_as_tensor(features)[0] if torch.jit.is_tracing() else features.shape[0]
+    fed = is_image.reshape(-1) & (count <= rows)
     index = count * fed.to(torch.int64)
     table = torch.cat([features.new_zeros(1, features.shape[-1]), features], 0)
     picked = table[index].reshape(embeds.shape)

@@ -42,6 +42,7 @@ def build(request: Request, writer: Writer) -> None:
     import numpy as np
 
     import runtime
+    import runtime.inductor_vlm  # runtime.open's runner of an inductor bundle
     from builders.causal_lm.validate import compare, score_text
     from builders.common import measure
     from builders.data import images

@@ -315,9 +315,14 @@ def _buildable(catalog: Catalog, name: str, recipe: Recipe) -> list[Problem]:
     which = recipe.validation.thresholds
     if which in catalog.thresholds:
         problems += buildable.gate_problems(recipe, which, catalog.thresholds[which])
-    if recipe.build.tensor_parallel > 1 and not problems:
+    if not problems and (
+        recipe.build.tensor_parallel > 1
+        or (recipe.task == "image-text-to-text" and recipe.build.backend == "inductor")
+    ):
         # judged again once fetched: the verdict's key lists the configs fetched here
-        problems += buildable.split_problems(recipe, _fetched_config(catalog, recipe))
+        config = _fetched_config(catalog, recipe)
+        problems += buildable.split_problems(recipe, config)
+        problems += buildable.image_attention_problems(recipe, config)
     return [replace(p, location=catalog.locate(name, _key_path(p))) for p in problems]
 
 

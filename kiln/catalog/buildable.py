@@ -320,6 +320,88 @@ def _at(*key_path: str) -> Location:
     return Location("", key_path=key_path)
 
 
+# The backends whose decoder takes a vision-language model's image features: onnxruntime
+# (the graph's input, builders/causal_lm/export.py) and inductor, CPU, fp32 and
+# unquantized (its prefill program's input, builders/causal_lm/backends/_images.py).
+# Both bundles run the ONNX vision program on onnxruntime.
+VLM_BACKENDS = ("onnxruntime", "inductor")
+
+
+def _vision_language(recipe: Recipe) -> list[Problem]:
+    """image-text-to-text: the ordinary variant computing in fp32, on onnxruntime (its
+    language model may be quantized) or on inductor for cpu, unquantized and with a
+    prefill program (the one program that takes image features)."""
+    build, precision = recipe.build, recipe.precision
+    if build.backend not in VLM_BACKENDS or precision.compute != "fp32":
+        return [
+            Problem(
+                "image-text-to-text recipes compute in fp32 on onnxruntime or inductor "
+                f"so far, not {precision.compute} on {build.backend}",
+                _at("task"),
+                "use backend onnxruntime or inductor and compute fp32 for this task",
+            )
+        ]
+    if recipe.execution.variant != "ordinary":
+        return [
+            Problem(
+                "image-text-to-text recipes are built as bundles of the ordinary variant",
+                _at("execution", "variant"),
+                "use variant ordinary for this task",
+            )
+        ]
+    if build.backend != "inductor":
+        return []
+    if build.target != "cpu" or quantized(precision):
+        return [
+            Problem(
+                "an image-text-to-text inductor engine is built for cpu, unquantized, so far: "
+                "its vision program builds for cpu only (builders/vision/engine.py) and no "
+                "GPU build of it has been validated",
+                _at("build", "target") if build.target != "cpu" else _at("precision", "weights"),
+                "use build.target cpu and precision fp32, or backend onnxruntime",
+            )
+        ]
+    if not build.prefill_chunk_len:
+        return [
+            Problem(
+                "an image-text-to-text inductor engine merges image features in its prefill "
+                "program alone (its decode step takes none), and prefill_chunk_len 0 "
+                "builds none",
+                _at("build", "prefill_chunk_len"),
+                "set build.prefill_chunk_len, e.g. 8 (at most a prompt's shortest image run "
+                "keeps every image-bearing prompt in prefill windows)",
+            )
+        ]
+    return []
+
+
+# Architectures whose image tokens attend each other both ways (token_type_ids; the
+# ONNX export's bidirectional_images): the inductor programs' mask is causal over
+# slots (builders/causal_lm/backends/inductor.py, Step), and their fixed-length
+# prefill windows may cut an image, whose first part would never see its last.
+BIDIRECTIONAL_IMAGES = ("Gemma3ForConditionalGeneration", "PaliGemmaForConditionalGeneration")
+
+
+def image_attention_problems(recipe: Recipe, config: dict[str, Any] | None) -> list[Problem]:
+    """An inductor image-text-to-text recipe of an architecture in BIDIRECTIONAL_IMAGES,
+    read from its config.json (`config`; None where this host has not fetched it: the
+    engine step then refuses the same way, builders/causal_lm/backends/_images.py)."""
+    if recipe.task != "image-text-to-text" or recipe.build.backend != "inductor" or not config:
+        return []
+    both = [a for a in config.get("architectures") or [] if a in BIDIRECTIONAL_IMAGES]
+    if not both:
+        return []
+    return [
+        Problem(
+            f"{both[0]}'s image tokens attend each other both ways (token_type_ids); the "
+            "inductor programs' mask is causal over slots and their fixed-length prefill "
+            "windows may cut an image",
+            _at("build", "backend"),
+            "use build.backend onnxruntime for this checkpoint",
+        )
+    ]
+
+
 def refusals(recipe: Recipe) -> list[Problem]:
     """What no builder of this kiln makes, each at the recipe key that asks for it."""
     problems = []
@@ -390,21 +472,9 @@ def refusals(recipe: Recipe) -> list[Problem]:
                 f"score at most {available} positions",
             )
         )
-    if recipe.task == "image-text-to-text" and (
-        recipe.build.backend != "onnxruntime"
-        or compute != "fp32"
-        or recipe.execution.variant != "ordinary"
-    ):
-        problems.append(
-            Problem(
-                "image-text-to-text recipes are built as onnxruntime bundles of the ordinary "
-                "variant computing in fp32 so far (the vision program has no inductor engine "
-                "yet); their language model may be quantized",
-                _at("task"),
-                "use backend onnxruntime, variant ordinary and compute fp32 for this task",
-            )
-        )
-    elif recipe.task not in ("text-generation", "image-text-to-text") and (
+    if recipe.task == "image-text-to-text":
+        problems += _vision_language(recipe)
+    elif recipe.task != "text-generation" and (
         recipe.build.backend != "onnxruntime"
         or quantized(recipe.precision)
         or compute != "fp32"

@@ -415,7 +415,8 @@ def _vision_steps(recipe: Recipe, fetch: Step, tools: Toolchain) -> list[Step]:
     """A vision-language recipe's vision program (builders/vision/): pixel values ->
     image features, exported, checked and built as an engine of its own, in fp32
     whatever the recipe's precision (a quantized recipe quantizes the language model
-    only, as TensorRT-LLM's VLM recipes do)."""
+    only, as TensorRT-LLM's VLM recipes do), on onnxruntime whatever the decoder's
+    backend (an inductor recipe's too: builders/causal_lm/backends/_images.py)."""
     at, build = recipe.model.label, recipe.build
     export = _step(
         "export",
@@ -427,8 +428,8 @@ def _vision_steps(recipe: Recipe, fetch: Step, tools: Toolchain) -> list[Step]:
     graph = _step(
         "onnx", f"onnx {at} vision", {"optimize": True, "task": VISION}, {"export": export}, tools
     )
-    options = {"task": VISION, "backend": build.backend, "target": build.target}
-    engine = _step("engine", f"engine {at} vision {build.backend}", options, {"onnx": graph}, tools)
+    options = {"task": VISION, "backend": "onnxruntime", "target": build.target}
+    engine = _step("engine", f"engine {at} vision onnxruntime", options, {"onnx": graph}, tools)
     return [export, graph, engine]
 
 

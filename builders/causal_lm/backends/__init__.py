@@ -14,6 +14,8 @@ else in kiln knows which backend built an engine.
                weights once in safetensors, and their kernels
   _shards      inductor's tensor parallelism: each rank's weight shard, the programs'
                all-reduces (build.tensor_parallel)
+  _images      inductor's image-text-to-text engine: the prefill program that merges
+               image features, the decoder's weights alone, the refusal of Gemma 3
   _kernels     inductor's kernels: the programs compiled (autotuned on CUDA) on the
                build host in a fresh process, the Inductor cache that makes, and a
                second process's load from it alone (runtime/kernels.py)

@@ -11,7 +11,9 @@ The engine file is one uncompressed zip (the bundle step copies one file):
                        r's shard (backends/_shards.py: column-parallel q/k/v and gate/up,
                        row-parallel o and down, an all-reduce in the programs after each
                        row-parallel layer, the output projection replicated)
-  program.json         what the runtime needs: names, dtype, shapes, chunk length
+  program.json         what the runtime needs: names, dtype, shapes, chunk length (and for
+                       an image-text-to-text engine the prefill's image_features shape:
+                       backends/_images.py)
   kernels/, kernels.json
                        the programs compiled (and on CUDA autotuned) on the build host,
                        as Inductor's cache, with that host's key: a load compiles nothing
@@ -67,7 +69,7 @@ if TYPE_CHECKING:
     from kiln.store.api import Request, Writer
 
 from builders.causal_lm.backends import Options as BaseOptions
-from builders.causal_lm.backends import _shards
+from builders.causal_lm.backends import _images, _shards
 
 DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 # The CPU flags that give Inductor's CPU backend native arithmetic in a half dtype;
@@ -120,7 +122,11 @@ def build(request: Request, writer: Writer) -> None:
     if device == "cuda":
         torch.cuda.empty_cache()  # the export's model is gone; the compile runs beside
     engine["kernels"] = compile_kernels(request, files, engine, writer)
-    writer.write_json("io.json", {**meta, **value_info(entries)})
+    info = value_info(entries)
+    if "image_token_id" in meta:  # the prefill program's image_features (_images.py)
+        shape = ["rows", "hidden"]
+        info["inputs"].append({"name": "image_features", "dtype": "float32", "shape": shape})
+    writer.write_json("io.json", {**meta, **info})
     writer.write_json("engine.json", engine)
 
 
@@ -133,12 +139,13 @@ def engine_files(
 
     from builders.causal_lm import _cache
     from builders.causal_lm.export import describe
-    from builders.common.hf import load_for_export
+    from builders.common.hf import auto_class, load_for_export
     from builders.common.ort import check_limits
 
     dtype = getattr(torch, DTYPES[opts.compute])
     checkpoint = request.inputs["checkpoint"] / "checkpoint"
-    model = load_for_export(checkpoint)
+    model = load_for_export(checkpoint, auto_class(opts.task))
+    token = _images.image_token(request, model) if opts.task == "image-text-to-text" else None
     quantized = request.inputs.get("quantized")
     if quantized is not None:
         converted = _fp8_linears(model, checkpoint, quantized)
@@ -150,6 +157,8 @@ def engine_files(
     meta = describe(model, entries)
     check_limits(request, opts.max_seq_len, meta)
     meta["kv_cache"]["dtype"] = DTYPES[opts.compute]
+    if token is not None:  # what bundle.json's vision reads of the decoder (bundle.py)
+        meta |= {"image_token_id": token, "image_attention": "causal"}
     world = opts.tensor_parallel
     ranked = entries if world == 1 else _shards.rank_entries(entries, world)
     with contextlib.nullcontext("") if world == 1 else _shards.export_group() as group:
@@ -158,8 +167,12 @@ def engine_files(
             hooked = _shards.reduce_rows(model, group)
             request.log(f"rank 0 of {world}: {hooked} row-parallel outputs all-reduced")
         names, weights = _prepared(request, model, device, dtype)
+        images = None
+        if token is not None:
+            names, weights = _images.text_weights(model, names, weights)
+            images = (_step_module(model, names, ranked, token), _images.hidden_size(model))
         step = _step_module(model, names, ranked)
-        files = _programs(request, step, ranked, weights, opts, device, dtype)
+        files = _programs(request, step, ranked, weights, opts, device, dtype, images)
     if world == 1:
         files["weights.safetensors"] = _safetensors(names, weights)
     else:
@@ -188,6 +201,9 @@ def engine_files(
         **({"verify_len": opts.verify_len} if opts.verify_len else {}),
         **({"compile_mode": opts.compile_mode} if opts.compile_mode else {}),
     }
+    if token is not None:  # the prefill program's last input (_images.py)
+        rows = opts.max_batch_size * opts.prefill_chunk_len
+        program_meta["image_features"] = [rows, _images.hidden_size(model)]
     if world > 1:  # the ranks' group, as the programs name it, and what each holds part of
         program_meta |= {
             "tensor_parallel": world,
@@ -221,8 +237,11 @@ def _programs(
     opts: Options,
     device: str,
     dtype: Any,
+    images: tuple[Any, int] | None = None,
 ) -> dict[str, bytes]:
-    """decode.pt2, and prefill.pt2 and verify.pt2 where asked: `step` exported."""
+    """decode.pt2, and prefill.pt2 and verify.pt2 where asked: `step` exported. With
+    `images` (the step that takes image features, and their width), the prefill
+    program is that step, its features [B * T, width] one more input."""
     import torch
 
     programs = {"decode.pt2": 1}
@@ -233,8 +252,13 @@ def _programs(
     for file, tokens in programs.items():
         request.log(f"torch.export of the {tokens}-token step for {device} ({opts.compute})")
         example = _example(entries, weights, opts, tokens, device, dtype)
+        exported = step
+        if images is not None and file == "prefill.pt2":
+            exported = images[0]
+            rows = opts.max_batch_size * tokens
+            example += (torch.zeros(rows, images[1], dtype=dtype, device=device),)
         with torch.no_grad():
-            program = torch.export.export(step, example, strict=False)
+            program = torch.export.export(exported, example, strict=False)
         program._example_inputs = None  # save would store them: the weights again
         buffer = io.BytesIO()
         torch.export.save(program, buffer)
@@ -506,23 +530,34 @@ class _StaticCache:
         return len(self.tensors) // 2
 
 
-def _step_module(model: Any, names: list[str], entries: list[dict[str, Any]]) -> Any:
+def _step_module(
+    model: Any, names: list[str], entries: list[dict[str, Any]], image_token: int | None = None
+) -> Any:
+    """The program's step over `model`; with `image_token`, its last input is image
+    features merged at that token (backends/_images.py)."""
     import torch
 
     from builders.common.hf import cache_keyword
 
     cache_kw = cache_keyword(model)
     count = len(names)
+    wrapped, keys = model, names
+    if image_token is not None:
+        wrapped = _images.with_images(model, image_token)
+        keys = [f"{_images.INNER}.{n}" for n in names]
 
     class Step(torch.nn.Module):
         def __init__(self) -> None:
             super().__init__()
             # Not a submodule: export would lift its parameters into the program's
             # state_dict, a second copy of the weights the program never reads.
-            object.__setattr__(self, "wrapped", model)
+            object.__setattr__(self, "wrapped", wrapped)
 
         def forward(self, *args: Any) -> Any:
             weights, (ids, positions, slots, visible, *cache) = args[:count], args[count:]
+            tokens: dict[str, Any] = {"input_ids": ids}
+            if image_token is not None:
+                *cache, tokens["image_features"] = cache
             cols = torch.arange(visible.shape[1], device=ids.device)
             causal = (cols[None, :] <= slots[:, None]) & visible[:, None, :].bool()
             seen = (causal | (cols[None, :] == slots[:, None]))[:, None]  # [B, 1, T, L]
@@ -531,10 +566,10 @@ def _step_module(model: Any, names: list[str], entries: list[dict[str, Any]]) ->
             mask = torch.where(seen, 0.0, low).to(weights[0].dtype)
             out = torch.func.functional_call(
                 self.wrapped,
-                dict(zip(names, weights, strict=True)),
+                dict(zip(keys, weights, strict=True)),
                 (),
                 {
-                    "input_ids": ids,
+                    **tokens,
                     "position_ids": positions,
                     "cache_position": slots,
                     "attention_mask": mask,

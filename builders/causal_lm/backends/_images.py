@@ -1,0 +1,90 @@
+"""inductor's image-text-to-text engine (issue 40): the text decoder's programs, of
+which the prefill chunk also takes the vision program's features.
+
+    prefill.pt2  (weights..., input_ids [B, T], position_ids, slots, mask, *cache,
+                  image_features [B * T, hidden]) -> logits [B, T, vocab]
+    decode.pt2   as a text engine's: a generated token is text (an image token
+                 generated keeps its own embedding, as in the ONNX graph)
+
+The features are merged inside the program by the ONNX export's own
+merge_image_features (builders/causal_lm/export.py): the k-th image token of the chunk,
+row by row, takes feature row k. The input's shape is static, as the programs' are: a
+chunk of B x T tokens holds at most B * T image tokens, so the runtime writes the rows
+of the chunk's own image tokens first and zeros after them (runtime/inductor.py). Every
+image token the runtime feeds a chunk has its row (runtime/causal_lm.py checks a
+prompt's image tokens against its features), so a zero row is read only by the
+engine's filler rows, which repeat the first row past the caller's batch and are
+never returned.
+
+The vision program stays the ONNX one run by onnxruntime (builders/vision/, bundle.json
+vision.engine): on CPU both are fp32 and it runs once per image, not per token, and it
+keeps one vision program for both backends.
+
+An architecture whose image tokens attend each other both ways (Gemma 3's
+token_type_ids, builders/causal_lm/export.py bidirectional_images) is refused: the
+programs' mask is causal over slots (inductor.py's Step), and their prefill windows of
+a fixed length may cut an image, whose first part would then never see its last.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from kiln.store.api import Request
+
+# The wrapper's name for the model, which prefixes its parameters' names.
+INNER = "model"
+
+
+def image_token(request: Request, model: Any) -> int:
+    """The image token the prefill program merges features at; a model whose image
+    tokens attend both ways is unsupported (module docstring)."""
+    from builders.causal_lm.export import bidirectional_images, image_token_id
+
+    name = type(model).__name__
+    if bidirectional_images(model):
+        raise request.unsupported(
+            f"{name}'s image tokens attend each other both ways (token_type_ids); the "
+            "inductor programs' mask is causal over slots and their fixed-length prefill "
+            "windows may cut an image: build it with backend onnxruntime"
+        )
+    token = image_token_id(model)
+    if token is None:
+        raise request.error(f"{name}'s config has no image_token_id", "a kiln bug: report it")
+    return token
+
+
+def text_weights(model: Any, names: list[str], weights: list[Any]) -> tuple[list[str], list[Any]]:
+    """The parameters the decoder reads (its language model and output projection):
+    the vision tower and projector run in the vision program, not here."""
+    modules = (model.get_decoder(), model.get_output_embeddings())
+    used = {p.data_ptr() for m in modules for p in m.parameters()}
+    kept = [(n, w) for n, w in zip(names, weights, strict=True) if w.data_ptr() in used]
+    return [n for n, _ in kept], [w for _, w in kept]
+
+
+def with_images(model: Any, token: int) -> Any:
+    """The model as (input_ids, image_features, **forward's keywords) -> its output, the
+    features merged at `token` into the token embeddings (merge_image_features)."""
+    import torch
+
+    from builders.causal_lm.export import merge_image_features
+
+    class WithImages(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            setattr(self, INNER, model)
+
+        def forward(self, input_ids: Any, image_features: Any, **kwargs: Any) -> Any:
+            inner = getattr(self, INNER)
+            embeds = inner.get_input_embeddings()(input_ids)
+            merged = merge_image_features(input_ids, embeds, image_features, token)
+            return inner(inputs_embeds=merged, **kwargs)
+
+    return WithImages().eval()
+
+
+def hidden_size(model: Any) -> int:
+    """The width of a feature row: the decoder's hidden size."""
+    return int(model.config.get_text_config(decoder=True).hidden_size)
