@@ -152,7 +152,7 @@ def engine_files(
         request.log(f"{converted} calibrated Linear layers as fp8 matrix multiplies")
     # sdpa: one fused attention kernel per layer where eager attention runs five; the
     # program's 4-D additive mask goes to it unchanged, so the math is the same.
-    model.set_attn_implementation(_register_attention(device == "cuda" and opts.compute != "fp32"))
+    model.set_attn_implementation(_register_attention())
     entries = _cache.observe(request, model)
     meta = describe(model, entries)
     check_limits(request, opts.max_seq_len, meta)
@@ -347,21 +347,19 @@ def _weights(model: Any) -> tuple[list[str], list[Any]]:
     return [n for n, _ in named], [p.detach() for _, p in named]
 
 
-# grouped_sdpa's names in transformers' registry: the rows folded, and (CUDA decode in
-# fp16/bf16) the kernel's own grouped-query support.
-ATTENTION = {False: "kiln_grouped_sdpa", True: "kiln_grouped_sdpa_native"}
+# grouped_sdpa's name in transformers' registry.
+ATTENTION = "kiln_grouped_sdpa"
 
 
-def _register_attention(native: bool) -> str:
+def _register_attention() -> str:
     """grouped_sdpa in transformers' attention registry (and sdpa's mask builder under
     its name, which the programs' ready 4-D mask bypasses); the name."""
     from transformers import AttentionInterface
     from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
 
-    name = ATTENTION[native]
-    AttentionInterface.register(name, functools.partial(grouped_sdpa, native=native))
-    AttentionMaskInterface.register(name, ALL_MASK_ATTENTION_FUNCTIONS["sdpa"])
-    return name
+    AttentionInterface.register(ATTENTION, grouped_sdpa)
+    AttentionMaskInterface.register(ATTENTION, ALL_MASK_ATTENTION_FUNCTIONS["sdpa"])
+    return ATTENTION
 
 
 def grouped_sdpa(
@@ -372,19 +370,19 @@ def grouped_sdpa(
     attention_mask: Any,
     dropout: float = 0.0,
     scaling: float | None = None,
-    native: bool = False,
     **kwargs: Any,
 ) -> tuple[Any, None]:
     """sdpa with grouped-query attention folded into the rows: query [B, H, T, D] with H
     = KV heads x G becomes [B, KV heads, G*T, D] (query head h = kv*G + g reads KV head
     kv, as transformers' repeat_kv pairs them), the mask [B, 1, T, S] is repeated for
     the G row groups, and the output is unfolded to transformers' [B, T, H, D]. Each
-    score is the same dot product of the same vectors. `native`, for one query token:
-    sdpa's own enable_gqa instead, for cuDNN's fused attention, which reads the KV
-    heads in place and takes its split-KV decode kernel for one query row (folding
-    makes G rows, and cuDNN's G-row kernel was 4x slower on the H200: 17.5 against
-    about 6 us a layer at SmolLM2-135M's geometry). Anything else (a per-head mask,
-    softcapping, attention sinks, dropout) goes to transformers' own sdpa."""
+    score is the same dot product of the same vectors. Every dtype and device folds:
+    fp16/bf16 decode steps on CUDA once took sdpa's own enable_gqa for cuDNN's split-KV
+    decode kernel (about 6 us a layer against 17.5 folded, on the H200), whose output
+    varied from call to call on the H100 (bench/results/gpu_determinism_2026-12-06b.txt;
+    the decode step's attention is the math backend now, runtime/inductor.py
+    DECODE_ATTENTION). Anything else (a per-head mask, softcapping, attention sinks,
+    dropout) goes to transformers' own sdpa."""
     import torch
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
@@ -395,11 +393,6 @@ def grouped_sdpa(
             module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
         )
     b, heads, t, d = query.shape
-    if native and t == 1:
-        out = torch.nn.functional.scaled_dot_product_attention(
-            query, key, value, attn_mask=attention_mask, scale=scaling, enable_gqa=True
-        )
-        return out.transpose(1, 2).contiguous(), None
     rows = query.reshape(b, heads // groups, groups * t, d)
     mb, _, _, s = attention_mask.shape
     mask = attention_mask[:, :, None].expand(mb, 1, groups, t, s).reshape(mb, 1, groups * t, s)
