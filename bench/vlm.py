@@ -7,9 +7,10 @@ one run (issue 40).
 The recipe's bundle is built through kiln as `doit run` builds it (ensure_bundle:
 every step the bundle needs, in this process, in the default store, so a built bundle
 is reused; no reference, validate or manifest). The anchor is the recipe's fetched
-checkpoint in transformers (LlavaForConditionalGeneration for tiny-llava, Gemma3ForConditionalGeneration for tiny-gemma3-vlm), fp32, eager
-attention, loaded and driven as builders/vlm/reference.py does: the checkpoint's
-processor (backend "pil") and chat template, then `generate`. Both sides run at
+checkpoint in transformers (LlavaForConditionalGeneration for tiny-llava,
+Gemma3ForConditionalGeneration for tiny-gemma3-vlm), fp32, eager attention, loaded
+and driven as builders/vlm/reference.py does: the checkpoint's processor (backend
+"pil") and chat template, then `generate`. Both sides run at
 `--threads` CPU threads (torch.set_num_threads; the bundle's decoder and vision
 sessions). What is timed, per round, with the image file read from disk inside every
 timed region on both sides:
