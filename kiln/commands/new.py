@@ -135,6 +135,7 @@ def _thresholds(task: str, precision: str, paths: Paths) -> str:
         )
     values = {"task": task, "precision.weights": precision, "precision.compute": "fp32"}
     values["execution.variant"] = "ordinary"
+    values["build.tensor_parallel"] = 1  # doit new writes one engine, unsplit
     found = rules.load(rules_file(paths)).required(values, "validation.thresholds")
     if not isinstance(found, str):
         raise KilnError.one(

@@ -116,7 +116,8 @@ def test_the_vision_language_checkpoints_leave_every_pinned_tiny_revision_alone(
         if tinyhub.is_tiny(repo)
     }
     assert len(pinned) >= 30 and {repo for repo, _ in pinned} & set(tinyhub.VLMS) == {
-        "kiln-tiny/llava"  # recipes/tiny-llava.yaml pins the VLM it builds
+        "kiln-tiny/llava",  # recipes/tiny-llava*.yaml pin the VLMs they build
+        "kiln-tiny/gemma3-vlm",  # and recipes/tiny-gemma3-vlm*.yaml
     }
     for repo, revision in sorted(pinned):
         assert (tinyhub.repo_dir(hub, repo) / "refs" / "main").read_text() == revision, repo
