@@ -133,7 +133,11 @@ def _thresholds(task: str, precision: str, paths: Paths) -> str:
             _at("precision"),
             "leave precision out (fp32)",
         )
-    values = {"task": task, "precision.weights": precision, "precision.compute": "fp32"}
+    values: dict[str, Any] = {
+        "task": task,
+        "precision.weights": precision,
+        "precision.compute": "fp32",
+    }
     values["execution.variant"] = "ordinary"
     values["build.tensor_parallel"] = 1  # doit new writes one engine, unsplit
     found = rules.load(rules_file(paths)).required(values, "validation.thresholds")
