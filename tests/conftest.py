@@ -347,3 +347,9 @@ def serving(world: World, *variables: str) -> Iterator[tuple[str, subprocess.Pop
         if proc.poll() is None:
             proc.terminate()
             proc.communicate(timeout=SLOW)
+
+
+def two_images(bundle: Any, text: str) -> list[int]:
+    """A vision-language bundle's ids for one user turn of two images, then `text`."""
+    parts = [{"type": "image"}, {"type": "image"}, {"type": "text", "text": text}]
+    return list(bundle.encode_chat([{"role": "user", "content": parts}]))

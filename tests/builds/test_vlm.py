@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import ROOT, World, bundle_dir, heavy, make_world
+from conftest import ROOT, World, bundle_dir, heavy, make_world, two_images
 
 pytestmark = heavy
 
@@ -123,18 +123,7 @@ def test_a_batch_keeps_each_rows_image(bundle: Any) -> None:
 
 
 def test_chunked_prefill_feeds_each_chunk_its_own_image_rows(bundle: Any) -> None:
-    two = bundle.encode_chat(
-        [
-            {
-                "role": "user",
-                "content": [
-                    {"type": "image"},
-                    {"type": "image"},
-                    {"type": "text", "text": "Compare them."},
-                ],
-            }
-        ]
-    )
+    two = two_images(bundle, "Compare them.")
     feats = bundle.image_features([CIRCLE, SQUARE])
     assert two.count(bundle.image_token) == 32 and feats.shape[0] == 32
     whole = _alone(bundle, (two, feats))
@@ -287,18 +276,7 @@ def test_gemma3_image_tokens_see_each_other_both_ways(gemma: World, gemma_bundle
 def test_gemma3_chunks_never_split_an_image(gemma_bundle: Any) -> None:
     from runtime.causal_lm import chunk_bounds
 
-    two = gemma_bundle.encode_chat(
-        [
-            {
-                "role": "user",
-                "content": [
-                    {"type": "image"},
-                    {"type": "image"},
-                    {"type": "text", "text": "Compare."},
-                ],
-            }
-        ]
-    )
+    two = two_images(gemma_bundle, "Compare.")
     feats = gemma_bundle.image_features([CIRCLE, SQUARE])
     token = gemma_bundle.image_token
     for chunk in (2, 3, 5):

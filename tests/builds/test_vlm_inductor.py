@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import ROOT, World, bundle_dir, heavy, make_world
+from conftest import ROOT, World, bundle_dir, heavy, make_world, two_images
 
 pytestmark = heavy
 
@@ -119,18 +119,7 @@ def test_chunked_prefill_gives_the_one_pass_bundles_tokens(pair: tuple[Any, Any]
     from runtime.causal_lm import Bundle, Row
 
     ind, ort = pair
-    two = ind.encode_chat(
-        [
-            {
-                "role": "user",
-                "content": [
-                    {"type": "image"},
-                    {"type": "image"},
-                    {"type": "text", "text": "Compare them."},
-                ],
-            }
-        ]
-    )
+    two = two_images(ind, "Compare them.")
     feats = ind.image_features([CIRCLE, SQUARE])
     assert two.count(ind.image_token) == 32 and ort.prefill_chunk_len == 0
     whole = _alone(ort, (two, feats))
