@@ -70,9 +70,9 @@ clean:
 
 # The nightly job: the whole tiny catalog (every architecture), not just the CI
 # subset (kiln/catalog/architectures.py), about 4 minutes on 2 idle cores
-# (bench/catalog_cost.py); the 604 M-parameter model; the five SmolLM2 recipes CI
-# does not build, int8-wo and int4-awq among them, checked against their manifests
-# (tests/builds/test_real_chat.py);
+# (bench/catalog_cost.py); the 604 M-parameter model; the seven SmolLM2 recipes CI
+# does not build (int8-wo and int4-awq with their fused-kernel checks first), checked
+# against their manifests (tests/builds/test_real_chat.py);
 # and Gemma 3 270M from its four chunk wheels, fp32 and int4-awq
 # (tests/builds/test_real_gemma.py).
 nightly: install
