@@ -27,6 +27,8 @@ builders or tasks: a bundle runs on a machine that never built it.
   audio.py        WAV reading and Whisper's log-mel features, in numpy
   images.py       image files read safely; CLIP, SigLIP and Qwen2-VL pixel values, in numpy
   vlm.py          VisionBundle: images -> vision program -> features merged in the decoder
+  grid_vlm.py     GridVisionBundle: pictures of their own grids, M-RoPE positions (Qwen2.5-VL)
+  mrope.py        those grids' 3-D rotary positions and vision index inputs, in numpy
 
 Modules import heavy libraries (onnxruntime, tokenizers, torch) inside functions; no
 module imports one that imports it back (tests/unit/test_runtime_open.py checks both
@@ -81,6 +83,9 @@ BACKEND_RUNNERS: dict[tuple[str, str, str], str] = {
     ("text-generation", "ngram", "inductor"): "runtime.inductor_lm:InductorSpeculativeBundle",
     ("image-text-to-text", "ordinary", "inductor"): "runtime.inductor_vlm:InductorVisionBundle",
 }
+# A vision program whose pictures are each their own grid, before an M-RoPE decoder
+# (bundle.json vision.layout; Qwen2.5-VL): its runner computes the grids' positions.
+VISION_RUNNERS: dict[str, str] = {"grid": "runtime.grid_vlm:GridVisionBundle"}
 _PUBLIC = {
     "Bundle": "runtime.causal_lm",
     "Generation": "runtime.causal_lm",
@@ -143,6 +148,9 @@ def open(
     )
     backend = engine.get("backend") if isinstance(engine, dict) else None
     runner = resolve(BACKEND_RUNNERS.get((task, str(variant), str(backend)), named))
+    vision = meta.get("vision")
+    if isinstance(vision, dict) and vision.get("layout") in VISION_RUNNERS:
+        runner = resolve(VISION_RUNNERS[vision["layout"]])
     if expect is not None and not issubclass(runner, expect):
         raise BundleError(
             f"{path} is a {task} bundle, run by {runner.__name__}, not by {expect.__name__}"

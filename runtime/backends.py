@@ -155,7 +155,8 @@ class SharedCache:
         binding = self._binding(session)
         if self.stepping != key:
             if key not in self.steps:
-                self.steps[key] = (np.empty((batch, 1), np.int64), np.empty((batch, 1), np.int64))
+                # positions [batch, 1], or [batch, 1, 3] for M-RoPE (runtime/grid_vlm.py)
+                self.steps[key] = (np.empty((batch, 1), np.int64), np.empty_like(positions))
             token, position = self.steps[key]
             binding.bind_ortvalue_input("input_ids", _ortvalue(token))
             binding.bind_ortvalue_input("position_ids", _ortvalue(position))

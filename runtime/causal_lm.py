@@ -291,8 +291,22 @@ class Bundle:
         self._check_images(arr, [images])
         mask = np.ones_like(arr)
         positions = np.arange(len(ids), dtype=np.int64)[None]
+        positions = self.rope_positions(arr, mask, positions, [images])
         logits, _ = self.forward(arr, mask, positions, self._empty_cache(1), images=images)
         return logits[0]
+
+    def rope_positions(
+        self,
+        ids: np.ndarray,
+        mask: np.ndarray,
+        positions: np.ndarray,
+        images: list[np.ndarray | None],
+    ) -> np.ndarray:
+        """The position_ids a prompt's forwards feed: `positions` [batch, seq] as they
+        are; a decoder that rotates by (t, h, w) positions makes them [batch, seq, 3]
+        from each row's images (runtime/grid_vlm.py). Generation slices them along seq
+        and steps the last one by 1 either way."""
+        return positions
 
     def _check_images(self, ids: np.ndarray, images: list[np.ndarray | None]) -> None:
         """Each row's image tokens must have one feature row each: the graph writes the
@@ -403,6 +417,7 @@ class Bundle:
         batch = len(prompts)
         images = [r.images for r in rows]
         self._check_images(ids, images)
+        positions = self.rope_positions(ids, mask, positions, images)
         pictured = any(f is not None and len(f) for f in images)
         # a prefix cache is keyed by token ids, which are the same for any image
         caching = self.prefix_cache is not None and batch == 1 and not pictured

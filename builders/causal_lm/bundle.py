@@ -131,6 +131,10 @@ def _vision(request: Request, writer: Writer, ckpt: Any, decoder: dict[str, Any]
         "image_placeholder": io["image_placeholder"],
         "image_sequence": io["image_sequence"],
         "image_attention": decoder.get("image_attention", "causal"),
+        # a grid vision program (Qwen2.5-VL: builders/vision/_grid.py) and its decoder's
+        # (t, h, w) positions, which the runtime computes (runtime/mrope.py)
+        **{k: io[k] for k in ("layout", "grid", "vision_start_token_id") if k in io},
+        **({"position_axes": 3} if decoder.get("position_axes") == 3 else {}),
     }
 
 

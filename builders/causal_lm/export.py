@@ -4,7 +4,8 @@ The graph's contract, which the runtime relies on:
 
     inputs   input_ids [batch, seq] int64
              attention_mask [batch, past + seq] int64     (1 = real token, 0 = padding)
-             position_ids [batch, seq] int64
+             position_ids [batch, seq] int64            ([batch, seq, 3] where the decoder
+                                                         rotates by M-RoPE: (t, h, w) last)
              past.<layer>.key / past.<layer>.value [batch, heads, past, dim]
              logits_to_keep [] int64                    (0: every position)
              image_features [rows, hidden] float32      (image-text-to-text only: the
@@ -32,6 +33,11 @@ of the batch, counted row by row, takes feature row k. A forward that feeds no i
 token passes image_features of 0 rows. Where the model's mask lets an image's tokens
 see each other both ways (Gemma 3), the graph builds that mask from input_ids, as the
 processor's token_type_ids give it (export.json image_attention "bidirectional").
+Where the decoder's rotary takes 3-D positions (Qwen2.5-VL's M-RoPE, mrope_section),
+position_ids carries the (t, h, w) triple on its last axis, which the graph moves first
+as transformers takes it ((3, batch, seq)); the runtime computes the triples
+(runtime/mrope.py) and every slice it makes along seq stays the 1-D one (export.json
+position_axes 3).
 
 A prefill passes past tensors with past = 0. The example batch is 2 and the example
 past is non-empty: with batch 1 the exporter specializes the batch dimension to a
@@ -115,12 +121,14 @@ def explicit_cache_module(
     points: list[str] | None = None,
     keep: bool = False,
     image_token: int | None = None,
+    mrope: bool = False,
 ) -> Any:
     """The model as (input_ids, attention_mask, position_ids, *past) -> (logits, *present):
     the contract above. The aoti backend traces the same module. With `points`, the
     hidden states a drafter needs (captured by hooks into `seen`) are one more output;
     with `keep`, logits_to_keep is one more input, after the past; with `image_token`,
-    image_features is the last input, merged at that token's rows."""
+    image_features is the last input, merged at that token's rows; with `mrope`,
+    position_ids is [batch, seq, 3]."""
     import torch
 
     from builders.causal_lm import _cache
@@ -148,6 +156,8 @@ def explicit_cache_module(
             if keep:
                 *past, last = past  # type: ignore[assignment]
                 kept = {KEEP: kept_positions(input_ids, last)}
+            if mrope:  # [batch, seq, (t, h, w)] -> transformers' (3, batch, seq)
+                position_ids = position_ids.permute(2, 0, 1)
             if blocks and image_token is not None:  # Gemma 3: image tokens see each other
                 attention_mask = image_block_masks(
                     input_ids, attention_mask, image_token, window, merged.dtype
@@ -243,6 +253,14 @@ def image_block_masks(
     return masks
 
 
+def mrope_positions(model: Any) -> bool:
+    """Whether the decoder's rotary takes (t, h, w) positions (M-RoPE: Qwen2-VL's
+    family names its sections mrope_section)."""
+    text = model.config.get_text_config(decoder=True)
+    rope = getattr(text, "rope_parameters", None) or getattr(text, "rope_scaling", None) or {}
+    return "mrope_section" in rope
+
+
 def image_token_id(model: Any) -> int | None:
     """The image token a vision-language model's decoder merges features at."""
     found = getattr(model.config, "image_token_id", None)
@@ -317,6 +335,13 @@ def build(request: Request, writer: Writer) -> None:
     model.to(device)
     keep = keeps_logits(model)
     example = example_inputs(entries, device)
+    mrope = image_token is not None and mrope_positions(model)
+    if mrope:  # the same position on all three axes: text tokens' (runtime/mrope.py)
+        example = (
+            *example[:2],
+            example[2].unsqueeze(-1).expand(-1, -1, 3).contiguous(),
+            *example[3:],
+        )
     example += (torch.tensor(0, device=device),) if keep else ()
     hidden_size = model.config.get_text_config(decoder=True).hidden_size
     example += (torch.zeros(3, hidden_size, device=device),) if image_token is not None else ()
@@ -340,7 +365,8 @@ def build(request: Request, writer: Writer) -> None:
     # padding arithmetic) being frozen into the trace. Those branches are the same
     # for every shape the runtime feeds, and validate checks the graph against the
     # reference at many shapes, so the warnings are noise here.
-    fuse = opts.attention == "onnxruntime"
+    # onnxruntime's fused attention rotates by one position per token, not M-RoPE's three
+    fuse = opts.attention == "onnxruntime" and not mrope
     with (
         torch.no_grad(),
         warnings.catch_warnings(),
@@ -361,7 +387,7 @@ def build(request: Request, writer: Writer) -> None:
             request.log("attention: grouped queries over the shared KV heads (no repeat_kv)")
         try:
             torch.onnx.export(
-                explicit_cache_module(model, entries, seen, points, keep, image_token),
+                explicit_cache_module(model, entries, seen, points, keep, image_token, mrope),
                 example,
                 str(writer.path("model.onnx")),
                 input_names=inputs,
@@ -391,6 +417,7 @@ def build(request: Request, writer: Writer) -> None:
     if image_token is not None:
         meta["image_token_id"] = image_token
         meta["image_attention"] = "bidirectional" if bidirectional_images(model) else "causal"
+        meta["position_axes"] = 3 if mrope else 1
     if "quantized" in request.inputs:
         done = json.loads((request.inputs["quantized"] / "quantize.json").read_text())
         keys = ("weights", "kv_cache", "config", "device", "lm_head_outliers")

@@ -99,3 +99,29 @@ def load_for_export(checkpoint: Path, auto_class: str = "AutoModelForCausalLM") 
         use_safetensors=True,
     )
     return model.eval()
+
+
+def load_processor(checkpoint: Path) -> Any:
+    """transformers' processor of a vision-language checkpoint, on its PIL backend (the
+    one runtime/images.py follows). Qwen2.5-VL's processor class in transformers 5.24
+    also loads a video processor, which needs torchvision (not in the
+    build extra); an image needs none, so without torchvision the same class is built
+    with the video part left out (tests/builds/test_tinyhub_vlm.py does the same)."""
+    import importlib.util
+
+    from transformers import AutoProcessor
+
+    config = (checkpoint / "config.json").read_text()
+    if '"qwen2_5_vl"' not in config or importlib.util.find_spec("torchvision"):
+        return AutoProcessor.from_pretrained(checkpoint, backend="pil")
+    from transformers import Qwen2_5_VLProcessor
+    from transformers.processing_utils import ProcessorMixin
+
+    class ImagesOnly(Qwen2_5_VLProcessor):
+        def __init__(self, image_processor: Any, tokenizer: Any, chat_template: Any = None):
+            self.image_token, self.video_token = "<|image_pad|>", "<|video_pad|>"
+            self.image_token_id = tokenizer.convert_tokens_to_ids(self.image_token)
+            self.video_token_id = tokenizer.convert_tokens_to_ids(self.video_token)
+            ProcessorMixin.__init__(self, image_processor, tokenizer, chat_template=chat_template)
+
+    return ImagesOnly.from_pretrained(checkpoint, backend="pil")

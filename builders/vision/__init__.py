@@ -13,10 +13,16 @@ The graph's contract (runtime/causal_lm.py's Vision runs it):
     inputs   pixel_values [1, 3, height, width] float32   (runtime/images.py)
     outputs  image_features [tokens_per_image, hidden] float32
 
+A grid vision program (Qwen2.5-VL, export.json layout "grid") takes a picture's
+patches and its grid's index tensors instead, and gives t * h * w / merge^2 rows
+(builders/vision/_grid.py).
+
 One image per run: transformers returns a VLM's image features as a list per image,
 which the exporter traces as a Split of a fixed count (builders/vision/export.py).
 
   export.py     the checkpoint's vision tower and projector -> ONNX
+  _grid.py      Qwen2.5-VL's tower as a graph of any patch grid (its index tensors as
+                inputs, made at run time by runtime/mrope.py; masked attention spans)
   onnx.py       graph tidy and check (builders/common/graph.py)
   engine.py     onnxruntime's offline optimization and a smoke run (builders/common/ort.py)
 """

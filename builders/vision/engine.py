@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -33,9 +33,26 @@ def build(request: Request, writer: Writer) -> None:
     io = json.loads((source / "io.json").read_text())
     provider = ort.provider(request, opts.target)
     session = ort.optimize(source / "model.onnx", writer.path("engine.onnx"), provider)
-    height, width = io["image_size"]
-    feeds = {"pixel_values": np.zeros((1, 3, height, width), np.float32)}
-    rows = io["tokens_per_image"]
+    if io.get("layout") == "grid":  # Qwen2-VL style: a 4 x 6 patch grid, 6 tokens
+        feeds, rows = _grid_feeds(io["grid"], (1, 4, 6))
+    else:
+        height, width = io["image_size"]
+        feeds = {"pixel_values": np.zeros((1, 3, height, width), np.float32)}
+        rows = io["tokens_per_image"]
     ort.smoke(request, session, "image_features", feeds, (rows, io["hidden_size"]))
     shutil.copyfile(source / "io.json", writer.path("io.json"))
     ort.engine_json(writer, provider, 1, 0, file="engine.onnx")
+
+
+def _grid_feeds(grid: dict[str, int], thw: tuple[int, int, int]) -> tuple[dict[str, Any], int]:
+    """A grid vision program's inputs for one picture of patch grid `thw` (zero
+    pixels; the index inputs as runtime/mrope.py makes them), and its feature rows."""
+    import numpy as np
+
+    from runtime.mrope import tokens_of, vision_inputs
+
+    merge, patch = grid["spatial_merge_size"], grid["patch_size"]
+    width = grid["channels"] * grid["temporal_patch_size"] * patch * patch
+    pixels = np.zeros((thw[0] * thw[1] * thw[2], width), np.float32)
+    index = vision_inputs([thw], merge, grid["window_size"], patch)
+    return {"pixel_values": pixels, **index}, tokens_of(thw, merge)

@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from builders.vision import _grid
+
 if TYPE_CHECKING:
     from kiln.store.api import Request, Writer
 
@@ -91,9 +93,12 @@ def build(request: Request, writer: Writer) -> None:
     checkpoint = request.inputs["checkpoint"] / "checkpoint"
     model = load_causal_lm(checkpoint, IMAGE_TEXT)
     name = type(model).__name__
+    if name in _grid.ARCHITECTURES:  # pictures of any size, each its own grid
+        return _export_grid(request, writer, model, checkpoint, opts.opset)
     if name not in FIXED_SIZE:
+        built = ", ".join((*FIXED_SIZE, *_grid.ARCHITECTURES))
         raise request.unsupported(
-            f"{name}'s vision program is not exported by kiln yet (built: {', '.join(FIXED_SIZE)})"
+            f"{name}'s vision program is not exported by kiln yet (built: {built})"
         )
     height, width = image_size(checkpoint)
 
@@ -143,5 +148,45 @@ def build(request: Request, writer: Writer) -> None:
             "image_token_id": int(config.image_token_id),
             "image_placeholder": placeholder,
             "image_sequence": sequence,
+        },
+    )
+
+
+def _export_grid(request: Request, writer: Writer, model: Any, checkpoint: Any, opset: int) -> None:
+    """A Qwen2-VL-style vision program (builders/vision/_grid.py) and its export.json: the
+    placeholder the chat template writes for a picture is the image token once, which
+    the processor repeats once per feature row of that picture (checked here on a
+    picture of a grid other than a square)."""
+    from PIL import Image
+
+    from builders.common.hf import load_processor
+
+    request.log(f"exporting {type(model).__name__}'s vision tower (any grid) to ONNX")
+    meta = _grid.export(request, writer, model, opset)
+    config = model.config
+    processor = load_processor(checkpoint)
+    token, placeholder = int(config.image_token_id), str(processor.image_token)
+    picture = Image.new("RGB", (84, 56), (128, 128, 128))
+    made = processor(images=[picture], text=placeholder, return_tensors="np")
+    t, h, w = (int(x) for x in made["image_grid_thw"][0])
+    rows = t * h * w // config.vision_config.spatial_merge_size**2
+    ours = processor.tokenizer(placeholder * rows, add_special_tokens=False)["input_ids"]
+    if made["input_ids"][0].tolist() != list(ours):
+        raise request.error(
+            f"the processor writes {made['input_ids'][0].tolist()} for one picture of grid "
+            f"{(t, h, w)}; repeating {placeholder!r} {rows} times gives {list(ours)}",
+            "this is a kiln bug in builders/vision/export.py; please report it",
+        )
+    writer.write_json(
+        "export.json",
+        {
+            "task": "image-features",
+            "architecture": type(model).__name__,
+            "model_type": config.model_type,
+            **meta,
+            "image_token_id": token,
+            "vision_start_token_id": int(config.vision_start_token_id),
+            "image_placeholder": placeholder,
+            "image_sequence": placeholder,  # once per feature row of the picture
         },
     )

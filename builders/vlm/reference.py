@@ -44,17 +44,16 @@ def messages(prompt: str) -> list[dict[str, Any]]:
 def build(request: Request, writer: Writer) -> None:
     import numpy as np
     import torch
-    from transformers import AutoProcessor
     from transformers.image_utils import load_image
 
     from builders.causal_lm.reference import eval_windows, greedy, save_text_scores, through_eos
-    from builders.common.hf import IMAGE_TEXT, load_causal_lm
+    from builders.common.hf import IMAGE_TEXT, load_causal_lm, load_processor
     from builders.data import images
 
     opts = Options.model_validate(request.options)
     checkpoint = request.inputs["checkpoint"] / "checkpoint"
     torch.manual_seed(0)
-    processor = AutoProcessor.from_pretrained(checkpoint, backend="pil")
+    processor = load_processor(checkpoint)
     tokenizer = processor.tokenizer
     model = load_causal_lm(checkpoint, IMAGE_TEXT)
     config, eos_ids = greedy(model, tokenizer, opts.max_new_tokens, chat=True)
@@ -84,9 +83,19 @@ def build(request: Request, writer: Writer) -> None:
                 if marks is None
                 else {"token_type_ids": torch.nn.functional.pad(marks, (0, len(new)))}
             )
+            if "image_grid_thw" in encoded:  # Qwen2.5-VL: get_rope_index reads the grids
+                typed = {  # and the image tokens' marks; the generated tokens are text
+                    "image_grid_thw": encoded["image_grid_thw"],
+                    "mm_token_type_ids": torch.nn.functional.pad(
+                        encoded["mm_token_type_ids"], (0, len(new))
+                    ),
+                }
             forward = model(input_ids=full, pixel_values=encoded["pixel_values"], **typed)
             logits[f"p{i}"] = forward.logits[0].numpy().astype(np.float32)
-        pixels[image] = encoded["pixel_values"][0].numpy().astype(np.float32)
+        # one picture's pixel values; a grid processor's (Qwen2.5-VL) are all its patches
+        picture = encoded["pixel_values"]
+        picture = picture if "image_grid_thw" in encoded else picture[0]
+        pixels[image] = picture.numpy().astype(np.float32)
         records.append({"prompt": prompt, "image": image, "prompt_ids": prompt_ids, "tokens": new})
     # the first prompt's last position with the second image instead of the first
     swapped = inputs(opts.prompts[0], opts.images[1])

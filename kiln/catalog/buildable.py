@@ -380,15 +380,31 @@ def _vision_language(recipe: Recipe) -> list[Problem]:
 # slots (builders/causal_lm/backends/inductor.py, Step), and their fixed-length
 # prefill windows may cut an image, whose first part would never see its last.
 BIDIRECTIONAL_IMAGES = ("Gemma3ForConditionalGeneration", "PaliGemmaForConditionalGeneration")
+# Architectures whose decoder takes (t, h, w) positions per token (M-RoPE; the ONNX
+# export's position_axes 3, runtime/grid_vlm.py): the inductor programs take 1-D ones.
+MROPE_IMAGES = ("Qwen2_5_VLForConditionalGeneration",)
 
 
 def image_attention_problems(recipe: Recipe, config: dict[str, Any] | None) -> list[Problem]:
-    """An inductor image-text-to-text recipe of an architecture in BIDIRECTIONAL_IMAGES,
-    read from its config.json (`config`; None where this host has not fetched it: the
-    engine step then refuses the same way, builders/causal_lm/backends/_images.py)."""
+    """An inductor image-text-to-text recipe of an architecture in BIDIRECTIONAL_IMAGES
+    or MROPE_IMAGES, read from its config.json (`config`; None where this host has not
+    fetched it: the engine step then refuses the same way,
+    builders/causal_lm/backends/_images.py)."""
     if recipe.task != "image-text-to-text" or recipe.build.backend != "inductor" or not config:
         return []
-    both = [a for a in config.get("architectures") or [] if a in BIDIRECTIONAL_IMAGES]
+    named = config.get("architectures") or []
+    rotated = [a for a in named if a in MROPE_IMAGES]
+    if rotated:
+        return [
+            Problem(
+                f"{rotated[0]}'s decoder rotates by (t, h, w) positions (M-RoPE); the "
+                "inductor programs take one position per token, and a picture's tokens "
+                "vary with its grid",
+                _at("build", "backend"),
+                "use build.backend onnxruntime for this checkpoint",
+            )
+        ]
+    both = [a for a in named if a in BIDIRECTIONAL_IMAGES]
     if not both:
         return []
     return [

@@ -40,7 +40,7 @@ INNER = "model"
 def image_token(request: Request, model: Any) -> int:
     """The image token the prefill program merges features at; a model whose image
     tokens attend both ways is unsupported (module docstring)."""
-    from builders.causal_lm.export import bidirectional_images, image_token_id
+    from builders.causal_lm.export import bidirectional_images, image_token_id, mrope_positions
 
     name = type(model).__name__
     if bidirectional_images(model):
@@ -48,6 +48,12 @@ def image_token(request: Request, model: Any) -> int:
             f"{name}'s image tokens attend each other both ways (token_type_ids); the "
             "inductor programs' mask is causal over slots and their fixed-length prefill "
             "windows may cut an image: build it with backend onnxruntime"
+        )
+    if mrope_positions(model):
+        raise request.unsupported(
+            f"{name}'s decoder rotates by (t, h, w) positions (M-RoPE); the inductor "
+            "programs take one position per token, and a picture's tokens vary with its "
+            "grid: build it with backend onnxruntime"
         )
     token = image_token_id(model)
     if token is None:

@@ -108,6 +108,8 @@ def _feeds(io: dict[str, Any], batch: int) -> dict[str, Any]:
     for entry in io["kv_cache"]["entries"]:  # shapes observed at export (causal_lm/_cache.py)
         shape = [{"batch": batch, "seq": 0}.get(d, d) for d in entry["shape"]]
         feeds[entry["past"]] = np.zeros(shape, np.float32)
+    if io.get("position_axes", 1) == 3:  # M-RoPE's (t, h, w), a text token's: all equal
+        feeds["position_ids"] = np.repeat(feeds["position_ids"][..., None], 3, axis=-1)
     if io.get("logits_to_keep"):  # every position's logits (export.py)
         feeds["logits_to_keep"] = np.array(0, np.int64)
     if "image_token_id" in io:  # a VLM's decoder: no image token fed, no feature rows

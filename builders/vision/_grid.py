@@ -1,0 +1,182 @@
+"""A Qwen2-VL-style vision program (Qwen2.5-VL): patches of any number of pictures, each
+of its own grid, -> their image features, in one ONNX graph whose patch count is
+dynamic.
+
+transformers' vision tower computes its index tensors from image_grid_thw with Python
+loops and .tolist() (transformers/vision_utils.py), and its eager attention splits the
+patches by those spans into a Python list: the TorchScript tracer would freeze one grid
+into the graph. So the graph takes the index tensors as inputs, computed in numpy at
+run time by runtime/mrope.py vision_inputs (transformers 5.24 lets the same tensors be
+precomputed: vision_utils' `kwargs`), and each block's attention is the whole patch
+sequence under a mask that keeps a query to the keys of its own span (window_segments
+for windowed blocks, image_segments for the fullatt_block_indexes ones): a masked key's
+weight is exactly 0, as a key of another span is absent in transformers' split. The
+mask is [patches, patches]: 64 MiB of float32 at 4,096 patches (a 1,792 x 1,792
+picture), so a real checkpoint's largest pictures pay for it; the tiny ones have at
+most 64 patches.
+
+    inputs   pixel_values     [patches, channels * temporal * patch * patch] float32
+             patch_positions  [patches, 2] int64      (each patch's (h, w) grid index)
+             window_index     [patches / merge^2] int64 (merged units in window order)
+             window_segments  [patches] int64          (in window order)
+             image_segments   [patches] int64          (in window order)
+    outputs  image_features   [patches / merge^2, hidden] float32 (in the pictures' order)
+
+The export checks the graph's module against transformers' own get_image_features on
+pictures of several grids, one run and several at once, before anything is written.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from kiln.store.api import Request, Writer
+
+ARCHITECTURES = ("Qwen2_5_VLForConditionalGeneration",)
+INPUTS = ["pixel_values", "patch_positions", "window_index", "window_segments", "image_segments"]
+# (t, h, w) patch grids the module is checked on: the tiny processor's smallest and
+# largest (4 and 16 tokens), two aspect ratios, and two pictures in one run
+CHECKED = [[(1, 4, 4)], [(1, 8, 8)], [(1, 6, 4)], [(1, 4, 6), (1, 2, 8)]]
+EXAMPLE = [(1, 4, 6), (1, 6, 4)]  # the export's example: two pictures, 48 patches
+
+
+def vision_module(model: Any) -> Any:
+    """Qwen2_5_VisionTransformerPretrainedModel.forward with its index tensors as inputs
+    and masked attention (the module docstring)."""
+    import torch
+    from transformers.models.qwen2_5_vl import modeling_qwen2_5_vl as qwen
+
+    visual = model.model.visual
+    full = set(visual.fullatt_block_indexes)
+
+    def attend(attn: Any, x: Any, cos: Any, sin: Any, mask: Any) -> Any:
+        n = x.shape[0]
+        q, k, v = attn.qkv(x).reshape(n, 3, attn.num_heads, -1).permute(1, 0, 2, 3).unbind(0)
+        q, k = qwen.apply_rotary_pos_emb_vision(q, k, cos, sin)
+        q, k, v = (t.transpose(0, 1) for t in (q, k, v))  # [heads, n, dim]
+        weights = torch.matmul(q, k.transpose(1, 2)) * attn.scaling + mask
+        weights = torch.softmax(weights, dim=-1, dtype=torch.float32)
+        out = torch.matmul(weights, v).transpose(0, 1).reshape(n, -1)
+        return attn.proj(out)
+
+    def masked(segments: Any) -> Any:
+        same = segments[:, None] == segments[None, :]
+        low = torch.full((), torch.finfo(torch.float32).min)
+        return torch.where(same, torch.zeros(()), low)
+
+    class GridVision(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.visual = visual
+
+        def forward(
+            self,
+            pixel_values: Any,
+            patch_positions: Any,
+            window_index: Any,
+            window_segments: Any,
+            image_segments: Any,
+        ) -> Any:
+            x = visual.patch_embed(pixel_values)
+            n = x.shape[0]
+            x = visual.permute_input_for_window_attn(x, window_index, seq_len=n)
+            cos, sin = visual.rotary_pos_emb(x, patch_positions)
+            cos = visual.permute_input_for_window_attn(cos, window_index, seq_len=n)
+            sin = visual.permute_input_for_window_attn(sin, window_index, seq_len=n)
+            masks = {False: masked(window_segments), True: masked(image_segments)}
+            for i, block in enumerate(visual.blocks):
+                x = x + attend(block.attn, block.norm1(x), cos, sin, masks[i in full])
+                x = x + block.mlp(block.norm2(x))
+            merged = visual.merger(x)
+            return merged[torch.argsort(window_index)]
+
+    return GridVision().eval()
+
+
+def feeds(model: Any, grids: list[tuple[int, int, int]], seed: int = 0) -> dict[str, Any]:
+    """Random patches of `grids` and their index inputs (runtime/mrope.py), as tensors."""
+    import numpy as np
+    import torch
+
+    from runtime.mrope import vision_inputs
+
+    config = model.config.vision_config
+    width = 3 * config.temporal_patch_size * config.patch_size**2
+    patches = sum(t * h * w for t, h, w in grids)
+    pixels = np.random.default_rng(seed).standard_normal((patches, width)).astype(np.float32)
+    index = vision_inputs(grids, config.spatial_merge_size, config.window_size, config.patch_size)
+    return {
+        "pixel_values": torch.from_numpy(pixels),
+        **{k: torch.from_numpy(v) for k, v in index.items()},
+    }
+
+
+def check(request: Request, model: Any, module: Any) -> float:
+    """The largest |difference| between the module's features and transformers'
+    get_image_features over CHECKED; a build error past 1e-5."""
+    import torch
+
+    worst = 0.0
+    for grids in CHECKED:
+        fed = feeds(model, grids)
+        with torch.no_grad():
+            ours = module(*[fed[k] for k in INPUTS])
+            out = model.model.get_image_features(
+                pixel_values=fed["pixel_values"], image_grid_thw=torch.tensor(grids)
+            )
+            theirs = torch.cat(list(out.pooler_output), 0)
+        worst = max(worst, float((ours - theirs).abs().max()))
+    if worst > 1e-5:
+        raise request.error(
+            f"the vision program's module differs from transformers' get_image_features by "
+            f"{worst:.2e} on grids {CHECKED}",
+            "this is a kiln bug in builders/vision/_grid.py; please report it",
+        )
+    return worst
+
+
+def export(request: Request, writer: Writer, model: Any, opset: int) -> dict[str, Any]:
+    """Write model.onnx; returns export.json's grid-specific part."""
+    import warnings
+
+    import torch
+
+    module = vision_module(model)
+    worst = check(request, model, module)
+    request.log(f"vision module matches transformers' get_image_features (max |d| {worst:.1e})")
+    fed = feeds(model, EXAMPLE)
+    dynamic = {
+        "pixel_values": {0: "patches"},
+        "patch_positions": {0: "patches"},
+        "window_index": {0: "units"},
+        "window_segments": {0: "patches"},
+        "image_segments": {0: "patches"},
+        "image_features": {0: "units"},
+    }
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the tracer's warnings on shape arithmetic
+        torch.onnx.export(
+            module,
+            tuple(fed[k] for k in INPUTS),
+            str(writer.path("model.onnx")),
+            input_names=INPUTS,
+            output_names=["image_features"],
+            dynamic_axes=dynamic,
+            opset_version=opset,
+            dynamo=False,
+        )
+    config = model.config.vision_config
+    return {
+        "graph_inputs": INPUTS,
+        "layout": "grid",
+        "grid": {
+            "patch_size": config.patch_size,
+            "temporal_patch_size": config.temporal_patch_size,
+            "spatial_merge_size": config.spatial_merge_size,
+            "window_size": config.window_size,
+            "channels": 3,
+        },
+        "hidden_size": int(config.out_hidden_size),
+        "tokens_per_image": 0,  # per picture: t * h * w / merge^2 of its grid
+    }

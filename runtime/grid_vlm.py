@@ -1,0 +1,139 @@
+"""GridVisionBundle: a vision-language bundle whose pictures are each their own patch
+grid and whose decoder rotates by 3-D positions (Qwen2.5-VL; bundle.json vision.layout
+"grid", vision.position_axes 3).
+
+    image files -> runtime/images.py: Qwen2VLImageProcessor's patches and each
+                   picture's (t, h, w) grid, in numpy
+                -> vision.onnx, one picture a run, with the grid's index inputs
+                   (runtime/mrope.py vision_inputs): t * h * w / merge^2 feature rows
+                   per picture (ImageFeatures: the rows, and the grids they came from)
+    messages    -> the chat template, whose image part is <|vision_start|><|image_pad|>
+                   <|vision_end|>; each picture's <|image_pad|> is repeated once per
+                   feature row of it, as Qwen2_5_VLProcessor repeats it before
+                   tokenizing (the pad is a special token: repeating its id is the same)
+    positions   -> [batch, seq, 3] from the ids and the grids (runtime/mrope.py), which
+                   the causal-LM loop slices along seq for chunked prefill and prefix
+                   reuse as it slices 1-D ones, and steps by one on all three axes
+
+No torch and no transformers at run time: onnxruntime, numpy, Pillow and tokenizers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from runtime.format import BundleError
+from runtime.mrope import Grid, batch_positions, tokens_of, vision_inputs
+from runtime.vlm import VisionBundle
+
+
+class ImageFeatures(np.ndarray):
+    """Image feature rows [tokens, hidden] that remember the grid of each picture they
+    came from (`grids`, in order), which the decoder's positions need: rows pass through
+    the generation loop as any features do."""
+
+    grids: list[Grid]
+
+    def __new__(cls, rows: np.ndarray, grids: Sequence[Grid]) -> ImageFeatures:
+        made = np.asarray(rows).view(cls)
+        made.grids = [tuple(int(x) for x in g) for g in grids]  # type: ignore[misc]
+        return made
+
+    def __array_finalize__(self, obj: Any) -> None:
+        self.grids = getattr(obj, "grids", [])
+
+
+class GridVisionBundle(VisionBundle):
+    """VisionBundle for grid vision programs and M-RoPE decoders (module docstring)."""
+
+    def __init__(self, path: Path, threads: int | None = None) -> None:
+        super().__init__(path, threads)
+        spec = self.meta["vision"]
+        if spec.get("layout") != "grid" or spec.get("position_axes") != 3:
+            raise BundleError(f"{path}: bundle.json's vision is no grid program with 3-D positions")
+        self.grid = dict(spec["grid"])
+        self.merge = int(self.grid["spatial_merge_size"])
+
+    def pixels(self, paths: Sequence[Path | str]) -> np.ndarray:
+        """The patches of each image at `paths` as the processor makes them, [images,
+        patches, width]: pictures of one grid (ask one at a time for others)."""
+        patches, grids = self._patches(paths)
+        sizes = {t * h * w for t, h, w in grids}
+        if len(sizes) > 1:
+            raise BundleError(f"pictures of grids {grids} have patch counts {sorted(sizes)}")
+        return patches.reshape(len(grids), -1, patches.shape[-1])
+
+    def _patches(self, paths: Sequence[Path | str]) -> tuple[np.ndarray, list[Grid]]:
+        from runtime import images
+
+        made = images.pixel_values([Path(p) for p in paths], self.processor)
+        grids = [(int(t), int(h), int(w)) for t, h, w in made["image_grid_thw"]]
+        return made["pixel_values"], grids
+
+    def image_features(self, paths: Sequence[Path | str]) -> ImageFeatures:
+        """The features of the images at `paths`, in order, with their grids."""
+        if not paths:
+            return ImageFeatures(self.no_images, [])
+        patches, grids = self._patches(paths)
+        runs, start = [], 0
+        window, patch = self.grid["window_size"], self.grid["patch_size"]
+        for grid in grids:
+            size = grid[0] * grid[1] * grid[2]
+            index = vision_inputs([grid], self.merge, window, patch)
+            feeds = {"pixel_values": patches[start : start + size], **index}
+            runs.append(self.vision.run(["image_features"], feeds)[0])
+            start += size
+        return ImageFeatures(np.concatenate(runs), grids)
+
+    def encode_chat(
+        self,
+        messages: list[dict[str, Any]],
+        thinking: bool | None = None,
+        images: np.ndarray | None = None,
+    ) -> list[int]:
+        """The conversation's token ids, each picture's image token repeated once per
+        feature row of it: `images` are the pictures' features (image_features), in
+        the order of the conversation's image parts."""
+        ids = super().encode_chat(messages, thinking)
+        grids = list(getattr(images, "grids", []))
+        token = self.image_token
+        if ids.count(token) != len(grids):  # type: ignore[arg-type]
+            raise BundleError(
+                f"the conversation has {ids.count(token)} image parts but "  # type: ignore[arg-type]
+                f"{len(grids)} pictures' features were given; this bundle's pictures are "
+                "each their own size, so give encode_chat the features of its pictures "
+                "(image_features) as images="
+            )
+        out: list[int] = []
+        for t in ids:
+            out.extend([t] * tokens_of(grids.pop(0), self.merge) if t == token else [t])
+        return out
+
+    def ask(self, text: str, images: Sequence[Path | str] = ()) -> tuple[list[int], np.ndarray]:
+        """VisionBundle.ask: the images' features first, which decide their tokens."""
+        parts: list[dict[str, str]] = [{"type": "image"} for _ in images]
+        parts.append({"type": "text", "text": text})
+        features = self.image_features(images)
+        return self.encode_chat([{"role": "user", "content": parts}], images=features), features
+
+    def rope_positions(
+        self,
+        ids: np.ndarray,
+        mask: np.ndarray,
+        positions: np.ndarray,
+        images: Sequence[np.ndarray | None],
+    ) -> np.ndarray:
+        """[batch, seq, 3] M-RoPE positions of a left-padded batch (Bundle.rope_positions),
+        each row's images placed by the grids its features carry."""
+        grids = [list(getattr(f, "grids", [])) for f in images]
+        try:
+            return batch_positions(ids, mask, int(self.image_token or -1), grids, self.merge)
+        except ValueError as exc:
+            raise BundleError(
+                f"{exc}: give each prompt's image features as image_features made them "
+                "(they carry the pictures' grids, which place their tokens)"
+            ) from None

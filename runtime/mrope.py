@@ -1,0 +1,125 @@
+"""Qwen2-VL-style vision-language models in numpy: the decoder's 3-D rotary positions
+(M-RoPE) and the index tensors their vision program takes, from each image's patch
+grid, so a bundle runs them without torch.
+
+Both are data-dependent on the grid (loops, repeat_interleave, .tolist() in
+transformers), which neither exporter traces into a graph that holds for every grid:
+transformers 5.24 itself lets them be precomputed (transformers/vision_utils.py), and
+kiln computes them here, at run time, for the grids the processor makes.
+
+  rope_positions   one prompt's (t, h, w) positions, as Qwen2_5_VLModel.get_rope_index
+                   gives them: text tokens count on in all three, an image's tokens take
+                   its merged grid's (t, h, w) indices offset by where the image starts,
+                   and the text after it resumes at that offset + max(h, w) / merge.
+                   Decoding continues from the largest position + 1 (get_rope_index's
+                   rope delta): the prompt's last token is text, so its position is that
+                   largest one, and each step adds 1 to all three (runtime/causal_lm.py)
+  batch_positions  a left-padded batch's positions [batch, seq, 3] (the decoder graph's
+                   position_ids, builders/causal_lm/export.py: the (t, h, w) axis last,
+                   so every slice along seq the runtime makes is the 1-D one)
+  vision_inputs    the vision program's index inputs for a list of grids (transformers'
+                   get_vision_position_ids, get_vision_window_index, the per-image spans
+                   of get_vision_cu_seqlens), as segment ids its masks compare
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+Grid = tuple[int, int, int]  # (t, h, w) in patches, as image_grid_thw holds it
+
+
+def tokens_of(grid: Grid, merge: int) -> int:
+    """The image tokens of a picture of patch grid `grid`: t * h * w / merge^2."""
+    t, h, w = grid
+    return t * (h // merge) * (w // merge)
+
+
+def rope_positions(ids: Sequence[int], token: int, grids: Sequence[Grid], merge: int) -> np.ndarray:
+    """[3, len(ids)] positions of one unpadded prompt whose runs of `token` are the images
+    of `grids`, in order (ValueError where a run's length is not its grid's tokens)."""
+    row = np.asarray(ids, np.int64)
+    out = np.empty((3, len(row)), np.int64)
+    pending = list(grids)
+    current, i = 0, 0
+    while i < len(row):
+        j = i
+        image = row[i] == token
+        while j < len(row) and (row[j] == token) == image:
+            j += 1
+        if not image:
+            out[:, i:j] = np.arange(current, current + j - i)
+            current += j - i
+        else:
+            if not pending:
+                raise ValueError(f"image tokens at {i}:{j} but no image grid left for them")
+            t, h, w = pending.pop(0)
+            lt, lh, lw = t, h // merge, w // merge
+            if j - i != lt * lh * lw:
+                raise ValueError(
+                    f"the image tokens at {i}:{j} are {j - i}, but the grid {(t, h, w)} "
+                    f"makes {lt * lh * lw}"
+                )
+            tt, hh, ww = np.meshgrid(np.arange(lt), np.arange(lh), np.arange(lw), indexing="ij")
+            out[:, i:j] = np.stack([tt, hh, ww]).reshape(3, -1) + current
+            current += max(h, w) // merge
+        i = j
+    if pending:
+        raise ValueError(f"{len(pending)} image grid(s) left with no image tokens for them")
+    return out
+
+
+def batch_positions(
+    ids: np.ndarray, mask: np.ndarray, token: int, grids: Sequence[Sequence[Grid]], merge: int
+) -> np.ndarray:
+    """[batch, seq, 3] positions of a left-padded batch (`mask` 1 at real tokens; a
+    padding position is 0, which its mask hides), row r's images of grids[r]."""
+    out = np.zeros((*ids.shape, 3), np.int64)
+    for row in range(ids.shape[0]):
+        real = mask[row, -ids.shape[1] :].astype(bool)
+        out[row, real] = rope_positions(ids[row, real], token, grids[row], merge).T
+    return out
+
+
+def vision_inputs(
+    grids: Sequence[Grid], merge: int, window: int, patch: int
+) -> dict[str, np.ndarray]:
+    """The vision program's index inputs for pictures of `grids` (their patches in one
+    pixel_values, in order): patch_positions [patches, 2] (each patch's (h, w) row and
+    column, merge-block-major, as get_vision_position_ids lays them out); window_index
+    [patches / merge^2] (the merged units in window order, get_vision_window_index);
+    and, for the patches in that window order, window_segments (which window) and
+    image_segments (which frame of which picture: the full-attention blocks' spans)."""
+    positions, order, windows, images = [], [], [], []
+    unit, units, n_windows, n_frames = merge * merge, 0, 0, 0
+    per_window = window // merge // patch  # merged units along a window's side
+    for t, h, w in grids:
+        hh, ww = np.meshgrid(np.arange(h), np.arange(w), indexing="ij")
+        block = (h // merge, merge, w // merge, merge)
+        hw = [a.reshape(block).transpose(0, 2, 1, 3).reshape(-1) for a in (hh, ww)]
+        positions.append(np.tile(np.stack(hw, -1), (t, 1)))
+        lh, lw = h // merge, w // merge
+        index = np.arange(t * lh * lw).reshape(t, lh, lw)
+        pad_h, pad_w = per_window - lh % per_window, per_window - lw % per_window
+        padded = np.pad(index, ((0, 0), (0, pad_h), (0, pad_w)), constant_values=-100)
+        nh, nw = (lh + pad_h) // per_window, (lw + pad_w) // per_window
+        padded = padded.reshape(t, nh, per_window, nw, per_window).transpose(0, 1, 3, 2, 4)
+        padded = padded.reshape(t, nh * nw, per_window * per_window)
+        sizes = (padded != -100).sum(-1).reshape(-1)
+        kept = padded.reshape(-1)
+        order.append(kept[kept != -100] + units)
+        for size in sizes[sizes > 0]:  # an empty window is no span (unique_consecutive)
+            windows.append(np.full(size * unit, n_windows))
+            n_windows += 1
+        # a frame's units stay together in window order: spans per frame, as cu_seqlens
+        images.append(np.repeat(np.arange(n_frames, n_frames + t), lh * lw * unit))
+        n_frames += t
+        units += t * lh * lw
+    return {
+        "patch_positions": np.concatenate(positions).astype(np.int64),
+        "window_index": np.concatenate(order).astype(np.int64),
+        "window_segments": np.concatenate(windows).astype(np.int64),
+        "image_segments": np.concatenate(images).astype(np.int64),
+    }
