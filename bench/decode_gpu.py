@@ -5,7 +5,7 @@ CUDA graph, and how far that is from the launch-bound limit.
         [--new-tokens 128] [--recipe tiny-llama-inductor-h200 | --bundle PATH] [--rounds 5]
         [--hf-rounds N] [--paths eager,inductor,inductor16,autotune]
 
---checkpoint: a local checkpoint folder instead of a tiny repo (bench/smollm2_shape.py
+--checkpoint: a local checkpoint folder instead of a tiny repo (bench/shape.py
 writes the SmolLM2-135M-geometry one); --dtype: the HF model's and the hand-written
 paths' dtype; --paths: which hand-written paths to run; --hf-rounds: timed HF rounds
 beyond the pass that records its tokens (HF is slow at 30 layers).

@@ -21,7 +21,7 @@ while [ ! -e /tmp/site/.kiln-wheels ]; do sleep 1; done
 export PYTHONPATH=$PWD:/tmp/site
 (
   export KILN_ROOT=/tmp/shape/catalog KILN_STORE=/tmp/shape/store
-  python3 bench/smollm2_shape.py /tmp/shape >/dev/null &&
+  python3 bench/shape.py /tmp/shape >/dev/null &&
     timeout 330 python3 -m doit -n 2 -f dodo.py build allow_quality_fail=1 \
       recipe="$(IFS=,; echo "${shape[*]}")" >/tmp/shape_build.txt 2>&1
   tail -8 /tmp/shape_build.txt

@@ -1,6 +1,6 @@
 #!/bin/bash
 # Issue 18's SmolLM2-135M-geometry benchmark on the GPU host, through the product:
-# bench/smollm2_shape.py's catalog (seeded weights of that shape), each recipe built and
+# bench/shape.py's catalog (seeded weights of that shape), each recipe built and
 # validated with `doit build`, then timed by bench/decode_gpu.py against HF. Wheels for
 # kiln's pins come in .whl/ (as bench/gpu_evidence.sh). Output and manifests go to $OUT.
 #   bench/gpu_smollm2_shape.sh COMPUTE:PATHS:HF_ROUNDS[:SECONDS[:CONFIG]] ...   e.g. bf16:inductor:1
@@ -14,7 +14,7 @@
 export PYTHONPATH=$PWD:/tmp/site PYTHONUNBUFFERED=1
 export KILN_ROOT=/tmp/shape/catalog KILN_STORE=/tmp/shape/store
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-[ -d /tmp/shape/catalog/recipes ] || python3 bench/smollm2_shape.py /tmp/shape || exit 1
+[ -d /tmp/shape/catalog/recipes ] || python3 bench/shape.py /tmp/shape || exit 1
 mkdir -p "$OUT/manifests"
 for spec in "$@"; do
   IFS=: read -r compute paths hf seconds config <<<"$spec"
