@@ -29,6 +29,7 @@ builders or tasks: a bundle runs on a machine that never built it.
   vlm.py          VisionBundle: images -> vision program -> features merged in the decoder
   grid_vlm.py     GridVisionBundle: pictures of their own grids, M-RoPE positions (Qwen2.5-VL)
   mrope.py        those grids' 3-D rotary positions and vision index inputs, in numpy
+  crops_vlm.py    CropsVisionBundle: pictures cut into crops, each its own sequence (Idefics3)
 
 Modules import heavy libraries (onnxruntime, tokenizers, torch) inside functions; no
 module imports one that imports it back (tests/unit/test_runtime_open.py checks both
@@ -85,7 +86,10 @@ BACKEND_RUNNERS: dict[tuple[str, str, str], str] = {
 }
 # A vision program whose pictures are each their own grid, before an M-RoPE decoder
 # (bundle.json vision.layout; Qwen2.5-VL): its runner computes the grids' positions.
-VISION_RUNNERS: dict[str, str] = {"grid": "runtime.grid_vlm:GridVisionBundle"}
+VISION_RUNNERS: dict[str, str] = {
+    "grid": "runtime.grid_vlm:GridVisionBundle",
+    "crops": "runtime.crops_vlm:CropsVisionBundle",  # pictures cut into crops (Idefics3)
+}
 _PUBLIC = {
     "Bundle": "runtime.causal_lm",
     "Generation": "runtime.causal_lm",

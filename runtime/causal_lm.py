@@ -283,12 +283,18 @@ class Bundle:
             self._check_images(ids, [images])  # refuses: no vision program
         return feeds
 
-    def logits(self, ids: list[int], images: np.ndarray | None = None) -> np.ndarray:
+    def logits(
+        self, ids: list[int], images: np.ndarray | None = None, generated: int = 0
+    ) -> np.ndarray:
         """Teacher-forced logits [len(ids), vocab] of one sequence, in one prefill
-        (`images`: the features of its image tokens, runtime/vlm.py)."""
+        (`images`: the features of its image tokens, runtime/vlm.py). `generated`: how
+        many of the last ids a generation made; an image token among them is text, as
+        a decode step feeds it without pixels (the graph embeds an image token past the
+        feature rows as itself), so only the ids before them are checked against
+        `images`."""
         self._check_length(len(ids), 0)
         arr = np.asarray([ids], np.int64)
-        self._check_images(arr, [images])
+        self._check_images(arr[:, : len(ids) - generated], [images])
         mask = np.ones_like(arr)
         positions = np.arange(len(ids), dtype=np.int64)[None]
         positions = self.rope_positions(arr, mask, positions, [images])

@@ -22,6 +22,11 @@ every shipped test image with transformers' output:
   Qwen2VLImageProcessor  (Qwen2-VL, Qwen2.5-VL) smart_resize to a multiple of
                          patch_size * merge_size within min/max pixels, rescale,
                          normalize, then flattened patches [n, C * T * P * P]
+  Idefics3ImageProcessor (Idefics3, SmolVLM) longest edge to `size`, up to multiples of
+                         the crop size, split into crops of max_image_size row by row
+                         plus the whole picture resized to one crop (the global view),
+                         rescale, normalize; images padded with zero crops to the most
+                         crops of any image, and a pixel mask (1: a real pixel)
 
 The resize is PIL's own `Image.resize` on the uint8 picture, as transformers does;
 rescaling multiplies in float64 and rounds to float32 once, and normalizing is float32
@@ -84,7 +89,18 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "temporal_patch_size": 2,
         "merge_size": 2,
     },
+    "Idefics3ImageProcessor": {
+        "size": {"longest_edge": 4 * 364},
+        "max_image_size": {"longest_edge": 364},
+        "resample": 1,  # PIL.Image.Resampling.LANCZOS
+        "image_mean": (0.5, 0.5, 0.5),
+        "image_std": (0.5, 0.5, 0.5),
+        "do_image_splitting": True,
+        "do_pad": True,
+    },
 }
+# Idefics3's ceiling on either side after the first resize (its MAX_IMAGE_SIZE).
+IDEFICS3_MAX_SIDE = 4096
 COMMON = {
     "do_resize": True,
     "resample": BICUBIC,
@@ -167,6 +183,8 @@ def pixel_values(paths: Sequence[Path], config: dict[str, Any]) -> dict[str, np.
     for Qwen2-VL the patches of all images [sum of patches, C * T * P * P] and
     `image_grid_thw` [n, 3] int64."""
     pictures = [load(p) for p in paths]
+    if family(config) == "Idefics3ImageProcessor":
+        return idefics3_pixel_values(pictures, settings(config))
     if family(config) == "Qwen2VLImageProcessor":
         opts = settings(config)
         found = [_qwen2_vl(p, opts) for p in pictures]
@@ -208,8 +226,10 @@ def settings(config: dict[str, Any]) -> dict[str, Any]:
         merged["size"] = size
         if not merged["do_resize"]:  # patches need sides that are multiples of patch * merge
             raise BundleError("preprocessor_config.json: Qwen2-VL needs do_resize")
+    # Idefics3 pads images to one crop count, which its pixel mask marks (reproduced)
+    padded = ("do_pad",) if kind == "Idefics3ImageProcessor" else ()
     for option in ("do_pad", "do_reduce_labels", "use_square_size", "do_pan_and_scan"):
-        if merged.get(option):
+        if merged.get(option) and option not in padded:
             raise BundleError(f"preprocessor_config.json sets {option}; this runtime lacks it")
     if not merged["do_convert_rgb"]:
         raise BundleError(
@@ -228,6 +248,8 @@ def preprocess(image: Image.Image, config: dict[str, Any]) -> np.ndarray:
     opts = settings(config)
     if family(config) == "Qwen2VLImageProcessor":
         return _qwen2_vl(image, opts)[0]
+    if family(config) == "Idefics3ImageProcessor":
+        return idefics3_crops(image, opts)[0]
     picture = rgb(image)
     if opts["do_resize"]:
         picture = picture.resize(_target(picture.size, opts["size"]), resample=opts["resample"])
@@ -322,3 +344,100 @@ def _qwen2_vl(image: Image.Image, opts: dict[str, Any]) -> tuple[np.ndarray, tup
     )
     flat = repeated.reshape(grid_h * grid_w, channels * frames * patch * patch)
     return np.ascontiguousarray(flat), (1, grid_h, grid_w)
+
+
+def idefics3_pixel_values(
+    pictures: Sequence[Image.Image], opts: dict[str, Any]
+) -> dict[str, np.ndarray]:
+    """Idefics3ImageProcessor's inputs for one image per prompt: `pixel_values` [n,
+    crops, 3, S, S] float32 (each image's crops, then zero crops up to the most any image
+    has, as its do_pad pads a batch), `pixel_attention_mask` [n, crops, S, S] int64 (1 on
+    a real crop's pixels) and `rows_cols` [n, 2] int64, each image's split grid (0, 0:
+    not split), which its processor's prompt expansion reads."""
+    found = [idefics3_crops(p, opts) for p in pictures]
+    most = max(len(crops) for crops, _ in found)
+    side = found[0][0].shape[-1]
+    values = np.zeros((len(found), most, 3, side, side), np.float32)
+    mask = np.zeros((len(found), most, side, side), np.int64)
+    for i, (crops, _) in enumerate(found):
+        values[i, : len(crops)] = crops
+        mask[i, : len(crops)] = 1  # every crop is S x S: no pixel of a real crop is padding
+    grid = np.array([rows_cols for _, rows_cols in found], dtype=np.int64)
+    return {"pixel_values": values, "pixel_attention_mask": mask, "rows_cols": grid}
+
+
+def idefics3_crops(image: Image.Image, opts: dict[str, Any]) -> tuple[np.ndarray, tuple[int, int]]:
+    """One picture's crops [k, 3, S, S] and its (rows, cols) grid, as
+    Idefics3ImageProcessorPil makes them: the longest edge resized to size's (the other
+    side by the aspect ratio, truncated, then made even), then with splitting each side
+    up to a multiple of S = max_image_size, cut into S x S crops row by row, and the
+    picture resized to S x S last; without splitting, the picture resized to S x S. Each
+    resize is PIL's on the uint8 picture of the step before."""
+    side = opts["max_image_size"]["longest_edge"]
+    picture = rgb(image)
+    if opts["do_resize"]:
+        picture = picture.resize(_idefics3_size(picture, opts["size"]), resample=opts["resample"])
+    rows = cols = 0
+    if opts["do_image_splitting"]:
+        picture = picture.resize(_crop_multiple(picture, side), resample=opts["resample"])
+        frames = [np.moveaxis(np.asarray(picture), -1, 0)]
+        if picture.height > side or picture.width > side:
+            rows, cols = picture.height // side, picture.width // side
+            whole = frames[0]
+            frames = [
+                whole[:, r * side : (r + 1) * side, c * side : (c + 1) * side]
+                for r in range(rows)
+                for c in range(cols)
+            ]
+            frames.append(_chw(picture.resize((side, side), resample=opts["resample"])))
+    else:
+        frames = [_chw(picture.resize((side, side), resample=opts["resample"]))]
+    crops = np.stack([_rescale_normalize(f, opts) for f in frames])
+    return crops, (rows, cols)
+
+
+def _chw(picture: Image.Image) -> np.ndarray:
+    return np.moveaxis(np.asarray(picture), -1, 0)
+
+
+def _idefics3_size(picture: Image.Image, size: dict[str, int]) -> tuple[int, int]:
+    """PIL's (width, height) for Idefics3's first resize: the longest edge to
+    size["longest_edge"] (up or down), the other by the aspect ratio, truncated and made
+    even; then both kept within IDEFICS3_MAX_SIDE. A {height, width} size is taken as
+    given."""
+    if set(size) == {"height", "width"}:
+        return size["width"], size["height"]
+    if "longest_edge" not in size:
+        raise BundleError(f"preprocessor_config.json: size {size} has no longest_edge")
+    width, height = picture.size
+    aspect = width / height
+    if width >= height:
+        width = size["longest_edge"]
+        height = int(width / aspect)
+        height += height % 2
+    else:
+        height = size["longest_edge"]
+        width = int(height * aspect)
+        width += width % 2
+    height, width = max(height, 1), max(width, 1)
+    aspect = width / height
+    if width >= height and width > IDEFICS3_MAX_SIDE:
+        width, height = IDEFICS3_MAX_SIDE, int(IDEFICS3_MAX_SIDE / aspect)
+    elif height > width and height > IDEFICS3_MAX_SIDE:
+        height, width = IDEFICS3_MAX_SIDE, int(IDEFICS3_MAX_SIDE * aspect)
+    return max(width, 1), max(height, 1)
+
+
+def _crop_multiple(picture: Image.Image, side: int) -> tuple[int, int]:
+    """PIL's (width, height) for Idefics3's resize_for_vision_encoder: the longer side
+    up to a multiple of `side`, the other from it by the aspect ratio (truncated), then
+    up to a multiple too."""
+    width, height = picture.size
+    aspect = width / height
+    if width >= height:
+        width = math.ceil(width / side) * side
+        height = math.ceil(int(width / aspect) / side) * side
+    else:
+        height = math.ceil(height / side) * side
+        width = math.ceil(int(height * aspect) / side) * side
+    return width, height

@@ -22,6 +22,13 @@ of tokens:
                         8 x 8 patches average-pooled 2 x 2 into 4 image tokens between
                         <start_of_image> and <end_of_image>; the text decoder is the
                         tiny gemma3's (a sliding layer of 8 tokens, then a global one)
+  kiln-tiny/idefics3    Idefics3ForConditionalGeneration (SmolVLM's): an Idefics3 (SigLIP)
+                        tower on 32 x 32 crops, 8 x 8 patches pixel-shuffled 2 x 2 into 4
+                        image tokens a crop; an image is resized to a longest edge of 64
+                        (SmolVLM-Instruct's 4 x 384 at the tiny crop size) and split into
+                        crops of 32 plus a global view, so a square image is 2 x 2 crops +
+                        1, 20 image tokens, wrapped in <fake_token_around_image>,
+                        <row_i_col_j> and <global-img> as Idefics3Processor writes them
 
 The added tokens get the ids after the shipped tokenizer's 512, in the order listed,
 and vocab_size counts them. The chat templates are the real checkpoints' (llava-hf's
@@ -59,6 +66,18 @@ GEMMA_TOKENS = [
     "<image_soft_token>",
 ]
 GEMMA_ID = {token: BASE_VOCAB + i for i, token in enumerate(GEMMA_TOKENS)}
+
+# SmolVLM-Instruct's added tokens: its BOS, the image markers, the end of a turn, and the
+# 6 x 6 crop positions Idefics3Processor names (<row_1_col_1> .. <row_6_col_6>).
+IDEFICS3_TOKENS = [
+    "<|im_start|>",
+    "<fake_token_around_image>",
+    "<image>",
+    "<end_of_utterance>",
+    "<global-img>",
+    *(f"<row_{r}_col_{c}>" for r in range(1, 7) for c in range(1, 7)),
+]
+IDEFICS3_ID = {token: BASE_VOCAB + i for i, token in enumerate(IDEFICS3_TOKENS)}
 
 # llava-hf/llava-1.5-7b-hf's chat_template.json: images first, then text, per turn.
 LLAVA_TEMPLATE = (
@@ -130,6 +149,16 @@ GEMMA_TEMPLATE = (
     "{{ '<end_of_turn>\n' }}"
     "{%- endfor -%}"
     "{%- if add_generation_prompt -%}{{ '<start_of_turn>model\n' }}{%- endif -%}"
+)
+
+# HuggingFaceTB/SmolVLM-Instruct's chat_template.json.
+IDEFICS3_TEMPLATE = (
+    "<|im_start|>{% for message in messages %}{{message['role'] | capitalize}}"
+    "{% if message['content'][0]['type'] == 'image' %}{{':'}}{% else %}{{': '}}{% endif %}"
+    "{% for line in message['content'] %}{% if line['type'] == 'text' %}{{line['text']}}"
+    "{% elif line['type'] == 'image' %}{{ '<image>' }}{% endif %}{% endfor %}"
+    "<end_of_utterance>\n{% endfor %}"
+    "{% if add_generation_prompt %}{{ 'Assistant:' }}{% endif %}"
 )
 
 
@@ -233,6 +262,23 @@ def vlm_specs(base: dict[str, Any]) -> dict[str, dict[str, Any]]:
             **ids,
             "torch_dtype": "float32",
         },
+        "kiln-tiny/idefics3": {
+            "architectures": ["Idefics3ForConditionalGeneration"],
+            "model_type": "idefics3",
+            "text_config": {
+                **text,
+                "model_type": "llama",
+                "vocab_size": BASE_VOCAB + len(IDEFICS3_TOKENS),
+                "rope_theta": 100000.0,
+            },
+            "vision_config": {"model_type": "idefics3_vision", **TOWER},
+            # 4 x 4 patches a crop, pixel-shuffled 2 x 2 (SmolVLM-Instruct: 27 x 27 by 3)
+            "scale_factor": 2,
+            "image_token_id": IDEFICS3_ID["<image>"],
+            "tie_word_embeddings": False,
+            **ids,
+            "torch_dtype": "float32",
+        },
     }
 
 
@@ -316,7 +362,34 @@ def _gemma3(config: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-FAMILIES = {"llava": _llava, "qwen2_5_vl": _qwen2_5_vl, "gemma3": _gemma3}
+def _idefics3(config: dict[str, Any]) -> dict[str, Any]:
+    """SmolVLM-Instruct's processor at the tiny tower's crop size: its image processor
+    (Lanczos, mean and std 0.5, splitting into crops of the tower's size plus a global
+    view, a longest edge of 4 crops, here 2 to keep an image a handful of tokens) and
+    its image_seq_len (the tokens of one crop)."""
+    crop = config["vision_config"]["image_size"]
+    patches = crop // config["vision_config"]["patch_size"]
+    return {
+        "added": IDEFICS3_TOKENS,
+        "template": IDEFICS3_TEMPLATE,
+        "image_processor": {
+            "image_processor_type": "Idefics3ImageProcessor",
+            "processor_class": "Idefics3Processor",
+            **_pixels([0.5, 0.5, 0.5], [0.5, 0.5, 0.5], 1),  # 1: PIL's LANCZOS
+            "do_image_splitting": True,
+            "do_pad": True,
+            "max_image_size": {"longest_edge": crop},
+            "size": {"longest_edge": 2 * crop},
+        },
+        "processor": {
+            "processor_class": "Idefics3Processor",
+            "image_seq_len": patches * patches // config["scale_factor"] ** 2,
+        },
+        "generation": {"eos_token_id": [config["eos_token_id"], IDEFICS3_ID["<end_of_utterance>"]]},
+    }
+
+
+FAMILIES = {"llava": _llava, "qwen2_5_vl": _qwen2_5_vl, "gemma3": _gemma3, "idefics3": _idefics3}
 
 
 def _pixels(mean: list[float], std: list[float], resample: int) -> dict[str, Any]:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from builders.vision import _grid
+from builders.vision import _crops, _grid
 
 if TYPE_CHECKING:
     from kiln.store.api import Request, Writer
@@ -95,8 +95,10 @@ def build(request: Request, writer: Writer) -> None:
     name = type(model).__name__
     if name in _grid.ARCHITECTURES:  # pictures of any size, each its own grid
         return _export_grid(request, writer, model, checkpoint, opts.opset)
+    if name in _crops.ARCHITECTURES:  # pictures cut into as many crops as they need
+        return _export_crops(request, writer, model, checkpoint, opts.opset)
     if name not in FIXED_SIZE:
-        built = ", ".join((*FIXED_SIZE, *_grid.ARCHITECTURES))
+        built = ", ".join((*FIXED_SIZE, *_grid.ARCHITECTURES, *_crops.ARCHITECTURES))
         raise request.unsupported(
             f"{name}'s vision program is not exported by kiln yet (built: {built})"
         )
@@ -188,5 +190,29 @@ def _export_grid(request: Request, writer: Writer, model: Any, checkpoint: Any, 
             "vision_start_token_id": int(config.vision_start_token_id),
             "image_placeholder": placeholder,
             "image_sequence": placeholder,  # once per feature row of the picture
+        },
+    )
+
+
+def _export_crops(
+    request: Request, writer: Writer, model: Any, checkpoint: Any, opset: int
+) -> None:
+    """An Idefics3-style vision program (builders/vision/_crops.py) and its export.json:
+    the placeholder is the chat template's <image>, which the runtime replaces by each
+    picture's sequence for its crop grid (checked against the processor there)."""
+    request.log(f"exporting {type(model).__name__}'s vision tower (any crop count) to ONNX")
+    meta = _crops.export(request, writer, model, opset)
+    placeholder, sequence = _crops.checked_image_text(request, checkpoint, meta["tokens_per_image"])
+    config = model.config
+    writer.write_json(
+        "export.json",
+        {
+            "task": "image-features",
+            "architecture": type(model).__name__,
+            "model_type": config.model_type,
+            **meta,
+            "image_token_id": int(config.image_token_id),
+            "image_placeholder": placeholder,
+            "image_sequence": sequence,  # an unsplit picture's; runtime/crops_vlm.py
         },
     )

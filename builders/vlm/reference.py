@@ -41,6 +41,27 @@ def messages(prompt: str) -> list[dict[str, Any]]:
     return [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": prompt}]}]
 
 
+def generated_images(model: Any, encoded: Any, full: Any) -> Any:
+    """Teacher-forced logits [seq, vocab] of prompt plus continuation when the model
+    generated an image token: the prompt with its pixels, then the continuation over
+    its cache, as generate fed them, so a generated image token is embedded as text.
+    One forward of both would give the model more image tokens than its pixels have
+    features, which transformers refuses (the tiny Idefics3 generates <image>)."""
+    import torch
+
+    from builders.common.hf import cache_keyword
+
+    prompt = encoded["input_ids"].shape[1]
+    pixels = {k: v for k, v in encoded.items() if k not in ("input_ids", "attention_mask")}
+    first = model(input_ids=full[:, :prompt], **pixels, use_cache=True)
+    rest = model(
+        input_ids=full[:, prompt:],
+        use_cache=True,
+        **{cache_keyword(model): first.past_key_values},
+    )
+    return torch.cat([first.logits[0], rest.logits[0]])
+
+
 def build(request: Request, writer: Writer) -> None:
     import numpy as np
     import torch
@@ -57,6 +78,7 @@ def build(request: Request, writer: Writer) -> None:
     tokenizer = processor.tokenizer
     model = load_causal_lm(checkpoint, IMAGE_TEXT)
     config, eos_ids = greedy(model, tokenizer, opts.max_new_tokens, chat=True)
+    image_token = getattr(model.config, "image_token_id", None)
     pictures = {name: load_image(str(images.path(name))) for name in opts.images}
     # the evaluation text's windows first: a recipe asking more positions than it gives
     # fails here, not after the whole reference has run
@@ -90,8 +112,12 @@ def build(request: Request, writer: Writer) -> None:
                         encoded["mm_token_type_ids"], (0, len(new))
                     ),
                 }
-            forward = model(input_ids=full, pixel_values=encoded["pixel_values"], **typed)
-            logits[f"p{i}"] = forward.logits[0].numpy().astype(np.float32)
+            if typed or image_token not in new:
+                forward = model(input_ids=full, pixel_values=encoded["pixel_values"], **typed)
+                scores = forward.logits[0]
+            else:
+                scores = generated_images(model, encoded, full)
+            logits[f"p{i}"] = scores.numpy().astype(np.float32)
         # one picture's pixel values; a grid processor's (Qwen2.5-VL) are all its patches
         picture = encoded["pixel_values"]
         picture = picture if "image_grid_thw" in encoded else picture[0]

@@ -42,6 +42,7 @@ def build(request: Request, writer: Writer) -> None:
     import numpy as np
 
     import runtime
+    import runtime.crops_vlm  # runtime.open's runner of a crops vision program (Idefics3)
     import runtime.grid_vlm  # runtime.open's runner of a grid vision program (Qwen2.5-VL)
     import runtime.inductor_vlm  # runtime.open's runner of an inductor bundle
     from builders.causal_lm.validate import compare, score_text
@@ -70,7 +71,8 @@ def build(request: Request, writer: Writer) -> None:
 
         def logits(self, ids: list[int]) -> np.ndarray:
             prompt = max((k for k in features if tuple(ids[: len(k)]) == k), key=len)
-            return bundle.logits(ids, features[prompt])
+            # a generated image token is text (the tiny Idefics3 generates <image>)
+            return bundle.logits(ids, features[prompt], generated=len(ids) - len(prompt))
 
     gen, per_s = m.generate(
         asked,

@@ -160,6 +160,66 @@ def test_qwen_grids_cover_each_branch_of_smart_resize() -> None:
     assert grids["arrow_48x32_exif6.jpg"] == [1, 6, 4]
 
 
+# HuggingFaceTB/SmolVLM-Instruct's preprocessor_config.json, and the tiny Idefics3's
+# (tinyhub/vlm.py: SmolVLM's at 32-pixel crops and a longest edge of 2 crops), also
+# without splitting
+SMOLVLM = {
+    "image_processor_type": "Idefics3ImageProcessor",
+    "do_convert_rgb": True,
+    "do_image_splitting": True,
+    "do_normalize": True,
+    "do_pad": True,
+    "do_rescale": True,
+    "do_resize": True,
+    "image_mean": [0.5, 0.5, 0.5],
+    "image_std": [0.5, 0.5, 0.5],
+    "max_image_size": {"longest_edge": 384},
+    "resample": 1,
+    "rescale_factor": 0.00392156862745098,
+    "size": {"longest_edge": 1536},
+}
+TINY_IDEFICS3 = {**SMOLVLM, "max_image_size": {"longest_edge": 32}, "size": {"longest_edge": 64}}
+IDEFICS3 = {
+    "smolvlm": SMOLVLM,
+    "tiny": TINY_IDEFICS3,
+    "unsplit": {**TINY_IDEFICS3, "do_image_splitting": False},
+}
+
+
+@pytest.mark.parametrize("name", IDEFICS3)
+def test_idefics3_crops_grids_and_masks_equal_transformers(name: str, tmp_path: Path) -> None:
+    """Each image alone and all of them as one batch (padded to the most crops, as
+    the processor pads): pixel values within 1e-6 (they are equal), the pixel masks and
+    each image's split grid equal."""
+    config = IDEFICS3[name]
+    processor = reference(config, tmp_path)
+    # SmolVLM's own sizes make up to 17 crops of 384 x 384 an image (seconds each on
+    # a loaded 2-core host): the tall stripes alone, 4 x 2 crops and the global view
+    smol = [p for p in PICTURES if p.name == "stripes_37x91.png"]
+    pictures = smol if name == "smolvlm" else PICTURES
+    for path in pictures if name != "smolvlm" else ():
+        theirs = processor(images=[opened(path)], return_tensors="np", return_row_col_info=True)
+        ours = images.pixel_values([path], config)
+        assert ours["pixel_values"].shape == theirs["pixel_values"].shape, path.name
+        assert np.abs(ours["pixel_values"] - theirs["pixel_values"]).max() <= 1e-6, path.name
+        assert np.array_equal(ours["pixel_attention_mask"], theirs["pixel_attention_mask"])
+        rows_cols = [theirs["rows"][0][0], theirs["cols"][0][0]]
+        assert ours["rows_cols"].tolist() == [rows_cols], path.name
+    batch = [[opened(p)] for p in pictures]
+    theirs = processor(images=batch, return_tensors="np", return_row_col_info=True)
+    ours = images.pixel_values(pictures, config)
+    np.testing.assert_allclose(ours["pixel_values"], theirs["pixel_values"], rtol=0, atol=1e-6)
+    assert np.array_equal(ours["pixel_attention_mask"], theirs["pixel_attention_mask"])
+    assert ours["rows_cols"].tolist() == [
+        [r[0], c[0]] for r, c in zip(theirs["rows"], theirs["cols"], strict=True)
+    ]
+    grids = {p.name: g for p, g in zip(pictures, ours["rows_cols"].tolist(), strict=True)}
+    if name == "tiny":  # the tall stripes split 2 x 1, the others 2 x 2: crops vary
+        assert grids["stripes_37x91.png"] == [2, 1] and grids["circle_64x48.png"] == [2, 2]
+    if name == "smolvlm":
+        assert grids["stripes_37x91.png"] == [4, 2]
+
+
 def test_load_is_transformers_load_image_but_composites_alpha_on_white() -> None:
     from transformers.image_utils import load_image
 
