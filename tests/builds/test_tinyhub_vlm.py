@@ -118,6 +118,7 @@ def test_the_vision_language_checkpoints_leave_every_pinned_tiny_revision_alone(
     assert len(pinned) >= 30 and {repo for repo, _ in pinned} & set(tinyhub.VLMS) == {
         "kiln-tiny/llava",  # recipes/tiny-llava*.yaml pin the VLMs they build
         "kiln-tiny/gemma3-vlm",  # and recipes/tiny-gemma3-vlm*.yaml
+        "kiln-tiny/qwen2.5-vl",  # and recipes/tiny-qwen2.5-vl.yaml
     }
     for repo, revision in sorted(pinned):
         assert (tinyhub.repo_dir(hub, repo) / "refs" / "main").read_text() == revision, repo

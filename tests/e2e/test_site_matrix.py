@@ -578,6 +578,7 @@ def test_the_matrix_marks_image_input_rows_and_filters_them_by_input(laptop: Loa
     assert sorted(r.inner_text().replace("\n", "") for r in rows) == [
         "Gemma3ForConditionalGeneration",
         "LlavaForConditionalGeneration",
+        "Qwen2_5_VLForConditionalGeneration",
     ]
     current = other.locator("nav.matrix-filters a[aria-current=page]").all()
     assert [a.inner_text() for a in current] == ["ordinary", "any", "image+text"]

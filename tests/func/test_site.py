@@ -513,7 +513,11 @@ def test_modality_is_read_off_the_task_and_filters_the_catalog_and_the_matrix(
     page = only.read_text()
     heads = page.split('<th scope="row">')[1:]
     built = sorted(h.split('.html"')[0].rsplit("/", 1)[-1] for h in heads)
-    assert built == ["gemma3forconditionalgeneration", "llavaforconditionalgeneration"]
+    assert built == [
+        "gemma3forconditionalgeneration",
+        "llavaforconditionalgeneration",
+        "qwen2_5_vlforconditionalgeneration",
+    ]
     assert "taking <strong>image+text</strong> input" in page
     assert 'aria-current="page">image+text</a>' in page  # the filter says where it is
     text_only = (site / "matrix" / "ordinary-any-text-input.html").read_text()

@@ -1,0 +1,229 @@
+"""image-text-to-text with pictures of their own size and 3-D positions: tiny Qwen2.5-VL
+built through `doit build` to a pass against transformers' own processor and generate,
+and its bundle run as users run it, with no torch.
+
+Each picture is resized to its own patch grid (4 to 16 image tokens here), the vision
+program takes any patch count, and the decoder rotates by (t, h, w) positions that the
+runtime computes (runtime/mrope.py). So on top of what test_vlm.py checks for LLaVA,
+this checks the parts a fixed-size model never exercises: two pictures of different
+grids in one prompt expand and place as transformers' processor and get_rope_index
+place them (the logits agree with transformers', and 1-D positions would not), decode
+steps continue from the largest position + 1 (the logits of every step agree with
+transformers'), and chunked prefill, batches and the prefix cache slice those
+positions as the 1-D ones.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from conftest import ROOT, World, bundle_dir, heavy, make_world, two_images
+
+pytestmark = heavy
+
+RECIPE = "tiny-qwen2.5-vl"
+IMAGES = ROOT / "builders" / "data" / "images"
+CIRCLE, SQUARE, STRIPES = (
+    IMAGES / n for n in ("circle_64x48.png", "square_200x120.jpg", "stripes_37x91.png")
+)
+QUESTION = "What is in the picture?"
+
+
+@pytest.fixture(scope="module")
+def qwen(tmp_path_factory: pytest.TempPathFactory, hub: Path) -> World:
+    world = make_world(tmp_path_factory.mktemp(RECIPE), hub, [RECIPE])
+    world.doit("build", f"recipe={RECIPE}", "publish=1", check=True)
+    return world
+
+
+@pytest.fixture(scope="module")
+def bundle(qwen: World) -> Any:
+    import runtime
+    from runtime.grid_vlm import GridVisionBundle
+
+    return runtime.open(bundle_dir(qwen, RECIPE), expect=GridVisionBundle)
+
+
+@pytest.fixture(scope="module")
+def hf(qwen: World) -> tuple[Any, Any]:
+    """transformers' processor and model of the built checkpoint (eager, fp32)."""
+    from transformers import AutoModelForImageTextToText
+
+    from builders.common.hf import load_processor
+
+    checkpoint = next(p.parent for p in qwen.store.rglob("checkpoint/config.json"))
+    model = AutoModelForImageTextToText.from_pretrained(checkpoint, attn_implementation="eager")
+    return load_processor(checkpoint), model.eval()
+
+
+def _encoded(hf: tuple[Any, Any], pictures: list[Path], text: str) -> Any:
+    from PIL import Image
+
+    processor, _ = hf
+    parts = [{"type": "image"} for _ in pictures] + [{"type": "text", "text": text}]
+    chat = processor.apply_chat_template(
+        [{"role": "user", "content": parts}], add_generation_prompt=True
+    )
+    loaded = [Image.open(p).convert("RGB") for p in pictures]
+    return processor(images=loaded, text=chat, return_tensors="pt")
+
+
+def test_tiny_qwen2_5_vl_passes_every_gate_with_its_image_read(qwen: World) -> None:
+    record = qwen.manifest(RECIPE)["evidence"][-1]
+    assert record["verdict"] == "pass", record["gates"]
+    metrics = record["metrics"]
+    assert metrics["token_match_rate"] == 1.0 and metrics["tokenizer_match_rate"] == 1.0
+    assert metrics["max_abs_logit_diff"] < 1e-4
+    assert metrics["max_abs_pixel_diff"] <= 1e-6
+    assert metrics["reference_image_sensitivity"] > 0.1
+    assert 0.99 < metrics["image_sensitivity_ratio"] < 1.01
+
+
+def test_the_bundle_runs_without_torch_or_transformers_models(qwen: World) -> None:
+    """onnxruntime, numpy, Pillow, tokenizers (and transformers' chat template renderer,
+    as every chat bundle: runtime/chat.py), no torch and no model code."""
+    code = (
+        "import sys, runtime\n"
+        f"b = runtime.open({str(bundle_dir(qwen, RECIPE))!r})\n"
+        f"ids, feats = b.ask({QUESTION!r}, [{str(CIRCLE)!r}, {str(SQUARE)!r}])\n"
+        "out = b.generate_images([(ids, feats)], 4)\n"
+        "models = [m for m in sys.modules if m.startswith('transformers.models.')]\n"
+        "print(len(out.tokens[0]), feats.shape, feats.grids, 'torch' in sys.modules, models)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    # 64 x 48 -> 56 x 56 pixels: 4 x 4 patches, 4 tokens; 200 x 120 -> 140 x 84: 10 x 6, 15
+    assert done.stdout.split()[:3] == ["4", "(19,", "64)"]
+    assert done.stdout.split()[3:] == ["[(1,", "4,", "4),", "(1,", "6,", "10)]", "False", "[]"]
+
+
+def test_two_pictures_of_different_grids_are_placed_as_transformers_places_them(
+    bundle: Any, hf: tuple[Any, Any]
+) -> None:
+    """The ids are the processor's, the positions get_rope_index's, and the logits at
+    every position transformers' own; with 1-D positions they would not be."""
+    import torch
+
+    from runtime.mrope import rope_positions
+
+    _, model = hf
+    encoded = _encoded(hf, [SQUARE, STRIPES], "Compare them.")
+    features = bundle.image_features([SQUARE, STRIPES])
+    ids = bundle.encode_chat(
+        [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "image"},
+                    {"type": "image"},
+                    {"type": "text", "text": "Compare them."},
+                ],
+            }
+        ],
+        images=features,
+    )
+    assert ids == encoded["input_ids"][0].tolist()
+    assert features.grids == [tuple(g) for g in encoded["image_grid_thw"].tolist()]
+    theirs_positions, _ = model.model.get_rope_index(
+        encoded["input_ids"], encoded["mm_token_type_ids"], encoded["image_grid_thw"]
+    )
+    ours_positions = rope_positions(ids, bundle.image_token, features.grids, bundle.merge)
+    assert np.array_equal(ours_positions, theirs_positions[:, 0].numpy())
+    with torch.no_grad():
+        theirs = model(**encoded).logits[0].numpy()
+    ours = bundle.logits(ids, features)
+    assert np.abs(ours - theirs).max() < 1e-4
+    flat = np.arange(len(ids))[None, :, None].repeat(3, -1)  # every token a text position
+    one_d, _ = bundle.forward(
+        np.array([ids]),
+        np.ones((1, len(ids)), np.int64),
+        flat,
+        bundle._empty_cache(1),
+        images=features,
+    )
+    assert np.abs(one_d[0] - theirs).max() > 1e-2  # M-RoPE's positions are what matched
+
+
+def test_decode_steps_continue_from_the_largest_position(bundle: Any, hf: tuple[Any, Any]) -> None:
+    """The logits of every decode step are transformers' at that position of prompt +
+    generated tokens: a step fed at the prompt's length instead of its largest position
+    + 1 (the rope delta: the 4 + 15 image tokens span 2 + 5 positions, 12 fewer) would
+    not be."""
+    import torch
+
+    from runtime import Decoding, Row, Sampler
+
+    _, model = hf
+    seen: list[np.ndarray] = []
+
+    def keep(tokens: Any, logits: np.ndarray) -> np.ndarray:
+        seen.append(np.array(logits))
+        return logits
+
+    ids, features = bundle.ask(QUESTION, [CIRCLE, SQUARE])
+    row = Row(ids, 6, Decoding(processors=[keep]), Sampler(), features)
+    new = bundle.generate_rows([row]).tokens[0]
+    encoded = _encoded(hf, [CIRCLE, SQUARE], QUESTION)
+    full = torch.tensor([ids + new[:-1]])
+    marks = torch.nn.functional.pad(encoded["mm_token_type_ids"], (0, len(new) - 1))
+    with torch.no_grad():
+        theirs = (
+            model(
+                input_ids=full,
+                pixel_values=encoded["pixel_values"],
+                image_grid_thw=encoded["image_grid_thw"],
+                mm_token_type_ids=marks,
+            )
+            .logits[0, len(ids) - 1 :]
+            .numpy()
+        )
+    assert len(seen) == len(new) >= 2
+    assert np.abs(np.stack(seen).reshape(theirs.shape) - theirs).max() < 1e-4
+    assert new == theirs.argmax(-1).tolist()
+
+
+def _alone(bundle: Any, prompt: tuple[list[int], np.ndarray], new: int = 10) -> list[int]:
+    return list(bundle.generate_images([prompt], new).tokens[0])
+
+
+def test_batches_and_chunked_prefill_keep_each_rows_pictures_and_positions(bundle: Any) -> None:
+    short = bundle.ask("Colour?", [SQUARE])
+    long = bundle.ask("Which way do the stripes run, and how many are there?", [STRIPES, CIRCLE])
+    alone = [_alone(bundle, short), _alone(bundle, long)]
+    assert [list(t) for t in bundle.generate_images([short, long], 10).tokens] == alone
+    bundle.prefill_chunk_len = 5  # chunks that cut through the pictures' rows
+    try:
+        assert [_alone(bundle, short), _alone(bundle, long)] == alone
+    finally:
+        bundle.prefill_chunk_len = 0
+
+
+def test_the_prefix_cache_reuses_text_and_never_another_pictures_prompt(bundle: Any) -> None:
+    text = bundle.encode_chat([{"role": "user", "content": "Tell me about the sea."}])
+    cold = list(bundle.generate([text], 8).tokens[0])
+    circle = bundle.ask(QUESTION, [CIRCLE])
+    other = bundle.ask(QUESTION, [STRIPES])  # another grid: other ids as well
+    pictured = _alone(bundle, other)
+    bundle.enable_prefix_cache(entries=2)
+    try:
+        bundle.generate([text], 8)
+        assert list(bundle.generate([text], 8).tokens[0]) == cold and bundle.last_reused > 0
+        _alone(bundle, circle)
+        assert _alone(bundle, other) == pictured and bundle.last_reused == 0
+    finally:
+        bundle.prefix_cache = None
+
+
+def test_pictures_without_their_grids_are_refused(bundle: Any) -> None:
+    from runtime import BundleError
+
+    with pytest.raises(BundleError, match="give encode_chat the features of its pictures"):
+        two_images(bundle, "Compare.")
+    ids, features = bundle.ask(QUESTION, [CIRCLE])
+    with pytest.raises(BundleError, match="no image grid left"):
+        bundle.logits(ids, np.array(features))  # the rows alone, without their grids
