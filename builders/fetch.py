@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from builders.common.files import place
 from kiln import pins
 
 if TYPE_CHECKING:
@@ -255,7 +256,7 @@ def _from_path(request: Request, writer: Writer, opts: Options) -> None:
             continue
         _readable(request, src, f"{opts.path}/{rel}" if src != source else opts.path)
         digest = pins.sha256_file(src)
-        shutil.copyfile(src, writer.path(f"checkpoint/{rel}"))
+        place(src, writer.path(f"checkpoint/{rel}"))  # a read-only file is linked
         files.append({"path": rel, "sha256": digest, "size": src.stat().st_size})
     single = sources == [source]
     digest = (

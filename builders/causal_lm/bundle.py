@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from builders.causal_lm._bundle_variants import extend
+from builders.common.files import place
 from builders.common.hf import token_ids
 
 if TYPE_CHECKING:
@@ -175,7 +176,7 @@ def build(request: Request, writer: Writer) -> None:
     if pad is None:
         pad = (token_ids(generation.get("pad_token_id", config.get("pad_token_id"))) or eos)[0]
     for name in [engine["file"], *engine.get("data", [])]:  # the graph and its weights
-        shutil.copyfile(engine_dir / name, writer.path(name))
+        place(engine_dir / name, writer.path(name))  # linked: published, read-only
     shutil.copyfile(ckpt / "tokenizer.json", writer.path("tokenizer.json"))
     meta = {
         "schema_version": BUNDLE_SCHEMA,

@@ -4,8 +4,10 @@
 (and, for an fp8 KV cache, into the attention's K/V matmuls), runs the calibration
 loop to set their scales (max calibration; SmoothQuant and AWQ-lite search their
 own scales), and leaves a fake-quantized model: fp32 tensors that take exactly the
-quantized values. `mto.save` writes modelopt's state and the calibrated weights;
-the export step restores them onto the checkpoint and exports the Q/DQ graph.
+quantized values. quantized.pt holds modelopt's state, the quantizers' scales and any
+weight the calibration changed, not the weights the checkpoint holds unchanged
+(builders/common/hf.py save_quantized: at 8B those were 33 GB); the export step
+restores them onto the checkpoint and exports the Q/DQ graph.
 
 For int4-awq, a layer's q/k/v projections and an MLP's gate and up are calibrated as
 one fused linear layer each (builders/common/siblings.py):
@@ -121,13 +123,12 @@ def calibration_ids(tokenizer: Any, samples: int, max_tokens: int) -> list[list[
 
 
 def build(request: Request, writer: Writer) -> None:
-    import modelopt.torch.opt as mto
     import modelopt.torch.quantization as mtq
     import torch
     from transformers import AutoTokenizer
 
     from builders.common import siblings
-    from builders.common.hf import auto_class, load_causal_lm, quiet_stdout
+    from builders.common.hf import auto_class, load_causal_lm, quiet_stdout, save_quantized
 
     opts = Options.model_validate(request.options)
     checkpoint = request.inputs["checkpoint"] / "checkpoint"
@@ -172,7 +173,7 @@ def build(request: Request, writer: Writer) -> None:
     if fused:
         request.log(f"{fused} sibling groups calibrated fused; {folded} input scales folded")
     model.to("cpu")
-    mto.save(model, str(writer.path("quantized.pt")))
+    kept = save_quantized(model, checkpoint, writer.path("quantized.pt"))
     enabled = sorted(
         name for name, mod in model.named_modules() if name.endswith("quantizer") and _on(mod)
     )
@@ -194,7 +195,10 @@ def build(request: Request, writer: Writer) -> None:
             "seconds": round(seconds, 3),
         },
     )
-    request.log(f"{len(enabled)} quantizers enabled, calibrated in {seconds:.1f} s")
+    request.log(
+        f"{len(enabled)} quantizers enabled, calibrated in {seconds:.1f} s; {kept} tensors "
+        "saved (the checkpoint's unchanged weights are read from it)"
+    )
 
 
 def lm_head_outliers(

@@ -53,12 +53,14 @@ def cache_keyword(model: Any) -> str:
 
 
 def restore_quantized(model: Any, artifact: Any) -> Any:
-    """Put modelopt's calibrated quantizers (the quantize step's mto.save) on the model,
-    first fusing its sibling layers where the quantize step calibrated them fused
-    (quantize.json `fused_groups`, builders/common/siblings.py)."""
+    """Put modelopt's calibrated quantizers (the quantize step's save_quantized) on the
+    model, loaded from the step's checkpoint, first fusing its sibling layers where the
+    quantize step calibrated them fused (quantize.json `fused_groups`,
+    builders/common/siblings.py)."""
     import json
 
     import modelopt.torch.opt as mto
+    import torch
 
     from builders.common import siblings
 
@@ -67,8 +69,52 @@ def restore_quantized(model: Any, artifact: Any) -> Any:
     if done.get("fused_groups"):
         siblings.fuse(model)
 
+    saved = torch.load(artifact / "quantized.pt", map_location="cpu")  # weights_only
     with quiet_stdout():  # modelopt prints "Inserted N quantizers"; the step logs its own
-        return mto.restore(model, str(artifact / "quantized.pt")).eval()
+        model = mto.restore_from_modelopt_state(model, saved["modelopt_state"])
+    missing, unexpected = model.load_state_dict(saved["model_state_dict"], strict=False)
+    if unexpected or sorted(missing) != sorted(saved["unchanged"]):
+        raise ValueError(
+            f"{artifact}: the quantized state does not fit the model: unexpected "
+            f"{sorted(unexpected)[:5]}, missing beyond the unchanged "
+            f"{sorted(set(missing) - set(saved['unchanged']))[:5]}"
+        )
+    return model.eval()
+
+
+def save_quantized(model: Any, checkpoint: Path, path: Path) -> int:
+    """mto.save's file (modelopt's state and the model's state dict) less the tensors the
+    checkpoint holds unchanged, which `unchanged` names: restore_quantized loads them
+    from the checkpoint, as the model it restores onto already has. An fp8 or int8
+    calibration changes no weight, so an 8B model's quantized.pt was its 33 GB of fp32
+    weights again (issue 39); it is now the quantizers' scales, plus any weight the
+    calibration did change (AWQ's folded norms, fused siblings). The tensors kept."""
+    import modelopt.torch.opt as mto
+    import torch
+    from safetensors import safe_open
+
+    state = model.state_dict()
+    unchanged = []
+    for file in sorted(checkpoint.glob("*.safetensors")):
+        with safe_open(file, "pt") as stored:
+            for name in stored.keys():  # noqa: SIM118 (safe_open is no dict)
+                mine = state.get(name)
+                if mine is None or mine.device.type != "cpu":
+                    continue
+                theirs = stored.get_tensor(name)
+                if theirs.shape == mine.shape and torch.equal(theirs.to(mine.dtype), mine):
+                    unchanged.append(name)
+    for name in unchanged:
+        del state[name]
+    torch.save(
+        {
+            "modelopt_state": mto.modelopt_state(model),
+            "model_state_dict": state,
+            "unchanged": unchanged,
+        },
+        path,
+    )
+    return len(state)
 
 
 def quiet_stdout() -> Any:

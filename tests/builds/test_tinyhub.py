@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import yaml
 from conftest import ROOT, heavy
 
@@ -102,3 +104,62 @@ def test_every_tiny_tokenizer_file_encodes_as_transformers_does(hub: Path) -> No
             assert ours.encode(text).ids == theirs(text)["input_ids"], (repo, text)
         checked.append(repo)
     assert "kiln-tiny/qwen2" in checked and len(checked) >= 20
+
+
+def test_a_slice_is_the_same_values_as_the_whole_tensor() -> None:
+    """Slices are what bench/shape.py generates an 8B checkpoint from, in parallel."""
+    shape = (3000, 700)  # past the generator's 1M-value pass
+    whole = tinyhub.tensor_values("kiln-tiny/llama", "x.weight", shape).ravel()
+    for start, count in ((0, 5), (1_048_570, 20), (2_099_990, 10)):
+        part = tinyhub.tensor_slice("kiln-tiny/llama", "x.weight", shape, start, count)
+        assert part.tobytes() == whole[start : start + count].tobytes()
+
+
+def _shape_tool() -> Any:
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location("bench_shape", ROOT / "bench" / "shape.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["bench_shape"] = module  # its dataclass and its workers' pickles name it
+    spec.loader.exec_module(module)
+    return module
+
+
+@heavy
+def test_the_shape_tools_streamed_weights_are_safetensors_own_bytes(tmp_path: Path) -> None:
+    """bench/shape.py writes each slice at its offset from worker processes; the file
+    is byte for byte what safetensors.save makes of tinyhub's values (rounded to bf16
+    for a bf16 checkpoint), so the SmolLM2 catalog kept its digest."""
+    import ml_dtypes
+    from safetensors.numpy import save
+
+    shape_tool: Any = _shape_tool()
+    shape_tool.SLICE = 1000  # many slices a tensor, two processes
+    for dtype, cast in (("F32", None), ("BF16", ml_dtypes.bfloat16)):
+        shape = shape_tool.Shape("t", {**tinyhub.SPECS["kiln-tiny/qwen3"]}, dtype, (), 1, "")
+        config = shape_tool.model_config(shape, 1)
+        path = tmp_path / f"{dtype}.safetensors"
+        shape_tool.write_weights(path, shape, config, workers=2)
+        tensors = {
+            name: tinyhub.tensor_values("kiln-bench/t", name, dims)
+            for name, dims in tinyhub.parameter_shapes(config).items()
+        }
+        if cast is not None:
+            tensors = {name: t.astype(cast) for name, t in tensors.items()}
+        assert path.read_bytes() == save(tensors, metadata={"format": "pt"}), dtype
+
+
+@heavy
+def test_the_qwen3_8b_shape_is_qwen3_8bs_geometry() -> None:
+    """Qwen3-8B's parameters as transformers names them: 8,190,735,360 (the model card's
+    8.2 B), its q/k norms included; untied, so lm_head is a tensor of its own."""
+    shape_tool: Any = _shape_tool()
+    config = shape_tool.model_config(shape_tool.SHAPES["qwen3-8b"], 36)
+    shapes = tinyhub.parameter_shapes(config)
+    total = sum(int(np.prod(dims)) for dims in shapes.values())
+    assert total == 8_190_735_360
+    assert shapes["lm_head.weight"] == (151936, 4096)
+    assert shapes["model.layers.35.self_attn.k_norm.weight"] == (128,)
+    assert shapes["model.layers.0.self_attn.k_proj.weight"] == (1024, 4096)
