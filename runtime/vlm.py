@@ -78,12 +78,17 @@ class VisionBundle(Bundle):
         return np.concatenate(runs)
 
     def encode_chat(
-        self, messages: list[dict[str, Any]], thinking: bool | None = None
+        self,
+        messages: list[dict[str, Any]],
+        thinking: bool | None = None,
+        images: np.ndarray | None = None,
     ) -> list[int]:
         """The conversation's token ids (Bundle.encode_chat), each image part's
         placeholder expanded in the rendered text to the image's sequence, as the
         checkpoint's processor expands it before tokenizing (builders/vision/export.py
-        recorded both, checked against the processor)."""
+        recorded both, checked against the processor). `images`, the pictures'
+        features, is unused: every picture here has one sequence (the subclasses whose
+        pictures are each their own size read it)."""
         from runtime.chat import check_messages, texts
 
         for i, m in enumerate(check_messages(messages, parts=True)):

@@ -331,7 +331,10 @@ def _chat(
     import sys
 
     def answer() -> None:
-        ids = bundle.encode_chat(turns, thinking)
+        # the features tell a bundle whose pictures are each their own size (Idefics3's
+        # crops, Qwen2.5-VL's grids) how many tokens each image part takes
+        pictured = {} if features is None else {"images": features}
+        ids = bundle.encode_chat(turns, thinking, **pictured)
         budget = max_new_tokens or max(1, min(CHAT, bundle.max_seq_len - len(ids)))
         out = _generate(bundle, [ids], budget, decoding, sampler, features)
         _said_if_cut(bundle, out.tokens[0], budget, max_new_tokens)
