@@ -173,6 +173,8 @@ def build(request: Request, writer: Writer) -> None:
     if fused:
         request.log(f"{fused} sibling groups calibrated fused; {folded} input scales folded")
     model.to("cpu")
+    if cuda:  # the calibrated model's blocks (33 GB at 8B) back to the driver, for the
+        torch.cuda.empty_cache()  # later steps' own processes (the engine's compile)
     kept = save_quantized(model, checkpoint, writer.path("quantized.pt"))
     enabled = sorted(
         name for name, mod in model.named_modules() if name.endswith("quantizer") and _on(mod)

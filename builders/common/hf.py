@@ -52,11 +52,12 @@ def cache_keyword(model: Any) -> str:
     return "cache" if "cache" in params else "past_key_values"
 
 
-def restore_quantized(model: Any, artifact: Any) -> Any:
+def restore_quantized(model: Any, artifact: Any, assign: bool = False) -> Any:
     """Put modelopt's calibrated quantizers (the quantize step's save_quantized) on the
     model, loaded from the step's checkpoint, first fusing its sibling layers where the
     quantize step calibrated them fused (quantize.json `fused_groups`,
-    builders/common/siblings.py)."""
+    builders/common/siblings.py). `assign`: the saved tensors become the model's
+    (load_state_dict's assign), as a model on the meta device needs."""
     import json
 
     import modelopt.torch.opt as mto
@@ -72,7 +73,8 @@ def restore_quantized(model: Any, artifact: Any) -> Any:
     saved = torch.load(artifact / "quantized.pt", map_location="cpu")  # weights_only
     with quiet_stdout():  # modelopt prints "Inserted N quantizers"; the step logs its own
         model = mto.restore_from_modelopt_state(model, saved["modelopt_state"])
-    missing, unexpected = model.load_state_dict(saved["model_state_dict"], strict=False)
+    state = saved["model_state_dict"]
+    missing, unexpected = model.load_state_dict(state, strict=False, assign=assign)
     if unexpected or sorted(missing) != sorted(saved["unchanged"]):
         raise ValueError(
             f"{artifact}: the quantized state does not fit the model: unexpected "
@@ -80,6 +82,18 @@ def restore_quantized(model: Any, artifact: Any) -> Any:
             f"{sorted(set(missing) - set(saved['unchanged']))[:5]}"
         )
     return model.eval()
+
+
+def calibration_of(checkpoint: Path, artifact: Any) -> Any:
+    """The quantize step's calibrated quantizers on a model of the checkpoint's config
+    that has no weights (the meta device): reading the calibration alone (the inductor
+    fp8 engine's scales) takes no second copy of the weights, 33 GB of fp32 at 8B."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(checkpoint))
+    return restore_quantized(model, artifact, assign=True)
 
 
 def save_quantized(model: Any, checkpoint: Path, path: Path) -> int:

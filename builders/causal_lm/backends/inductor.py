@@ -408,11 +408,12 @@ FP8_MAX = 448.0  # float8_e4m3fn's largest finite value
 def _fp8_linears(model: Any, checkpoint: Path, quantized: Path) -> int:
     """Every Linear modelopt calibrated (enabled weight and input quantizers) replaced
     by an Fp8Linear of its fp32 weight and the two amaxes. The calibration is read off
-    a second copy of the checkpoint with modelopt's quantizers restored on it, so the
-    engine's model holds no modelopt module. The layers converted."""
-    from builders.common.hf import load_for_export, restore_quantized
+    a weightless copy of the model (meta device) with modelopt's quantizers restored on
+    it, so the engine's model holds no modelopt module and the host no second copy of
+    the weights. The layers converted."""
+    from builders.common.hf import calibration_of
 
-    calibrated = restore_quantized(load_for_export(checkpoint), quantized)
+    calibrated = calibration_of(checkpoint, quantized)
     amax = {}
     for name, module in calibrated.named_modules():
         w, x = (getattr(module, q, None) for q in ("weight_quantizer", "input_quantizer"))
