@@ -3,7 +3,8 @@ CUDA graph, and how far that is from the launch-bound limit.
 
     python bench/decode_gpu.py [--repo kiln-tiny/llama | --checkpoint DIR] [--dtype bf16]
         [--new-tokens 128] [--recipe tiny-llama-inductor-h200 | --bundle PATH] [--rounds 5]
-        [--hf-rounds N] [--paths eager,inductor,inductor16,autotune]
+        [--hf-rounds N] [--paths eager,inductor,inductor16,autotune] [--batch 8]
+        [--bandwidth] [--result FILE]
 
 --checkpoint: a local checkpoint folder instead of a tiny repo (bench/shape.py
 writes the SmolLM2-135M-geometry one); --dtype: the HF model's and the hand-written
@@ -27,6 +28,26 @@ with the prompt chunked and token by token.
 
 Launch-bound limit: a graph of the same number of kernels, each doing (almost)
 nothing, replayed the same way; the step cannot be faster than that.
+
+--bandwidth (issue 39): the bandwidth bound, measured in the same run. A device-to-device
+copy of a 2 GiB buffer (read and write counted) gives the memory's bandwidth; a decode
+step must read every weight and the KV cache it attends over, so at batch 1 it cannot
+make more than bandwidth / (weight bytes + KV bytes) tokens a second. The bundle's
+bytes are its engine's (its weights, and its whole static cache [batch, kv_heads,
+max_seq_len, head_dim] per layer, which the decode attention reads every step whatever
+the position); HF's and the hand-written paths' are the model's weights and the KV of
+the longest sequence. Each row prints its rate as a share of its bound.
+
+--batch N (N > 1): N prompts at once (the default prompts, repeated as needed, left
+padded for HF), HF `generate` against the bundle; tokens/s counts every row's tokens,
+and the bound is N x the batch-1 one (the weights are read once for the N rows; the
+bundle's cache read is already its whole static batch). The hand-written paths are
+batch 1 only.
+
+Without CUDA (this repository's CPU hosts), the hand-written paths, the kernel profile
+and the GPU memory figures are skipped; HF and the bundle run on the CPU, so the
+script itself is proven before a GPU run. --result FILE appends one JSON line of the
+figures (bench/gpu_8b.sh collects them).
 Prints tokens/s and ratios; no asserts (timings belong in bench/, not tests).
 """
 
@@ -64,10 +85,20 @@ def load(repo: str, checkpoint: Path | None, dtype: str) -> tuple[Any, list[list
     prompts = yaml.safe_load((ROOT / "prompts" / "default.yaml").read_text())["prompts"]
     global CACHE_KW
     CACHE_KW = cache_keyword(model)
-    return model.cuda().eval(), [tok(p)["input_ids"] for p in prompts]
+    return model.to(DEVICE).eval(), [tok(p)["input_ids"] for p in prompts]
 
 
 CACHE_KW = "past_key_values"
+DEVICE = "cuda"  # main() sets "cpu" where torch has no CUDA
+
+
+def sync() -> None:
+    import torch
+
+    if DEVICE == "cuda":
+        torch.cuda.synchronize()
+
+
 DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 
 
@@ -79,7 +110,7 @@ def hf_generate(model: Any, ids: list[list[int]], new: int, out: list[Any] | Non
     with torch.no_grad():
         for p in ids:
             tokens = model.generate(
-                torch.tensor([p], device="cuda"),
+                torch.tensor([p], device=DEVICE),
                 max_new_tokens=new,
                 min_new_tokens=new,
                 do_sample=False,
@@ -87,10 +118,61 @@ def hf_generate(model: Any, ids: list[list[int]], new: int, out: list[Any] | Non
             )[0, len(p) :]
             if out is not None:
                 out.append(tokens)
-    torch.cuda.synchronize()
+    sync()
     if out is not None:
         out[:] = [t.tolist() for t in out]
     return time.perf_counter() - start
+
+
+def hf_batch(model: Any, rows: list[list[int]], new: int, out: list[Any] | None = None) -> float:
+    """Seconds for one HF greedy generate of all `rows` at once, left padded; the new
+    tokens of each row go to `out`."""
+    import torch
+
+    width = max(map(len, rows))
+    ids = torch.tensor([[0] * (width - len(p)) + p for p in rows], device=DEVICE)
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in rows], device=DEVICE)
+    start = time.perf_counter()
+    with torch.no_grad():
+        made = model.generate(
+            ids,
+            attention_mask=mask,
+            max_new_tokens=new,
+            min_new_tokens=new,
+            do_sample=False,
+            pad_token_id=0,
+        )[:, width:]
+    sync()
+    if out is not None:
+        out[:] = made.tolist()
+    return time.perf_counter() - start
+
+
+def agreement(got: list[list[int]], want: list[list[int]]) -> float:
+    """The fraction of `want`'s tokens that `got` has at the same place."""
+    pairs = [(a, b) for g, w in zip(got, want, strict=True) for a, b in zip(g, w, strict=True)]
+    return sum(a == b for a, b in pairs) / len(pairs)
+
+
+def copy_bandwidth(size: int = 2 << 30, repeats: int = 20) -> float:
+    """Bytes a second a device-to-device copy of `size` bytes moves (each byte read and
+    written: 2 x size a copy), median of `repeats`."""
+    import torch
+
+    a = torch.ones(size, dtype=torch.uint8, device=DEVICE)
+    b = torch.empty_like(a)
+    b.copy_(a)
+    sync()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        b.copy_(a)
+        sync()
+        times.append(time.perf_counter() - start)
+    del a, b
+    if DEVICE == "cuda":
+        torch.cuda.empty_cache()
+    return 2 * size / median(times)
 
 
 class GraphDecoder:
@@ -255,25 +337,36 @@ def prepare(dec: GraphDecoder, ids: list[list[int]], new: int, want: list[list[i
     return run, same / (len(ids) * new), kernels_per_step(dec, ids[0])
 
 
-def prepare_bundle(path: Path, ids: list[list[int]], new: int, want: list[list[int]]) -> Any:
+def prepare_bundle(
+    path: Path,
+    ids: list[list[int]],
+    new: int,
+    want: list[list[int]],
+    rows: list[list[int]] | None = None,
+    rows_want: list[list[int]] | None = None,
+) -> Any:
     """The same for a built bundle through runtime.open, one prompt at a time, EOS
     suppressed as HF's min_new_tokens does; plus its load seconds, kernels per step
     (the engine's decode step profiled outside its graph), GPU memory and time to first
-    token, chunked prefill against token by token."""
+    token, chunked prefill against token by token; with `rows`, a run of them all at
+    once and the fraction of `rows_want` it reproduces."""
     import torch
 
     import runtime
     from runtime.inductor_lm import InductorBundle
 
-    torch.cuda.synchronize()
-    before = torch.cuda.memory_allocated()
-    torch.cuda.reset_peak_memory_stats()
+    cuda = DEVICE == "cuda"
+    sync()
+    before = torch.cuda.memory_allocated() if cuda else 0
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
     start = time.perf_counter()
     bundle = runtime.open(path, expect=InductorBundle)
     ready = time.perf_counter() - start
-    torch.cuda.synchronize()
-    loaded = torch.cuda.max_memory_allocated() - before
-    torch.cuda.reset_peak_memory_stats()
+    sync()
+    loaded = torch.cuda.max_memory_allocated() - before if cuda else 0
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
     eos = tuple(sorted(bundle.eos))
     bundle.eos = set()  # generate runs to `new` tokens; greedy never picks EOS
 
@@ -290,20 +383,34 @@ def prepare_bundle(path: Path, ids: list[list[int]], new: int, want: list[list[i
         return time.perf_counter() - begin
 
     run()
+    batch = None
+    if rows:
+        made = bundle.generate(rows, new, suppress=eos).tokens
+        assert rows_want is not None
+        batch_same = agreement(made, rows_want)
+
+        def run_rows() -> float:
+            begin = time.perf_counter()
+            bundle.generate(rows, new, suppress=eos)
+            return time.perf_counter() - begin
+
+        batch = (run_rows, batch_same)
     engine = bundle.engine
     weights = sum(w.numel() * w.element_size() for w in engine.weights)
     cache = sum(c.numel() * c.element_size() for c in engine.cache)
-    memory = (loaded, torch.cuda.max_memory_allocated() - before, weights, cache)
-    kernels = engine.profile()
-    # Time to first token: the longest prompt the bundle holds (up to 512 tokens).
-    length = min(512, bundle.max_seq_len - 2)
+    peak = torch.cuda.max_memory_allocated() - before if cuda else 0
+    memory = (loaded, peak, weights, cache)
+    kernels = engine.profile() if cuda else (0, 0.0, [])
+    # Time to first token: the longest prompt the bundle holds (up to 512 tokens; 32
+    # on a CPU, where 512 steps token by token of a reduced 8B shape take minutes).
+    length = min(512 if cuda else 32, bundle.max_seq_len - 2)
     prompt = (ids[0] * length)[:length]
     ttft = {}
     for label, chunk in (("chunked", engine.chunk), ("token by token", 0)):
         engine.chunk = chunk
         ttft[label] = min(bundle.generate([prompt], 1).first_token_seconds for _ in range(3))
     engine.chunk = int(engine.program["prefill_chunk_len"])
-    return run, same / (len(ids) * new), kernels, ready, memory, (length, ttft)
+    return run, same / (len(ids) * new), kernels, ready, memory, (length, ttft), batch
 
 
 def built_bundle(recipe: str) -> Path:
@@ -347,11 +454,21 @@ def main() -> None:
         help="the bundle's CUDA decode-step sdpa backends, for every dtype (e.g. MATH), in "
         "place of runtime/inductor.py's DECODE_ATTENTION",
     )
+    parser.add_argument("--batch", type=int, default=1, help="also time N prompts at once")
+    parser.add_argument("--bandwidth", action="store_true", help="measure the bandwidth bound")
+    parser.add_argument("--result", type=Path, help="append the figures as one JSON line")
     args = parser.parse_args()
     import ast
 
     import torch
     import torch._inductor.config as inductor_config
+
+    global DEVICE
+    DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+    # measured first, with the device's memory still free
+    bandwidth = 0.0
+    if args.bandwidth:  # a smaller buffer on the CPU, which shares its memory with others
+        bandwidth = copy_bandwidth(*(() if DEVICE == "cuda" else (256 << 20, 5)))
 
     for item in args.inductor_config:
         name, _, value = item.partition("=")
@@ -372,16 +489,26 @@ def main() -> None:
     want: list[Any] = []
     hf_first = hf_generate(model, ids, new, want)
     max_len = max(map(len, ids)) + new + 1
+    card = (
+        torch.cuda.get_device_name()
+        if DEVICE == "cuda"
+        else f"cpu, {torch.get_num_threads()} threads"
+    )
     print(
         f"{args.checkpoint or args.repo}: {len(ids)} prompts x {new} new tokens, batch 1, "
-        f"{args.dtype}, {torch.cuda.get_device_name()}, torch {torch.__version__}"
+        f"{args.dtype}, {card}, torch {torch.__version__}"
     )
+    rows = [ids[i % len(ids)] for i in range(args.batch)] if args.batch > 1 else None
+    rows_want = [want[i % len(want)] for i in range(args.batch)]
     # Every path is prepared (compiled, captured) first, then timed in interleaved
     # rounds; each path's figure is its median round.
     runs: dict[str, Any] = {"HF generate": lambda: hf_generate(model, ids, new)}
     notes: dict[str, str] = {"HF generate": ""}
     k = args.steps_per_graph
     chosen = set() if args.only_bundle else set(args.paths.split(","))
+    if DEVICE != "cuda" and chosen - {"none"}:
+        print(f"no CUDA: the hand-written paths ({', '.join(sorted(chosen))}) are skipped")
+        chosen = set()
     paths: dict[str, Any] = {}
     compiled = compiled_forward(model) if chosen & {"inductor", "inductor16"} else None
     every = {
@@ -414,14 +541,25 @@ def main() -> None:
             f"{busy:.0f} us of kernel time; launch-bound limit for that many kernels "
             f"{floor:.0f} tokens/s; capture + compile {time.perf_counter() - start:.0f} s"
         )
+    memory = (0, 0, 0, 0)
+    if rows:
+        hf_rows: list[Any] = []
+        hf_rows_first = hf_batch(model, rows, new, hf_rows)
+        runs[f"HF generate, batch {args.batch}"] = lambda: hf_batch(model, rows, new)
+        notes[f"HF generate, batch {args.batch}"] = (
+            f"{agreement(hf_rows, rows_want):.3f} of HF's batch-1 greedy tokens"
+        )
     if args.bundle:  # last: the hand-written paths reset dynamo, which would recompile it
-        run, match, (kernels, busy, times), ready, memory, (length, ttft) = prepare_bundle(
-            args.bundle, ids, new, want
+        run, match, (kernels, busy, times), ready, memory, (length, ttft), batch = prepare_bundle(
+            args.bundle, ids, new, want, rows, rows_want
         )
         loaded, peak, weights, cache = memory
+        if batch is not None:
+            runs[f"bundle, batch {args.batch}"] = batch[0]
+            notes[f"bundle, batch {args.batch}"] = f"{batch[1]:.3f} of HF's batch-1 greedy tokens"
         extra.append(f"bundle top kernels (us): {top(times)}")
         extra.append(f"bundle kernels by kind: {by_kind(times)}")
-        floor = 1 / launch_floor(kernels, 2000)
+        floor = 1 / launch_floor(kernels, 2000) if DEVICE == "cuda" else 0.0
         runs["bundle (runtime.open)"] = run
         notes["bundle (runtime.open)"] = (
             f"{match:.3f} of HF's greedy tokens reproduced; {kernels} kernels/token summing "
@@ -431,7 +569,8 @@ def main() -> None:
         mib = 1 / 2**20
         held = weights + cache
         extra.append(
-            f"bundle GPU memory: weights {weights * mib:.1f} MiB + KV cache {cache * mib:.1f} MiB "
+            f"bundle {DEVICE} memory: weights {weights * mib:.1f} MiB + KV cache "
+            f"{cache * mib:.1f} MiB "
             f"= {held * mib:.1f} MiB; max_memory_allocated during generation {peak * mib:.1f} MiB "
             f"({peak / held:.2f}x), during load (compile, autotune, capture) "
             f"{loaded * mib:.1f} MiB ({loaded / held:.2f}x)"
@@ -443,26 +582,73 @@ def main() -> None:
         )
     seconds: dict[str, list[float]] = {label: [] for label in runs}
     seconds["HF generate"].append(hf_first)
+    if rows:
+        seconds[f"HF generate, batch {args.batch}"].append(hf_rows_first)
     hf_rounds = args.rounds if args.hf_rounds is None else args.hf_rounds
     for i in range(args.rounds):
         for label, run in runs.items():
-            if label != "HF generate" or i < hf_rounds:
+            if not label.startswith("HF generate") or i < hf_rounds:
                 seconds[label].append(run())
-    rates = {label: tokens / median(s) for label, s in seconds.items()}
+
+    def made(label: str) -> int:  # tokens a run of `label` makes
+        return int(args.batch * new if label.endswith(f"batch {args.batch}") else tokens)
+
+    rates = {label: made(label) / median(s) for label, s in seconds.items()}
     hf = rates["HF generate"]
     best = max(
-        (r for label, r in rates.items() if label not in ("HF generate", "bundle (runtime.open)")),
+        (r for label, r in rates.items() if not label.startswith(("HF", "bundle"))),
         default=0.0,
     )
+    bounds = {}
+    if bandwidth:
+        # bytes a step reads: the bundle's engine (weights + its whole static cache), or
+        # the HF model's weights + the KV of the longest sequence (transformers' layout)
+        cfg = model.config.get_text_config()
+        width = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        per_token_kv = 2 * cfg.num_hidden_layers * cfg.num_key_value_heads * width
+        kv = per_token_kv * max_len * next(model.parameters()).element_size()
+        hf_bytes = sum(p.numel() * p.element_size() for p in model.parameters()) + kv
+        engine_bytes = memory[2] + memory[3]
+        for label in rates:
+            step = engine_bytes if label.startswith("bundle") else hf_bytes
+            rows_of = args.batch if label.endswith(f"batch {args.batch}") else 1
+            bounds[label] = rows_of * bandwidth / step if step else 0.0
+        gb = 1e9
+        print(
+            f"bandwidth (device-to-device copy, {DEVICE}, median of the repeats): "
+            f"{bandwidth / gb:.0f} GB/s. Bound at batch 1: the bundle "
+            f"{bounds.get('bundle (runtime.open)', 0.0):.0f} "
+            f"tokens/s ({memory[2] / gb:.2f} GB weights + {memory[3] / gb:.3f} GB KV cache a "
+            f"step), HF and the hand-written paths {bandwidth / hf_bytes:.0f} tokens/s "
+            f"({hf_bytes / gb:.2f} GB a step, KV of {max_len} positions included)"
+        )
     for label, rate in rates.items():
-        spread = ", ".join(f"{tokens / s:.0f}" for s in seconds[label])
+        spread = ", ".join(f"{made(label) / s:.0f}" for s in seconds[label])
         vs_best = (
             f"; {rate / best:.2f}x the best hand-written" if best and "bundle" in label else ""
         )
+        bound = f"; {rate / bounds[label]:.1%} of the bandwidth bound" if bounds.get(label) else ""
         print(
-            f"{label + ':':30} {rate:9.0f} tokens/s  ({rate / hf:.1f}x HF{vs_best}; wall "
-            f"{1e6 / rate:.0f} us/token; rounds {spread}) {notes[label]}"
+            f"{label + ':':30} {rate:9.0f} tokens/s  ({rate / hf:.1f}x HF{vs_best}{bound}; "
+            f"wall {1e6 / rate:.0f} us/token; rounds {spread}) {notes[label]}"
         )
+    if args.result:
+        import json
+
+        figures = {
+            "checkpoint": str(args.checkpoint or args.repo),
+            "recipe": args.recipe,
+            "dtype": args.dtype,
+            "device": card,
+            "bandwidth_gb_s": round(bandwidth / 1e9, 1),
+            "tokens_per_s": {k: round(v, 1) for k, v in rates.items()},
+            "bound_tokens_per_s": {k: round(v, 1) for k, v in bounds.items()},
+            "bundle_weights_bytes": memory[2],
+            "bundle_cache_bytes": memory[3],
+            "notes": notes,
+        }
+        with args.result.open("a") as out:
+            out.write(json.dumps(figures, sort_keys=True) + "\n")
     for line in extra:
         print(line)
     if args.bundle:  # after the timing: a second copy of the engine is loaded
