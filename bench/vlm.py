@@ -8,9 +8,10 @@ The recipe's bundle is built through kiln as `doit run` builds it (ensure_bundle
 every step the bundle needs, in this process, in the default store, so a built bundle
 is reused; no reference, validate or manifest). The anchor is the recipe's fetched
 checkpoint in transformers (LlavaForConditionalGeneration for tiny-llava,
-Gemma3ForConditionalGeneration for tiny-gemma3-vlm), fp32, eager attention, loaded
-and driven as builders/vlm/reference.py does: the checkpoint's processor (backend
-"pil") and chat template, then `generate`. Both sides run at
+Gemma3ForConditionalGeneration for tiny-gemma3-vlm, Qwen2_5_VLForConditionalGeneration
+for tiny-qwen2.5-vl), fp32, eager attention, loaded and driven as
+builders/vlm/reference.py does: the checkpoint's processor (backend "pil";
+builders/common/hf.py load_processor) and chat template, then `generate`. Both sides run at
 `--threads` CPU threads (torch.set_num_threads; the bundle's decoder and vision
 sessions). What is timed, per round, with the image file read from disk inside every
 timed region on both sides:
@@ -95,6 +96,7 @@ def bundle_side(path: Path, threads: int, image: Path, question: str, n: int, eo
     from _eos import NoEos
 
     import runtime
+    from runtime.grid_vlm import GridVisionBundle
     from runtime.vlm import VisionBundle
 
     bundle = runtime.open(path, threads=threads, expect=VisionBundle)
@@ -113,15 +115,21 @@ def bundle_side(path: Path, threads: int, image: Path, question: str, n: int, eo
         seconds = time.perf_counter() - start
         return seconds, sampler.stamps[-1] - sampler.stamps[0], out.tokens[0]
 
+    grid = isinstance(bundle, GridVisionBundle)  # pictures of their own grids (Qwen2.5-VL)
+
     def stages() -> dict[str, float]:
         """Each stage of the first token alone: seconds."""
         t0 = time.perf_counter()
-        pixels = bundle.pixels([image])
+        pixels = bundle.patches([image]) if grid else bundle.pixels([image])
         t1 = time.perf_counter()
-        feats = bundle.vision.run(["image_features"], {"pixel_values": pixels})[0]
+        if grid:
+            feats = bundle.run_vision(*pixels)
+        else:
+            feats = bundle.vision.run(["image_features"], {"pixel_values": pixels})[0]
         t2 = time.perf_counter()
         parts = [{"type": "image"}, {"type": "text", "text": question}]
-        ids = bundle.encode_chat([{"role": "user", "content": parts}])  # as ask() does
+        turn = [{"role": "user", "content": parts}]  # as ask() does
+        ids = bundle.encode_chat(turn, images=feats) if grid else bundle.encode_chat(turn)
         t4 = time.perf_counter()
         bundle.generate_images([(ids, feats)], 1)
         t5 = time.perf_counter()
@@ -137,14 +145,14 @@ def bundle_side(path: Path, threads: int, image: Path, question: str, n: int, eo
 
 def hf_side(checkpoint: Path, threads: int, image: Path, question: str, n: int) -> Any:
     import torch
-    from transformers import AutoProcessor, GenerationConfig, LogitsProcessor
+    from transformers import GenerationConfig, LogitsProcessor
     from transformers.image_utils import load_image
 
-    from builders.common.hf import IMAGE_TEXT, load_causal_lm
+    from builders.common.hf import IMAGE_TEXT, load_causal_lm, load_processor
     from builders.vlm.reference import messages
 
     torch.set_num_threads(threads)
-    processor = AutoProcessor.from_pretrained(checkpoint, backend="pil")
+    processor = load_processor(checkpoint)
     tokenizer = processor.tokenizer
     model = load_causal_lm(checkpoint, IMAGE_TEXT)
     eos = model.generation_config.eos_token_id
@@ -263,7 +271,8 @@ def main() -> None:
     stable = all(t == tokens[s][0] for s in names for t in tokens[s])
     engine = bundle.meta["engines"]["main"]
     vision = bundle.meta["vision"]["engine"]
-    prompt_len = len(bundle.ask(args.question, [args.image])[0])
+    prompt = bundle.ask(args.question, [args.image])[0]
+    prompt_len, image_tokens = len(prompt), prompt.count(bundle.image_token)
     print(f"{args.recipe}: one image ({args.image.name}), question {args.question!r}, CPU")
     print(f"host: {host()}")
     print(f"versions: {versions()}")
@@ -273,7 +282,7 @@ def main() -> None:
         f"{args.threads} threads each; {args.rounds} rounds (+1 warm-up), medians"
     )
     print(
-        f"prompt: {prompt_len} tokens ({bundle.tokens_per_image} image tokens); "
+        f"prompt: {prompt_len} tokens ({image_tokens} image tokens); "
         f"decode: {n} new tokens greedy, EOS masked on both sides"
     )
     print()

@@ -61,13 +61,14 @@ class GridVisionBundle(VisionBundle):
     def pixels(self, paths: Sequence[Path | str]) -> np.ndarray:
         """The patches of each image at `paths` as the processor makes them, [images,
         patches, width]: pictures of one grid (ask one at a time for others)."""
-        patches, grids = self._patches(paths)
+        patches, grids = self.patches(paths)
         sizes = {t * h * w for t, h, w in grids}
         if len(sizes) > 1:
             raise BundleError(f"pictures of grids {grids} have patch counts {sorted(sizes)}")
         return patches.reshape(len(grids), -1, patches.shape[-1])
 
-    def _patches(self, paths: Sequence[Path | str]) -> tuple[np.ndarray, list[Grid]]:
+    def patches(self, paths: Sequence[Path | str]) -> tuple[np.ndarray, list[Grid]]:
+        """The images' patches, concatenated [patches, width], and each one's grid."""
         from runtime import images
 
         made = images.pixel_values([Path(p) for p in paths], self.processor)
@@ -78,7 +79,11 @@ class GridVisionBundle(VisionBundle):
         """The features of the images at `paths`, in order, with their grids."""
         if not paths:
             return ImageFeatures(self.no_images, [])
-        patches, grids = self._patches(paths)
+        return self.run_vision(*self.patches(paths))
+
+    def run_vision(self, patches: np.ndarray, grids: Sequence[Grid]) -> ImageFeatures:
+        """The vision program on patches of pictures of `grids` (patches()), one picture
+        a run: its attention mask is [patches, patches]."""
         runs, start = [], 0
         window, patch = self.grid["window_size"], self.grid["patch_size"]
         for grid in grids:

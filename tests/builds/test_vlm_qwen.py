@@ -219,6 +219,14 @@ def test_the_prefix_cache_reuses_text_and_never_another_pictures_prompt(bundle: 
         bundle.prefix_cache = None
 
 
+def test_doit_run_answers_about_two_pictures_of_different_grids(qwen: World) -> None:
+    out = qwen.doit(
+        "run", f"recipe={RECIPE}", f"image={CIRCLE},{SQUARE}", "prompt=Compare.", "max_new_tokens=4"
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip()
+
+
 def test_pictures_without_their_grids_are_refused(bundle: Any) -> None:
     from runtime import BundleError
 
