@@ -119,6 +119,7 @@ def test_the_vision_language_checkpoints_leave_every_pinned_tiny_revision_alone(
         "kiln-tiny/llava",  # recipes/tiny-llava*.yaml pin the VLMs they build
         "kiln-tiny/gemma3-vlm",  # and recipes/tiny-gemma3-vlm*.yaml
         "kiln-tiny/qwen2.5-vl",  # and recipes/tiny-qwen2.5-vl.yaml
+        "kiln-tiny/idefics3",  # and recipes/tiny-idefics3.yaml
     }
     for repo, revision in sorted(pinned):
         assert (tinyhub.repo_dir(hub, repo) / "refs" / "main").read_text() == revision, repo

@@ -577,6 +577,7 @@ def test_the_matrix_marks_image_input_rows_and_filters_them_by_input(laptop: Loa
     rows = other.locator("#matrix th[scope=row] a").all()
     assert sorted(r.inner_text().replace("\n", "") for r in rows) == [
         "Gemma3ForConditionalGeneration",
+        "Idefics3ForConditionalGeneration",
         "LlavaForConditionalGeneration",
         "Qwen2_5_VLForConditionalGeneration",
     ]

@@ -515,6 +515,7 @@ def test_modality_is_read_off_the_task_and_filters_the_catalog_and_the_matrix(
     built = sorted(h.split('.html"')[0].rsplit("/", 1)[-1] for h in heads)
     assert built == [
         "gemma3forconditionalgeneration",
+        "idefics3forconditionalgeneration",
         "llavaforconditionalgeneration",
         "qwen2_5_vlforconditionalgeneration",
     ]
