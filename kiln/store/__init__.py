@@ -355,6 +355,11 @@ class Store:
                 and held.stat().st_size == size
                 and statcache.shared(self.root).digest(held) == digest
             ):
+                if os.path.samestat(held.stat(), path.stat()):
+                    # the builder linked it in already (builders/common/files.py); a
+                    # rename of one link over another of the same file does nothing
+                    # and would leave the .link file in the artifact
+                    return
                 link = path.with_name(f".{path.name}.link")
                 os.link(held, link)
                 os.replace(link, path)

@@ -33,6 +33,21 @@ def test_a_duplicate_large_file_is_a_hardlink_and_a_small_one_is_not(tmp_path: P
     assert not store.damage(a.name) and not store.damage(b.name)
 
 
+def test_a_file_a_builder_linked_from_its_input_is_sealed_as_it_is(tmp_path: Path) -> None:
+    """The bundle step links its engine's weights in (builders/common/files.py): sealing
+    keeps that link and adds no file (a rename of one link over another of the same
+    file does nothing, which once left a stray .link file: a corrupt artifact)."""
+    store = Store(tmp_path)
+    a = publish(store, "a", os.urandom(BLOB_MIN))
+    key = key_of({"test": "linked"})
+    with store.publish(key, {"kind": "test", "name": "linked"}) as w:
+        os.link(a / "weights.bin", w.path("weights.bin"))
+    b = store.get(key).path
+    assert sorted(p.name for p in b.iterdir() if not p.name.startswith(".kiln")) == ["weights.bin"]
+    assert os.path.samefile(a / "weights.bin", b / "weights.bin")
+    assert not store.damage(b.name)
+
+
 def test_damage_to_shared_bytes_shows_in_every_holder_and_is_never_linked_again(
     tmp_path: Path,
 ) -> None:
