@@ -9,7 +9,8 @@ every step the bundle needs, in this process, in the default store, so a built b
 is reused; no reference, validate or manifest). The anchor is the recipe's fetched
 checkpoint in transformers (LlavaForConditionalGeneration for tiny-llava,
 Gemma3ForConditionalGeneration for tiny-gemma3-vlm, Qwen2_5_VLForConditionalGeneration
-for tiny-qwen2.5-vl), fp32, eager attention, loaded and driven as
+for tiny-qwen2.5-vl, Idefics3ForConditionalGeneration for tiny-idefics3), fp32, eager
+attention, loaded and driven as
 builders/vlm/reference.py does: the checkpoint's processor (backend "pil";
 builders/common/hf.py load_processor) and chat template, then `generate`. Both sides run at
 `--threads` CPU threads (torch.set_num_threads; the bundle's decoder and vision
@@ -96,6 +97,7 @@ def bundle_side(path: Path, threads: int, image: Path, question: str, n: int, eo
     from _eos import NoEos
 
     import runtime
+    from runtime.crops_vlm import CropsVisionBundle
     from runtime.grid_vlm import GridVisionBundle
     from runtime.vlm import VisionBundle
 
@@ -116,20 +118,26 @@ def bundle_side(path: Path, threads: int, image: Path, question: str, n: int, eo
         return seconds, sampler.stamps[-1] - sampler.stamps[0], out.tokens[0]
 
     grid = isinstance(bundle, GridVisionBundle)  # pictures of their own grids (Qwen2.5-VL)
+    crops = isinstance(bundle, CropsVisionBundle)  # pictures cut into crops (Idefics3)
 
     def stages() -> dict[str, float]:
         """Each stage of the first token alone: seconds."""
         t0 = time.perf_counter()
-        pixels = bundle.patches([image]) if grid else bundle.pixels([image])
+        if grid:
+            pixels = bundle.patches([image])
+        else:
+            pixels = bundle.crops([image]) if crops else bundle.pixels([image])
         t1 = time.perf_counter()
         if grid:
             feats = bundle.run_vision(*pixels)
+        elif crops:
+            feats = bundle.run_vision(pixels)
         else:
             feats = bundle.vision.run(["image_features"], {"pixel_values": pixels})[0]
         t2 = time.perf_counter()
         parts = [{"type": "image"}, {"type": "text", "text": question}]
         turn = [{"role": "user", "content": parts}]  # as ask() does
-        ids = bundle.encode_chat(turn, images=feats) if grid else bundle.encode_chat(turn)
+        ids = bundle.encode_chat(turn, images=feats)  # the pictures' grids, where they vary
         t4 = time.perf_counter()
         bundle.generate_images([(ids, feats)], 1)
         t5 = time.perf_counter()

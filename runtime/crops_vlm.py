@@ -77,7 +77,9 @@ class CropsVisionBundle(VisionBundle):
         if self.meta["vision"].get("layout") != "crops":
             raise BundleError(f"{path}: bundle.json's vision is no crops program")
 
-    def _crops(self, paths: Sequence[Path | str]) -> dict[str, np.ndarray]:
+    def crops(self, paths: Sequence[Path | str]) -> dict[str, np.ndarray]:
+        """The processor's inputs for the images at `paths` (runtime/images.py
+        idefics3_pixel_values): crops, pixel masks and each picture's grid."""
         from runtime import images
 
         return images.pixel_values([Path(p) for p in paths], self.processor)
@@ -85,14 +87,18 @@ class CropsVisionBundle(VisionBundle):
     def pixels(self, paths: Sequence[Path | str]) -> np.ndarray:
         """The crops of each image at `paths` as the processor makes them, [images,
         crops, 3, S, S], zero crops after a picture's own up to the most any has."""
-        return self._crops(paths)["pixel_values"]
+        return self.crops(paths)["pixel_values"]
 
     def image_features(self, paths: Sequence[Path | str]) -> CropFeatures:
         """The features of the images at `paths`, in order, with their grids: the
         vision program on each picture's own crops."""
         if not paths:
             return CropFeatures(self.no_images, [])
-        made = self._crops(paths)
+        return self.run_vision(self.crops(paths))
+
+    def run_vision(self, made: dict[str, np.ndarray]) -> CropFeatures:
+        """The vision program on each picture's own crops of `made` (crops()), one
+        picture a run, the zero crops that pad it to the batch's most left out."""
         grids = [(int(r), int(c)) for r, c in made["rows_cols"]]
         runs = []
         for i, (rows, cols) in enumerate(grids):
