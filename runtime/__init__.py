@@ -25,7 +25,7 @@ builders or tasks: a bundle runs on a machine that never built it.
   seq2seq.py      Seq2Seq and Speech: encode once, decode greedily or by beams (builders/seq2seq/)
   beams.py        beam search over one input's decoder rows, by transformers' rules
   audio.py        WAV reading and Whisper's log-mel features, in numpy
-  images.py       image files read safely; CLIP, SigLIP and Qwen2-VL pixel values, in numpy
+  images.py       image files read safely; CLIP, SigLIP, Qwen2-VL, Idefics3 pixels, in numpy
   vlm.py          VisionBundle: images -> vision program -> features merged in the decoder
   grid_vlm.py     GridVisionBundle: pictures of their own grids, M-RoPE positions (Qwen2.5-VL)
   mrope.py        those grids' 3-D rotary positions and vision index inputs, in numpy
