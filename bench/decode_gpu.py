@@ -619,7 +619,8 @@ def main() -> None:
             f"{bandwidth / gb:.0f} GB/s. Bound at batch 1: the bundle "
             f"{bounds.get('bundle (runtime.open)', 0.0):.0f} "
             f"tokens/s ({memory[2] / gb:.2f} GB weights + {memory[3] / gb:.3f} GB KV cache a "
-            f"step), HF and the hand-written paths {bandwidth / hf_bytes:.0f} tokens/s "
+            f"step; its weights alone {bandwidth / max(memory[2], 1):.0f}), HF and the "
+            f"hand-written paths {bandwidth / hf_bytes:.0f} tokens/s "
             f"({hf_bytes / gb:.2f} GB a step, KV of {max_len} positions included)"
         )
     for label, rate in rates.items():

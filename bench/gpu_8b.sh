@@ -7,10 +7,13 @@
 # bandwidth bound measured in the same run. Every stage runs under bench/watch.py: peak
 # host RSS of its process tree, peak GPU memory, disk, wall.
 #
-#   bash bench/gpu_8b.sh start       (call with carry .whl: the wheels are installed
-#                                    once, the repository copied to $WORK/kiln, the job
-#                                    started in the background with setsid, so that it
-#                                    outlives the call; returns at once)
+#   bash bench/gpu_8b.sh start       (call with carry .whl and .gpu/head8.tar.gz, made
+#                                    here by `git archive --format=tar.gz -o
+#                                    .gpu/head8.tar.gz HEAD`: the commit's tree, not the
+#                                    work tree's uncommitted edits (without it, the work
+#                                    tree); the wheels are installed once, the tree put in
+#                                    $WORK/kiln, the job started in the background with
+#                                    setsid, so that it outlives the call; returns at once)
 #   bash bench/gpu_8b.sh wait SECS   waits up to SECS for the job, prints its progress,
 #                                    packs $WORK/out into $OUT/results.tar.gz (and
 #                                    summary.txt beside it); call again until "job done"
@@ -18,6 +21,8 @@
 # The machine stays up 30 s after a call: make the calls back to back. Settings (env):
 # LAYERS (36), TARGET (sm90), COMPUTES ("bf16 fp8"), JOBS (doit -n, 2: the CPU reference
 # runs beside the engine), MAXB (the engine's batch, 8), CHUNK (prefill chunk, 128),
+# MAXLEN (max_seq_len, 512: the decode attention reads the whole static cache, 8 rows x
+# 512 positions = 0.6 GB a step in bf16 beside 16.4 GB of weights; 1024 would double it),
 # BATCH (the bench's batch row, 8), NEW (new tokens a prompt in the bench, 64), WORK
 # (/tmp/k8). On a CPU host the same job runs in the foreground, at a reduced size:
 #   TARGET=cpu LAYERS=2 JOBS=1 MAXB=2 CHUNK=32 BATCH=2 NEW=8 PYTHON=.venv/bin/python \
@@ -35,8 +40,13 @@ start)
   fi
   mkdir -p "$WORK/kiln" "$WORK/out"
   if [ ! -e "$WORK/kiln/.copied" ]; then  # once: a later call's tree must not replace it
-    tar --exclude=./.git --exclude=./.whl --exclude=./.gpu --exclude=./.kiln --exclude=./node_modules \
-      --exclude=./_site -cf - . | tar -C "$WORK/kiln" -xf - && touch "$WORK/kiln/.copied"
+    if [ -e .gpu/head8.tar.gz ]; then  # a commit's tree (git archive), not others' edits
+      tar -C "$WORK/kiln" -xzf .gpu/head8.tar.gz && touch "$WORK/kiln/.copied"
+    else
+      tar --exclude=./.git --exclude=./.whl --exclude=./.gpu --exclude=./.kiln \
+        --exclude=./node_modules --exclude=./_site -cf - . |
+        tar -C "$WORK/kiln" -xf - && touch "$WORK/kiln/.copied"
+    fi
   fi
   cd "$WORK/kiln" && PYTHON=python3 setsid nohup bash bench/gpu_8b.sh job \
     >>"$WORK/out/job.log" 2>&1 </dev/null &
@@ -68,6 +78,7 @@ job)
   if [ ! -e "$WORK/catalog/.made" ]; then
     watch catalog $py bench/shape.py "$WORK" --shape qwen3-8b --target "$target" \
       --layers "${LAYERS:-36}" --max-batch-size "${MAXB:-8}" --prefill-chunk-len "${CHUNK:-128}" \
+      --max-seq-len "${MAXLEN:-512}" \
       --computes "$(echo ${COMPUTES:-bf16 fp8} | tr ' ' ,)" &&
       touch "$WORK/catalog/.made" || exit 1
   fi
@@ -79,6 +90,11 @@ job)
     echo "doit exit $?"
     grep -E "^\.|verdict|pass|fail|unsupported|rror" "$out/build_$c.log" | tail -25
     cp "$KILN_ROOT/manifests/$r.json" "$out/manifests/" 2>/dev/null || echo "no manifest for $r"
+    bundle=$($py bench/artifact.py "$r" bundle 2>&1)
+    if [ ! -e "$bundle/bundle.json" ]; then
+      echo "no bundle for $r ($bundle): no bench"
+      continue
+    fi
     # the bench: HF in bf16 is the baseline of both; the hand-written step with bf16 only
     paths=(--paths inductor); [ "$c" = bf16 ] || paths=(--only-bundle)
     watch "bench $r" timeout "${BENCH_SECONDS:-900}" $py bench/decode_gpu.py \
