@@ -57,6 +57,8 @@ class GridVisionBundle(VisionBundle):
             raise BundleError(f"{path}: bundle.json's vision is no grid program with 3-D positions")
         self.grid = dict(spec["grid"])
         self.merge = int(self.grid["spatial_merge_size"])
+        # a windowless tower (Qwen2-VL) takes no window inputs
+        self.vision_inputs = {i.name for i in self.vision.get_inputs()}
 
     def pixels(self, paths: Sequence[Path | str]) -> np.ndarray:
         """The patches of each image at `paths` as the processor makes them, [images,
@@ -89,6 +91,7 @@ class GridVisionBundle(VisionBundle):
         for grid in grids:
             size = grid[0] * grid[1] * grid[2]
             index = vision_inputs([grid], self.merge, window, patch)
+            index = {k: v for k, v in index.items() if k in self.vision_inputs}
             feeds = {"pixel_values": patches[start : start + size], **index}
             runs.append(self.vision.run(["image_features"], feeds)[0])
             start += size

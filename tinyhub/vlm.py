@@ -18,6 +18,9 @@ of tokens:
                         head_dim / 2 in the ratios of the real [16, 24, 24]. Layer 0
                         attends within windows of one merged patch, layer 1
                         (fullatt_block_indexes) globally
+  kiln-tiny/qwen2-vl    Qwen2VLForConditionalGeneration: Qwen2.5-VL's processor, tokens and
+                        mrope_section, and Qwen2-VL's tower: every layer attends over
+                        the whole picture (no windows), LayerNorm blocks, a fc1/fc2 MLP
   kiln-tiny/gemma3-vlm  Gemma3ForConditionalGeneration: SigLIP tower on 32 x 32 images,
                         8 x 8 patches average-pooled 2 x 2 into 4 image tokens between
                         <start_of_image> and <end_of_image>; the text decoder is the
@@ -236,6 +239,39 @@ def vlm_specs(base: dict[str, Any]) -> dict[str, dict[str, Any]]:
             **ids,
             "torch_dtype": "float32",
         },
+        "kiln-tiny/qwen2-vl": {
+            "architectures": ["Qwen2VLForConditionalGeneration"],
+            "model_type": "qwen2_vl",
+            "text_config": {
+                **text,
+                "model_type": "qwen2_vl_text",
+                "vocab_size": BASE_VOCAB + len(QWEN_TOKENS),
+                "rope_parameters": {
+                    "rope_type": "default",
+                    "rope_theta": 1000000.0,
+                    "mrope_section": [2, 3, 3],
+                },
+            },
+            "vision_config": {
+                "model_type": "qwen2_vl_vision",
+                "depth": 2,
+                "embed_dim": 32,
+                "mlp_ratio": 2,
+                "num_heads": 2,
+                "hidden_act": "quick_gelu",
+                "patch_size": 14,
+                "spatial_merge_size": 2,
+                "temporal_patch_size": 2,
+                "hidden_size": base["hidden_size"],  # the merger's output: the decoder's width
+            },
+            "image_token_id": QWEN_ID["<|image_pad|>"],
+            "video_token_id": QWEN_ID["<|video_pad|>"],
+            "vision_start_token_id": QWEN_ID["<|vision_start|>"],
+            "vision_end_token_id": QWEN_ID["<|vision_end|>"],
+            "tie_word_embeddings": False,
+            **ids,
+            "torch_dtype": "float32",
+        },
         "kiln-tiny/gemma3-vlm": {
             "architectures": ["Gemma3ForConditionalGeneration"],
             "model_type": "gemma3",
@@ -320,15 +356,15 @@ def _llava(config: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _qwen2_5_vl(config: dict[str, Any]) -> dict[str, Any]:
+def _qwen2_5_vl(config: dict[str, Any], processor: str = "Qwen2_5_VLProcessor") -> dict[str, Any]:
     return {
         "added": QWEN_TOKENS,
         # transformers imposes Qwen2Tokenizer's digit-splitting pre-tokenizer on Qwen
         # model types, so the file carries it too (tinyhub.PRE_TOKENIZERS).
         "pre_tokenizer": "qwen2",
         "template": QWEN_TEMPLATE,
-        "image_processor": _qwen_processor(config["vision_config"]),
-        "processor": {"processor_class": "Qwen2_5_VLProcessor"},
+        "image_processor": _qwen_processor(config["vision_config"], processor),
+        "processor": {"processor_class": processor},
         "generation": {"eos_token_id": [config["eos_token_id"], QWEN_ID["<|im_end|>"]]},
     }
 
@@ -389,7 +425,19 @@ def _idefics3(config: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-FAMILIES = {"llava": _llava, "qwen2_5_vl": _qwen2_5_vl, "gemma3": _gemma3, "idefics3": _idefics3}
+def _qwen2_vl(config: dict[str, Any]) -> dict[str, Any]:
+    """Qwen2-VL-7B-Instruct ships Qwen2.5-VL-Instruct's chat template and image
+    processor settings; its processor class is Qwen2VLProcessor."""
+    return _qwen2_5_vl(config, "Qwen2VLProcessor")
+
+
+FAMILIES = {
+    "llava": _llava,
+    "qwen2_5_vl": _qwen2_5_vl,
+    "qwen2_vl": _qwen2_vl,
+    "gemma3": _gemma3,
+    "idefics3": _idefics3,
+}
 
 
 def _pixels(mean: list[float], std: list[float], resample: int) -> dict[str, Any]:
@@ -420,13 +468,13 @@ def clip_processor(size: int) -> dict[str, Any]:
     }
 
 
-def _qwen_processor(vision: dict[str, Any]) -> dict[str, Any]:
-    """Qwen2.5-VL's Qwen2VLImageProcessor settings with a tiny pixel budget: 2 x 2 to
-    4 x 4 merged patches (the real budget is 4 to 16,384)."""
+def _qwen_processor(vision: dict[str, Any], processor: str) -> dict[str, Any]:
+    """Qwen2-VL's and Qwen2.5-VL's Qwen2VLImageProcessor settings with a tiny pixel
+    budget: 2 x 2 to 4 x 4 merged patches (the real budget is 4 to 16,384)."""
     unit = vision["patch_size"] * vision["spatial_merge_size"]
     return {
         "image_processor_type": "Qwen2VLImageProcessor",
-        "processor_class": "Qwen2_5_VLProcessor",
+        "processor_class": processor,
         **_pixels(CLIP_MEAN, CLIP_STD, 3),
         "min_pixels": unit * unit * 4,
         "max_pixels": unit * unit * 16,

@@ -163,21 +163,23 @@ def load_for_export(checkpoint: Path, auto_class: str = "AutoModelForCausalLM") 
 
 def load_processor(checkpoint: Path) -> Any:
     """transformers' processor of a vision-language checkpoint, on its PIL backend (the
-    one runtime/images.py follows). Qwen2.5-VL's processor class in transformers 5.24
-    also loads a video processor, which needs torchvision (not in the
+    one runtime/images.py follows). Qwen2-VL's and Qwen2.5-VL's processor classes in
+    transformers 5.24 also load a video processor, which needs torchvision (not in the
     build extra); an image needs none, so without torchvision the same class is built
     with the video part left out (tests/builds/test_tinyhub_vlm.py does the same)."""
     import importlib.util
+    import json
 
+    import transformers
     from transformers import AutoProcessor
-
-    config = (checkpoint / "config.json").read_text()
-    if '"qwen2_5_vl"' not in config or importlib.util.find_spec("torchvision"):
-        return AutoProcessor.from_pretrained(checkpoint, backend="pil")
-    from transformers import Qwen2_5_VLProcessor
     from transformers.processing_utils import ProcessorMixin
 
-    class ImagesOnly(Qwen2_5_VLProcessor):
+    kind = json.loads((checkpoint / "config.json").read_text()).get("model_type")
+    named = {"qwen2_5_vl": "Qwen2_5_VLProcessor", "qwen2_vl": "Qwen2VLProcessor"}.get(kind)
+    if named is None or importlib.util.find_spec("torchvision"):
+        return AutoProcessor.from_pretrained(checkpoint, backend="pil")
+
+    class ImagesOnly(getattr(transformers, named)):  # type: ignore[misc]
         def __init__(self, image_processor: Any, tokenizer: Any, chat_template: Any = None):
             self.image_token, self.video_token = "<|image_pad|>", "<|video_pad|>"
             self.image_token_id = tokenizer.convert_tokens_to_ids(self.image_token)

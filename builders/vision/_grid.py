@@ -1,6 +1,6 @@
-"""A Qwen2-VL-style vision program (Qwen2.5-VL): patches of any number of pictures, each
-of its own grid, -> their image features, in one ONNX graph whose patch count is
-dynamic.
+"""A Qwen2-VL-style vision program (Qwen2-VL, Qwen2.5-VL): patches of any number of
+pictures, each of its own grid, -> their image features, in one ONNX graph whose patch
+count is dynamic.
 
 transformers' vision tower computes its index tensors from image_grid_thw with Python
 loops and .tolist() (transformers/vision_utils.py), and its eager attention splits the
@@ -22,6 +22,10 @@ most 64 patches.
              image_segments   [patches] int64          (in window order)
     outputs  image_features   [patches / merge^2, hidden] float32 (in the pictures' order)
 
+Qwen2-VL's tower has no windows (every block attends over its picture), so its graph
+takes no window_index and no window_segments (export.json graph_inputs; the runtime
+feeds the inputs the graph has).
+
 The export checks the graph's module against transformers' own get_image_features on
 pictures of several grids, one run and several at once, before anything is written.
 """
@@ -33,22 +37,34 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from kiln.store.api import Request, Writer
 
-ARCHITECTURES = ("Qwen2_5_VLForConditionalGeneration",)
+ARCHITECTURES = ("Qwen2_5_VLForConditionalGeneration", "Qwen2VLForConditionalGeneration")
 INPUTS = ["pixel_values", "patch_positions", "window_index", "window_segments", "image_segments"]
+WINDOWLESS = ["pixel_values", "patch_positions", "image_segments"]  # Qwen2-VL's tower
 # (t, h, w) patch grids the module is checked on: the tiny processor's smallest and
 # largest (4 and 16 tokens), two aspect ratios, and two pictures in one run
 CHECKED = [[(1, 4, 4)], [(1, 8, 8)], [(1, 6, 4)], [(1, 4, 6), (1, 2, 8)]]
 EXAMPLE = [(1, 4, 6), (1, 6, 4)]  # the export's example: two pictures, 48 patches
 
 
+def windowed(model: Any) -> bool:
+    """Whether the tower attends within windows in some blocks (Qwen2.5-VL's)."""
+    return hasattr(model.model.visual, "fullatt_block_indexes")
+
+
+def inputs(model: Any) -> list[str]:
+    return INPUTS if windowed(model) else WINDOWLESS
+
+
 def vision_module(model: Any) -> Any:
-    """Qwen2_5_VisionTransformerPretrainedModel.forward with its index tensors as inputs
-    and masked attention (the module docstring)."""
+    """Qwen2_5_VisionTransformerPretrainedModel.forward (or Qwen2-VL's, windowless) with
+    its index tensors as inputs and masked attention (the module docstring)."""
+    import importlib
+
     import torch
-    from transformers.models.qwen2_5_vl import modeling_qwen2_5_vl as qwen
 
     visual = model.model.visual
-    full = set(visual.fullatt_block_indexes)
+    qwen = importlib.import_module(type(visual).__module__)  # its apply_rotary_pos_emb_vision
+    full = set(getattr(visual, "fullatt_block_indexes", range(len(visual.blocks))))
 
     def attend(attn: Any, x: Any, cos: Any, sin: Any, mask: Any) -> Any:
         n = x.shape[0]
@@ -91,7 +107,23 @@ def vision_module(model: Any) -> Any:
             merged = visual.merger(x)
             return merged[torch.argsort(window_index)]
 
-    return GridVision().eval()
+    class Windowless(torch.nn.Module):
+        """Qwen2VisionTransformerPretrainedModel.forward: every block over its picture."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.visual = visual
+
+        def forward(self, pixel_values: Any, patch_positions: Any, image_segments: Any) -> Any:
+            x = visual.patch_embed(pixel_values)
+            cos, sin = visual.rotary_pos_emb(x, patch_positions)
+            mask = masked(image_segments)
+            for block in visual.blocks:
+                x = x + attend(block.attn, block.norm1(x), cos, sin, mask)
+                x = x + block.mlp(block.norm2(x))
+            return visual.merger(x)
+
+    return (GridVision() if windowed(model) else Windowless()).eval()
 
 
 def feeds(model: Any, grids: list[tuple[int, int, int]], seed: int = 0) -> dict[str, Any]:
@@ -105,11 +137,18 @@ def feeds(model: Any, grids: list[tuple[int, int, int]], seed: int = 0) -> dict[
     width = 3 * config.temporal_patch_size * config.patch_size**2
     patches = sum(t * h * w for t, h, w in grids)
     pixels = np.random.default_rng(seed).standard_normal((patches, width)).astype(np.float32)
-    index = vision_inputs(grids, config.spatial_merge_size, config.window_size, config.patch_size)
+    window = window_size(config)
+    index = vision_inputs(grids, config.spatial_merge_size, window, config.patch_size)
     return {
         "pixel_values": torch.from_numpy(pixels),
         **{k: torch.from_numpy(v) for k, v in index.items()},
     }
+
+
+def window_size(config: Any) -> int:
+    """The tower's window in pixels; a windowless tower's (Qwen2-VL) is one merged unit,
+    whose window inputs its graph does not take."""
+    return int(getattr(config, "window_size", 0) or config.patch_size * config.spatial_merge_size)
 
 
 def check(request: Request, model: Any, module: Any) -> float:
@@ -121,7 +160,7 @@ def check(request: Request, model: Any, module: Any) -> float:
     for grids in CHECKED:
         fed = feeds(model, grids)
         with torch.no_grad():
-            ours = module(*[fed[k] for k in INPUTS])
+            ours = module(*[fed[k] for k in inputs(model)])
             out = model.model.get_image_features(
                 pixel_values=fed["pixel_values"], image_grid_thw=torch.tensor(grids)
             )
@@ -146,6 +185,7 @@ def export(request: Request, writer: Writer, model: Any, opset: int) -> dict[str
     worst = check(request, model, module)
     request.log(f"vision module matches transformers' get_image_features (max |d| {worst:.1e})")
     fed = feeds(model, EXAMPLE)
+    names = inputs(model)
     dynamic = {
         "pixel_values": {0: "patches"},
         "patch_positions": {0: "patches"},
@@ -154,13 +194,14 @@ def export(request: Request, writer: Writer, model: Any, opset: int) -> dict[str
         "image_segments": {0: "patches"},
         "image_features": {0: "units"},
     }
+    dynamic = {k: v for k, v in dynamic.items() if k in names or k == "image_features"}
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the tracer's warnings on shape arithmetic
         torch.onnx.export(
             module,
-            tuple(fed[k] for k in INPUTS),
+            tuple(fed[k] for k in names),
             str(writer.path("model.onnx")),
-            input_names=INPUTS,
+            input_names=names,
             output_names=["image_features"],
             dynamic_axes=dynamic,
             opset_version=opset,
@@ -168,15 +209,15 @@ def export(request: Request, writer: Writer, model: Any, opset: int) -> dict[str
         )
     config = model.config.vision_config
     return {
-        "graph_inputs": INPUTS,
+        "graph_inputs": names,
         "layout": "grid",
         "grid": {
             "patch_size": config.patch_size,
             "temporal_patch_size": config.temporal_patch_size,
             "spatial_merge_size": config.spatial_merge_size,
-            "window_size": config.window_size,
+            "window_size": window_size(config),
             "channels": 3,
         },
-        "hidden_size": int(config.out_hidden_size),
+        "hidden_size": int(model.config.get_text_config(decoder=True).hidden_size),
         "tokens_per_image": 0,  # per picture: t * h * w / merge^2 of its grid
     }

@@ -35,6 +35,7 @@ def build(request: Request, writer: Writer) -> None:
     session = ort.optimize(source / "model.onnx", writer.path("engine.onnx"), provider)
     if io.get("layout") == "grid":  # Qwen2-VL style: a 4 x 6 patch grid, 6 tokens
         feeds, rows = _grid_feeds(io["grid"], (1, 4, 6))
+        feeds = {k: v for k, v in feeds.items() if k in io["graph_inputs"]}
     elif io.get("layout") == "crops":  # Idefics3: one picture's 3 crops (grey, unmasked)
         height, width = io["image_size"]
         feeds = {

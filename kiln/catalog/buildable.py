@@ -383,7 +383,7 @@ def _vision_language(recipe: Recipe) -> list[Problem]:
 BIDIRECTIONAL_IMAGES = ("Gemma3ForConditionalGeneration", "PaliGemmaForConditionalGeneration")
 # Architectures whose decoder takes (t, h, w) positions per token (M-RoPE; the ONNX
 # export's position_axes 3, runtime/grid_vlm.py): the inductor programs take 1-D ones.
-MROPE_IMAGES = ("Qwen2_5_VLForConditionalGeneration",)
+MROPE_IMAGES = ("Qwen2_5_VLForConditionalGeneration", "Qwen2VLForConditionalGeneration")
 
 
 def image_attention_problems(recipe: Recipe, config: dict[str, Any] | None) -> list[Problem]:

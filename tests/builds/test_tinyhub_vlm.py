@@ -27,29 +27,12 @@ def snapshot(hub: Path, repo: str) -> Path:
 
 
 def processor(folder: Path) -> Any:
-    """transformers' processor of the checkpoint. Qwen2.5-VL's class in transformers 5.24
-    also loads a video processor, which needs torchvision (not in the build extra:
-    runtime/images.py follows the PIL backend); an image needs no video processor, so
-    without torchvision the same class is built with the video part left out."""
-    import importlib.util
+    """transformers' processor of the checkpoint, as the build loads it
+    (builders/common/hf.py load_processor: Qwen2-VL's and Qwen2.5-VL's classes without
+    the video processor that needs torchvision, which the build extra lacks)."""
+    from builders.common.hf import load_processor
 
-    from transformers import AutoProcessor, Qwen2_5_VLProcessor
-    from transformers.processing_utils import ProcessorMixin
-
-    if (
-        importlib.util.find_spec("torchvision")
-        or "qwen2_5_vl" not in folder.joinpath("config.json").read_text()
-    ):
-        return AutoProcessor.from_pretrained(folder)
-
-    class ImagesOnly(Qwen2_5_VLProcessor):  # type: ignore[misc]
-        def __init__(self, image_processor: Any, tokenizer: Any, chat_template: Any = None):
-            self.image_token, self.video_token = "<|image_pad|>", "<|video_pad|>"
-            self.image_token_id = tokenizer.convert_tokens_to_ids(self.image_token)
-            self.video_token_id = tokenizer.convert_tokens_to_ids(self.video_token)
-            ProcessorMixin.__init__(self, image_processor, tokenizer, chat_template=chat_template)
-
-    return ImagesOnly.from_pretrained(folder)
+    return load_processor(folder)
 
 
 def prompt(proc: Any, image: Any) -> Any:
@@ -119,6 +102,7 @@ def test_the_vision_language_checkpoints_leave_every_pinned_tiny_revision_alone(
         "kiln-tiny/llava",  # recipes/tiny-llava*.yaml pin the VLMs they build
         "kiln-tiny/gemma3-vlm",  # and recipes/tiny-gemma3-vlm*.yaml
         "kiln-tiny/qwen2.5-vl",  # and recipes/tiny-qwen2.5-vl.yaml
+        "kiln-tiny/qwen2-vl",  # and recipes/tiny-qwen2-vl.yaml
         "kiln-tiny/idefics3",  # and recipes/tiny-idefics3.yaml
     }
     for repo, revision in sorted(pinned):

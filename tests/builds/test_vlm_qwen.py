@@ -1,6 +1,8 @@
 """image-text-to-text with pictures of their own size and 3-D positions: tiny Qwen2.5-VL
-built through `doit build` to a pass against transformers' own processor and generate,
-and its bundle run as users run it, with no torch.
+and tiny Qwen2-VL built through `doit build` (one build of both) to a pass against
+transformers' own processor and generate, and their bundles run as users run them,
+with no torch. Qwen2-VL differs in its tower alone (no windows: every block attends
+over its picture), so it is checked where that shows: two pictures' logits.
 
 Each picture is resized to its own patch grid (4 to 16 image tokens here), the vision
 program takes any patch count, and the decoder rotates by (t, h, w) positions that the
@@ -27,6 +29,7 @@ from conftest import ROOT, World, bundle_dir, heavy, make_world, two_images
 pytestmark = heavy
 
 RECIPE = "tiny-qwen2.5-vl"
+QWEN2 = "tiny-qwen2-vl"
 IMAGES = ROOT / "builders" / "data" / "images"
 CIRCLE, SQUARE, STRIPES = (
     IMAGES / n for n in ("circle_64x48.png", "square_200x120.jpg", "stripes_37x91.png")
@@ -36,29 +39,42 @@ QUESTION = "What is in the picture?"
 
 @pytest.fixture(scope="module")
 def qwen(tmp_path_factory: pytest.TempPathFactory, hub: Path) -> World:
-    world = make_world(tmp_path_factory.mktemp(RECIPE), hub, [RECIPE])
-    world.doit("build", f"recipe={RECIPE}", "publish=1", check=True)
+    world = make_world(tmp_path_factory.mktemp(RECIPE), hub, [RECIPE, QWEN2])
+    world.doit("build", f"recipe={RECIPE},{QWEN2}", "publish=1", check=True)
     return world
 
 
-@pytest.fixture(scope="module")
-def bundle(qwen: World) -> Any:
+def _opened(world: World, recipe: str) -> Any:
     import runtime
     from runtime.grid_vlm import GridVisionBundle
 
-    return runtime.open(bundle_dir(qwen, RECIPE), expect=GridVisionBundle)
+    return runtime.open(bundle_dir(world, recipe), expect=GridVisionBundle)
 
 
-@pytest.fixture(scope="module")
-def hf(qwen: World) -> tuple[Any, Any]:
-    """transformers' processor and model of the built checkpoint (eager, fp32)."""
+def _transformers(world: World, model_type: str) -> tuple[Any, Any]:
+    """transformers' processor and model of the built checkpoint of `model_type`."""
     from transformers import AutoModelForImageTextToText
 
     from builders.common.hf import load_processor
 
-    checkpoint = next(p.parent for p in qwen.store.rglob("checkpoint/config.json"))
+    checkpoint = next(
+        p.parent
+        for p in world.store.rglob("checkpoint/config.json")
+        if f'"model_type": "{model_type}"' in p.read_text()
+    )
     model = AutoModelForImageTextToText.from_pretrained(checkpoint, attn_implementation="eager")
     return load_processor(checkpoint), model.eval()
+
+
+@pytest.fixture(scope="module")
+def bundle(qwen: World) -> Any:
+    return _opened(qwen, RECIPE)
+
+
+@pytest.fixture(scope="module")
+def hf(qwen: World) -> tuple[Any, Any]:
+    """transformers' processor and model of the Qwen2.5-VL checkpoint (eager, fp32)."""
+    return _transformers(qwen, "qwen2_5_vl")
 
 
 def _encoded(hf: tuple[Any, Any], pictures: list[Path], text: str) -> Any:
@@ -73,8 +89,9 @@ def _encoded(hf: tuple[Any, Any], pictures: list[Path], text: str) -> Any:
     return processor(images=loaded, text=chat, return_tensors="pt")
 
 
-def test_tiny_qwen2_5_vl_passes_every_gate_with_its_image_read(qwen: World) -> None:
-    record = qwen.manifest(RECIPE)["evidence"][-1]
+@pytest.mark.parametrize("recipe", [RECIPE, QWEN2])
+def test_both_pass_every_gate_with_their_images_read(qwen: World, recipe: str) -> None:
+    record = qwen.manifest(recipe)["evidence"][-1]
     assert record["verdict"] == "pass", record["gates"]
     metrics = record["metrics"]
     assert metrics["token_match_rate"] == 1.0 and metrics["tokenizer_match_rate"] == 1.0
@@ -147,6 +164,20 @@ def test_two_pictures_of_different_grids_are_placed_as_transformers_places_them(
         images=features,
     )
     assert np.abs(one_d[0] - theirs).max() > 1e-2  # M-RoPE's positions are what matched
+
+
+def test_qwen2_vls_windowless_tower_places_two_pictures_as_transformers(qwen: World) -> None:
+    import torch
+
+    bundle = _opened(qwen, QWEN2)
+    assert bundle.vision_inputs == {"pixel_values", "patch_positions", "image_segments"}
+    hf2 = _transformers(qwen, "qwen2_vl")
+    encoded = _encoded(hf2, [SQUARE, STRIPES], "Compare them.")
+    ids, features = bundle.ask("Compare them.", [SQUARE, STRIPES])
+    assert ids == encoded["input_ids"][0].tolist()
+    with torch.no_grad():
+        theirs = hf2[1](**encoded).logits[0].numpy()
+    assert np.abs(bundle.logits(ids, features) - theirs).max() < 1e-4
 
 
 def test_decode_steps_continue_from_the_largest_position(bundle: Any, hf: tuple[Any, Any]) -> None:

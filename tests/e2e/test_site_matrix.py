@@ -579,6 +579,7 @@ def test_the_matrix_marks_image_input_rows_and_filters_them_by_input(laptop: Loa
         "Gemma3ForConditionalGeneration",
         "Idefics3ForConditionalGeneration",
         "LlavaForConditionalGeneration",
+        "Qwen2VLForConditionalGeneration",
         "Qwen2_5_VLForConditionalGeneration",
     ]
     current = other.locator("nav.matrix-filters a[aria-current=page]").all()

@@ -518,6 +518,7 @@ def test_modality_is_read_off_the_task_and_filters_the_catalog_and_the_matrix(
         "idefics3forconditionalgeneration",
         "llavaforconditionalgeneration",
         "qwen2_5_vlforconditionalgeneration",
+        "qwen2vlforconditionalgeneration",
     ]
     assert "taking <strong>image+text</strong> input" in page
     assert 'aria-current="page">image+text</a>' in page  # the filter says where it is
