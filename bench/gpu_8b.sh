@@ -86,7 +86,7 @@ job)
   for c in ${COMPUTES:-bf16 fp8}; do
     r=qwen3-8b-shape-inductor-$c-$target
     watch "build $r" timeout "${BUILD_SECONDS:-1500}" $py -m doit -n "${JOBS:-2}" -f dodo.py \
-      build recipe="$r" allow_quality_fail=1 >"$out/build_$c.log" 2>&1
+      build recipe="$r" allow_quality_fail=1 publish=1 >"$out/build_$c.log" 2>&1
     echo "doit exit $?"
     grep -E "^\.|verdict|pass|fail|unsupported|rror" "$out/build_$c.log" | tail -25
     cp "$KILN_ROOT/manifests/$r.json" "$out/manifests/" 2>/dev/null || echo "no manifest for $r"
