@@ -48,7 +48,7 @@ start)
         tar -C "$WORK/kiln" -xf - && touch "$WORK/kiln/.copied"
     fi
   fi
-  cd "$WORK/kiln" && PYTHON=python3 setsid nohup bash bench/gpu_8b.sh job \
+  cd "$WORK/kiln" && PYTHON=${PYTHON:-python3} setsid nohup bash bench/gpu_8b.sh job \
     >>"$WORK/out/job.log" 2>&1 </dev/null &
   sleep 5
   cat "$WORK/out/job.log"
