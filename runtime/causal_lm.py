@@ -297,7 +297,12 @@ class Bundle:
         self._check_images(arr[:, : len(ids) - generated], [images])
         mask = np.ones_like(arr)
         positions = np.arange(len(ids), dtype=np.int64)[None]
-        positions = self.rope_positions(arr, mask, positions, [images])
+        prompt = len(ids) - generated  # the generated ids' positions step on, as decoding's
+        positions = self.rope_positions(
+            arr[:, :prompt], mask[:, :prompt], positions[:, :prompt], [images]
+        )
+        steps = np.arange(1, generated + 1).reshape(1, generated, *[1] * (positions.ndim - 2))
+        positions = np.concatenate([positions, positions[:, -1:] + steps], axis=1)
         logits, _ = self.forward(arr, mask, positions, self._empty_cache(1), images=images)
         return logits[0]
 

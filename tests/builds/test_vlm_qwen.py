@@ -216,6 +216,9 @@ def test_decode_steps_continue_from_the_largest_position(bundle: Any, hf: tuple[
     assert len(seen) == len(new) >= 2
     assert np.abs(np.stack(seen).reshape(theirs.shape) - theirs).max() < 1e-4
     assert new == theirs.argmax(-1).tolist()
+    # teacher forcing (validate's) steps the generated ids' positions on the same way
+    forced = bundle.logits(ids + new[:-1], features, generated=len(new) - 1)
+    assert np.abs(forced[len(ids) - 1 :] - theirs).max() < 1e-4
 
 
 def _alone(bundle: Any, prompt: tuple[list[int], np.ndarray], new: int = 10) -> list[int]:
