@@ -384,11 +384,15 @@ BIDIRECTIONAL_IMAGES = ("Gemma3ForConditionalGeneration", "PaliGemmaForCondition
 # Architectures whose decoder takes (t, h, w) positions per token (M-RoPE; the ONNX
 # export's position_axes 3, runtime/grid_vlm.py): the inductor programs take 1-D ones.
 MROPE_IMAGES = ("Qwen2_5_VLForConditionalGeneration", "Qwen2VLForConditionalGeneration")
+# Architectures whose pictures are cut into a crop count of their own, each picture its
+# own token sequence (runtime/crops_vlm.py): the inductor bundle's runner expands one
+# sequence for every picture.
+CROPS_IMAGES = ("Idefics3ForConditionalGeneration",)
 
 
 def image_attention_problems(recipe: Recipe, config: dict[str, Any] | None) -> list[Problem]:
-    """An inductor image-text-to-text recipe of an architecture in BIDIRECTIONAL_IMAGES
-    or MROPE_IMAGES, read from its config.json (`config`; None where this host has not
+    """An inductor image-text-to-text recipe of an architecture in BIDIRECTIONAL_IMAGES,
+    MROPE_IMAGES or CROPS_IMAGES, read from its config.json (`config`; None where this host has not
     fetched it: the engine step then refuses the same way,
     builders/causal_lm/backends/_images.py)."""
     if recipe.task != "image-text-to-text" or recipe.build.backend != "inductor" or not config:
@@ -401,6 +405,17 @@ def image_attention_problems(recipe: Recipe, config: dict[str, Any] | None) -> l
                 f"{rotated[0]}'s decoder rotates by (t, h, w) positions (M-RoPE); the "
                 "inductor programs take one position per token, and a picture's tokens "
                 "vary with its grid",
+                _at("build", "backend"),
+                "use build.backend onnxruntime for this checkpoint",
+            )
+        ]
+    cut = [a for a in named if a in CROPS_IMAGES]
+    if cut:
+        return [
+            Problem(
+                f"{cut[0]}'s pictures are cut into as many crops as each one's aspect "
+                "ratio asks, each picture its own token sequence; the inductor bundle's "
+                "runner expands one sequence for every picture",
                 _at("build", "backend"),
                 "use build.backend onnxruntime for this checkpoint",
             )

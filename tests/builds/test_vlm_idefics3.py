@@ -14,6 +14,7 @@ pictures.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -138,3 +139,16 @@ def test_doit_run_answers_about_pictures_of_their_own_crop_counts(idefics3: Worl
     )
     assert out.returncode == 0, out.stderr
     assert "stats: ordinary: 5 tokens" in out.stdout
+
+
+def test_doit_check_refuses_it_on_inductor(tmp_path: Path, hub: Path) -> None:
+    """The inductor bundle's runner expands one sequence for every picture, so kiln
+    does not build crops there yet: doit check says so, at the recipe's backend."""
+    world = make_world(tmp_path, hub, (RECIPE,))
+    build = {"backend": "inductor", "max_batch_size": 2, "prefill_chunk_len": 8}
+    recipe = {"schema_version": 1, "extends": RECIPE, "description": "crops", "build": build}
+    (world.root / "recipes" / "zz-crops.yaml").write_text(json.dumps(recipe))
+    out = world.doit("check")
+    said = out.stderr + out.stdout
+    assert out.returncode == 1 and "recipes/zz-crops.yaml" in said
+    assert "build -> backend: Idefics3ForConditionalGeneration's pictures are cut" in said
