@@ -295,3 +295,29 @@ def test_ngram_drafts_on_inductor_and_its_engine_alone_gets_a_verify_length() ->
         assert [p.location.key_path for p in found if p.location] == [("execution", "variant")]
         assert "inductor backend builds the ordinary and ngram variants only" in found[0].cause
         assert shipped.execution.variant in found[0].cause
+
+
+@pytest.mark.parametrize(
+    ("architecture", "why"),
+    [
+        ("Qwen2_5_VLForConditionalGeneration", "rotates by (t, h, w) positions (M-RoPE)"),
+        ("Qwen2VLForConditionalGeneration", "rotates by (t, h, w) positions (M-RoPE)"),
+        ("Gemma3ForConditionalGeneration", "attend each other both ways"),
+        ("LlavaForConditionalGeneration", ""),
+    ],
+)
+def test_an_inductor_vlm_is_refused_where_its_programs_cannot_say_the_models_attention(
+    architecture: str, why: str
+) -> None:
+    """Read off the fetched config.json: the inductor programs take 1-D positions and a
+    causal mask over slots (tiny-llava-inductor builds)."""
+    data = yaml.safe_load((ROOT / "recipes" / "tiny-qwen2.5-vl.yaml").read_text())
+    data["build"] = {**data["build"], "backend": "inductor", "prefill_chunk_len": 8}
+    recipe = Recipe.model_validate(data)
+    found = buildable.image_attention_problems(recipe, {"architectures": [architecture]})
+    if not why:
+        assert found == []
+        return
+    (problem,) = found
+    assert why in problem.cause and problem.location is not None
+    assert problem.location.key_path == ("build", "backend")
