@@ -104,7 +104,7 @@ job)
     grep -v Warning "$out/decode_$c.txt" | tail -30
   done
   $py - "$out" >"$out/summary.txt" 2>&1 <<'EOF'
-import json, sys
+import json, re, sys
 from pathlib import Path
 
 out = Path(sys.argv[1])
@@ -114,7 +114,16 @@ def lines(name):
 
 
 rows = [json.loads(line) for line in lines("results.jsonl")]
-print("\n".join(lines("watch.txt")))
+weights = out.parent / "catalog" / "checkpoints" / "qwen3-8b-shape" / "model.safetensors"
+size = weights.stat().st_size / 2**30 if weights.exists() else 0.0
+print(f"checkpoint {size:.2f} GiB (bf16; {2 * size:.2f} GiB as the fp32 the builders load)")
+for line in lines("watch.txt"):
+    print(line)
+    found = {k: re.search(rf"peak {k} ([0-9.]+) GiB", line) for k in ("host RSS", "GPU memory")}
+    if size:
+        print("    = " + ", ".join(
+            f"{k} {float(m.group(1)) / size:.2f}x the checkpoint" for k, m in found.items() if m
+        ))
 bundle = {}
 for r in rows:
     rates, bounds = r["tokens_per_s"], r["bound_tokens_per_s"]
