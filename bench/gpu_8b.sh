@@ -99,7 +99,7 @@ job)
     paths=(--paths inductor); [ "$c" = bf16 ] || paths=(--only-bundle)
     watch "bench $r" timeout "${BENCH_SECONDS:-900}" $py bench/decode_gpu.py \
       --checkpoint "$ckpt" --dtype bf16 --recipe "$r" --new-tokens "${NEW:-64}" --rounds 3 \
-      --hf-rounds 0 --batch "${BATCH:-8}" --bandwidth --result "$out/results.jsonl" "${paths[@]}" \
+      --hf-rounds 0 --batch "${BATCH:-8}" --bandwidth --result "$out/results.jsonl" --no-second-load "${paths[@]}" \
       >"$out/decode_$c.txt" 2>&1
     grep -v Warning "$out/decode_$c.txt" | tail -30
   done
