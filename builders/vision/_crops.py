@@ -19,7 +19,9 @@ each value (its right=True rule), and an int torch.full is given its dtype.
 
 The export checks the graph's module against transformers' own get_image_features on
 pictures of several crop counts before anything is written, and the processor's prompt
-for each against runtime/crops_vlm.py's expansion of the placeholder.
+for each against runtime/crops_vlm.py's expansion of the placeholder. It is traced with
+whole pixel masks: every crop the processor makes is S x S, so a real crop's mask is
+all ones (a padding crop, all zeros, is dropped before the tower).
 """
 
 from __future__ import annotations
@@ -105,8 +107,8 @@ def example(crops: int, side: int, seed: int = 0) -> tuple[Any, Any]:
 
 
 def check(request: Request, model: Any, module: Any, side: int) -> None:
-    """The module equals get_image_features on pictures of CHECKED_CROPS crops, with and
-    without the bucketize swap (so the swap is the same count)."""
+    """The module, run with the export's swaps (traceable_bucketize), equals
+    get_image_features, run without them, on pictures of CHECKED_CROPS crops."""
     import torch
 
     for crops in CHECKED_CROPS:
