@@ -167,6 +167,8 @@ def engine_files(
             hooked = _shards.reduce_rows(model, group)
             request.log(f"rank 0 of {world}: {hooked} row-parallel outputs all-reduced")
         names, weights = _prepared(request, model, device, dtype)
+        if dtype != torch.float32:
+            _fp32_logits(model)
         images = None
         if token is not None:
             names, weights = _images.text_weights(model, names, weights)
@@ -227,6 +229,27 @@ def _prepared(request: Request, model: Any, device: str, dtype: Any) -> tuple[li
         if isinstance(module, _fp8_class()):
             module.freeze(device)
     return _weights(model)
+
+
+def _fp32_logits(model: Any) -> None:
+    """A half-precision engine's output projection takes its bf16/fp16 input and weight
+    to fp32 and returns fp32 logits (TensorRT-LLM's logits_dtype float32): rounded to
+    bf16, logits near 25 are 0.125 apart, so two candidates within that of each other
+    tie and argmax takes the lower id whatever the network computed. SmolLM2-135M-
+    Instruct's first answer token to the capital question is such a pair: 'The' over 'L'
+    (id 60) by 0.082 in fp32 (bench/probes/first_token_margin.py); its bf16 bundle
+    answered "L'Étoile, ..." on the H100 in every run. What follows the projection in
+    the model's forward (Gemma's final softcapping) runs in fp32 too. Costs an fp32
+    copy of the projection's weight per call, made by a kernel of the program."""
+    import torch
+
+    head = model.get_output_embeddings()
+
+    def forward(hidden: Any) -> Any:
+        bias = None if head.bias is None else head.bias.float()
+        return torch.nn.functional.linear(hidden.float(), head.weight.float(), bias)
+
+    head.forward = forward
 
 
 def _programs(
@@ -571,7 +594,7 @@ def _step_module(
                     cache_kw: _StaticCache(tuple(cache), slots),
                 },
             )
-            return out.logits  # the engine's dtype: its float() is exact, done by the caller
+            return out.logits  # fp32 (_fp32_logits in half precision)
 
     return Step().eval()
 
