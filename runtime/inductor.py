@@ -21,21 +21,30 @@ without the graphs.
 The engine carries its compiled kernels (runtime/kernels.py): a load installs them
 into this host's Inductor cache and compiles nothing, or refuses where they were built
 for another host (torch, GPU, Triton): it never picks kernels of its own silently.
+It also carries its programs as plain FX graphs (runtime/graphs.py, the decode step's
+with its bookkeeping), which a load hands straight to Inductor
+(torch._inductor.standalone_compile, whose caches then hold every graph): no
+torch.export.load and no Dynamo trace, which were 11 s and ~8 s of a 22 s load of the
+SmolLM2-geometry bundle on the H100 (bench/results/load_profile_2026-12-06.txt). A
+load's phases are in `timings` (bench/probes/load_profile.py prints them).
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import io
 import json
 import sys
+import time
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 
-from runtime import kernels
+from runtime import graphs, kernels
 from runtime.format import BundleError
 
 # torch.compile mode per device when the bundle names none: on CUDA autotuned matmul
@@ -88,6 +97,9 @@ class InductorEngine:
 
         self.torch = torch
         self.device = meta["provider"]
+        # seconds of each phase of this load, in order (bench/probes/load_profile.py)
+        self.timings: dict[str, float] = {}
+        start = time.perf_counter()
         if self.device == "cuda" and not torch.cuda.is_available():
             raise BundleError(f"{file}: this bundle runs on CUDA; this host has no CUDA device")
         with zipfile.ZipFile(file) as archive:
@@ -116,22 +128,46 @@ class InductorEngine:
             if carried and carried.get("folder") and not compile_here:
                 folder = kernels.pinned_folder(carried["folder"])
             else:
-                folder = kernels.cache_folder(kernels.host_key(self.device))
+                own = None if compile_here else kernels.digest(archive)
+                folder = kernels.cache_folder(kernels.host_key(self.device), own)
+            self.timings["read"] = time.perf_counter() - start
             # what this load installed and compiled (the engine step's check prints it)
-            self.kernels = {"installed": 0 if compile_here else kernels.install(archive, folder)}
-            weights = load(archive.read(_weights_member(file, self.program)))
-            programs = {
-                name: torch.export.load(io.BytesIO(archive.read(name)))
-                for name in ("decode.pt2", "prefill.pt2", "verify.pt2")
-                if name in archive.namelist()
-            }
+            with self._timed("install"):
+                installed = 0 if compile_here else kernels.install(archive, folder)
+            self.kernels = {"installed": installed}
+            with self._timed("weights"):
+                weights = load(archive.read(_weights_member(file, self.program)))
+            # the programs as FX graphs (runtime/graphs.py); the build's compile, or a
+            # recompile of a bundle built before them, derives them from the .pt2 programs
+            if graphs.GRAPHS in names:
+                with self._timed("graphs"):
+                    programs = graphs.decode(
+                        archive.read(graphs.GRAPHS), archive.read(graphs.CONSTANTS)
+                    )
+                exported: dict[str, Any] = {}
+            elif compile_here:
+                programs = {}
+                exported = {}
+                for name in graphs.PROGRAMS:
+                    if f"{name}.pt2" in names:
+                        with self._timed(f"export.load {name}"):
+                            member = io.BytesIO(archive.read(f"{name}.pt2"))
+                            exported[name] = torch.export.load(member)
+            else:
+                raise BundleError(
+                    f"{file}: built before inductor engines carried their programs as FX "
+                    f"graphs ({graphs.GRAPHS}; issue 39's load time): rebuild the bundle "
+                    f"(doit build recipe=NAME), or set {kernels.RECOMPILE}=1 to compile here"
+                )
         self.dtype = getattr(torch, self.program["dtype"])
-        self.weights = [weights[n].to(self.device) for n in self.program["weights"]]
+        with self._timed("weights"):
+            self.weights = [weights[n].to(self.device) for n in self.program["weights"]]
         self.batch, self.length = self.program["batch"], self.program["max_seq_len"]
         self.chunk = int(self.program["prefill_chunk_len"])
         # The verify program's tokens; 0 without one (then a chunk of that length, or
         # single steps, verify).
-        self.verify_len = int(self.program.get("verify_len", 0)) if "verify.pt2" in programs else 0
+        has_verify = "verify" in programs or "verify" in exported
+        self.verify_len = int(self.program.get("verify_len", 0)) if has_verify else 0
         self.vocab = int(self.program["vocab_size"])
         self.cache = [
             torch.zeros(shape, dtype=self.dtype, device=self.device)
@@ -147,24 +183,35 @@ class InductorEngine:
         self.history = torch.zeros(b, n, **kw)  # history[:, s]: the token step s chose
         self.bias = torch.zeros(self.vocab, device=self.device)  # -inf bans a token
         self.state = [self.ids, self.positions, self.slots, self.visible, self.bias, self.history]
-        self.steps: dict[int, Callable[..., Any]] = {
-            1: self._compile(
-                _greedy_step(programs["decode.pt2"].module(), len(self.weights)), self.mode
-            )
+        self._program_inputs()
+        inputs = {
+            "decode": [*self.weights, *self.state, *self.cache],
+            "prefill": [*self.weights, *self.chunk_in, *self.cache, *self.features],
+            "verify": [*self.weights, *self.verify_in, *self.cache],
         }
-        if "prefill.pt2" in programs:
-            self.steps[self.chunk] = self._compile(
-                programs["prefill.pt2"].module(), _mode(PREFILL_MODES[self.device])
-            )
-        if self.verify_len:
-            self.steps[self.verify_len] = self._compile(
-                programs["verify.pt2"].module(), _mode(VERIFY_MODES[self.device])
-            )
-        self.graphs: dict[int, Any] = {}  # steps per replay -> captured CUDA graph
-        self.out: Any = None  # the logits of the last decode step
+        # graphs.json and graphs.safetensors when this load derived them (the build's
+        # compile writes them into engine.zip)
+        self.graph_files: tuple[bytes, bytes] | None = None
+        if exported:
+            with self._timed("derive graphs"):
+                step = functools.partial(_greedy_step, count=len(self.weights))
+                self.graph_files = graphs.derive(exported, inputs, step, self._attention)
+            programs = graphs.decode(*self.graph_files)  # compiled as a load reads them
+        modes = {"decode": self.mode, "prefill": _mode(PREFILL_MODES[self.device])}
+        modes["verify"] = _mode(VERIFY_MODES[self.device])
+        steps = {"decode": 1, "prefill": self.chunk, "verify": self.verify_len}
         misses = kernels.Misses()
         tuning = kernels.Tuning() if self.device == "cuda" else None
+        self.steps: dict[int, Callable[..., Any]] = {}
+        for name, gm in programs.items():
+            with self._timed(f"compile {name}"):
+                self.steps[steps[name]] = self._compile(
+                    gm, modes[name], inputs[name], name, compile_here
+                )
+        self.graphs: dict[int, Any] = {}  # steps per replay -> captured CUDA graph
+        self.out: Any = None  # the logits of the last decode step
         self._warm()
+        self.timings["total"] = time.perf_counter() - start
         self.kernels["compiled"] = misses.count()
         tuned = tuning.tuned() if tuning else []
         if tuning:  # CUDA: the kernels timed on the device during this load
@@ -173,7 +220,8 @@ class InductorEngine:
             raise BundleError(
                 f"{file}: {self.kernels['compiled']} graphs were compiled afresh on this load, "
                 "although the engine's kernels were installed (is Inductor's FX-graph cache "
-                "off, TORCHINDUCTOR_FX_GRAPH_CACHE=0?): their numerics were not validated; "
+                "off, TORCHINDUCTOR_FX_GRAPH_CACHE=0, or another process writing this cache "
+                "folder?): their numerics were not validated; "
                 f"rebuild the bundle on this host, or set {kernels.RECOMPILE}=1"
             )
         if tuned and not compile_here:
@@ -187,55 +235,101 @@ class InductorEngine:
                 f"set {kernels.RECOMPILE}=1"
             )
 
-    def _compile(self, fn: Any, mode: str | None) -> Callable[..., Any]:
+    @contextlib.contextmanager
+    def _timed(self, phase: str) -> Iterator[None]:
+        """Adds the block's seconds to the phase's (a CUDA phase's work awaited)."""
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            if self.device == "cuda":
+                self.torch.cuda.synchronize()
+            seconds = time.perf_counter() - start
+            self.timings[phase] = self.timings.get(phase, 0.0) + seconds
+
+    def _compile(
+        self, gm: Any, mode: str | None, inputs: list[Any], name: str, compile_here: bool
+    ) -> Callable[..., Any]:
+        """The program's graph compiled for these inputs by Inductor itself
+        (standalone_compile: no Dynamo; its caches hold the engine's kernels); the
+        callable returns the graph's one output, the logits. The decode step's
+        attention is compiled with DECODE_ATTENTION's backends. A load from the
+        carried kernels compiles in this process alone: Inductor's pool of compile
+        workers (started when its compiler is imported, where Triton is installed)
+        would only take cores from the load (compile_threads is not in its cache keys)."""
         t = self.torch
+        options = dict(t._inductor.list_mode_options(mode)) if mode else {}
         if self.device == "cuda":  # the mode's options, with CUDA_OPTIONS
-            options = dict(t._inductor.list_mode_options(mode)) if mode else {}
             options |= {k: v for k, v in CUDA_OPTIONS.items() if hasattr(t._inductor.config, k)}
-            return cast(
-                Callable[..., Any], t.compile(fn, options=options, fullgraph=True, dynamic=False)
+        attention = self._attention() if name == "decode" else contextlib.nullcontext()
+        alone = t._inductor.config.patch({} if compile_here else {"compile_threads": 1})
+        with t.inference_mode(), attention, alone:
+            compiled = t._inductor.standalone_compile(
+                gm,
+                list(inputs),
+                dynamic_shapes="from_example_inputs",
+                options={"config_patches": options},
             )
-        return cast(Callable[..., Any], t.compile(fn, mode=mode, fullgraph=True, dynamic=False))
+
+        def run(*args: Any) -> Any:
+            return compiled(*args)[0]
+
+        return run
+
+    def _attention(self) -> Any:
+        """On CUDA, the sdpa backends of DECODE_ATTENTION for the engine's dtype (the
+        first that takes the inputs): the attention a graph is traced with."""
+        if self.device != "cuda":
+            return contextlib.nullcontext()
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        names = DECODE_ATTENTION.get(self.program["dtype"], DECODE_ATTENTION["float32"])
+        return sdpa_kernel([getattr(SDPBackend, n) for n in names])
 
     def _warm(self) -> None:
         """Compile every program and capture the CUDA graphs at load, not inside the
         first generation: a bundle's first tokens/s then measures decoding."""
         t = self.torch
         chunk = self.chunk
-        if chunk:  # the prefill chunk's inputs: host arrays are copied into these
-            kw = {"device": self.device, "dtype": t.long}
-            self.chunk_in = [
-                t.zeros(self.batch, chunk, **kw),
-                t.zeros(self.batch, chunk, **kw),
-                t.zeros(chunk, **kw),
-                t.zeros(self.batch, self.length, **kw),
-            ]
-        # the prefill's image features after its cache, as the program takes them
-        shape = self.program.get("image_features")
-        self.features = (
-            [t.zeros(shape, dtype=self.dtype, device=self.device)] if chunk and shape else []
-        )
+        # each program's first call (on CUDA: its kernels' first launch)
+        first = {"first call decode": self._step}
+        if chunk:
+            first["first call prefill"] = self._prefill
         if self.verify_len:
-            self.verify_in = self._inputs(self.verify_len)
+            first["first call verify"] = self._verify
         with t.inference_mode():
             if self.device != "cuda":
-                self.out = self._step()
+                outs = {name: self._first(name, fn) for name, fn in first.items()}
+                self.out = outs["first call decode"]
+                self.chunk_out = outs.get("first call prefill")
+                self.verify_out = outs.get("first call verify")
+            else:
+                self._capture(chunk, first)
+        self.reset()
+
+    def _first(self, phase: str, fn: Callable[[], Any]) -> Any:
+        with self._timed(phase):
+            return fn()
+
+    def _capture(self, chunk: int, first: dict[str, Callable[[], Any]]) -> None:
+        """Each program called three times on a side stream (the first call compiles
+        it), then the CUDA graphs of one step, of BLOCK steps, of the prefill chunk and
+        of the verify program."""
+        t = self.torch
+        side = t.cuda.Stream()
+        side.wait_stream(t.cuda.current_stream())
+        with t.cuda.stream(side):
+            for name, fn in first.items():
+                self._first(name, fn)
+        with t.cuda.stream(side), self._timed("warm calls"):
+            for _ in range(2):
+                self._step()
                 if chunk:
-                    self.chunk_out = self._prefill()
+                    self._prefill()
                 if self.verify_len:
-                    self.verify_out = self._verify()
-                self.reset()
-                return
-            side = t.cuda.Stream()
-            side.wait_stream(t.cuda.current_stream())
-            with t.cuda.stream(side):
-                for _ in range(3):
-                    self._step()
-                    if chunk:
-                        self._prefill()
-                    if self.verify_len:
-                        self._verify()
-            t.cuda.current_stream().wait_stream(side)
+                    self._verify()
+        t.cuda.current_stream().wait_stream(side)
+        with self._timed("cuda graphs"):
             for steps in (1, BLOCK):
                 self.reset()
                 graph = t.cuda.CUDAGraph()
@@ -255,7 +349,18 @@ class InductorEngine:
                 self.verify_graph = t.cuda.CUDAGraph()
                 with t.cuda.graph(self.verify_graph):
                     self.verify_out = self._verify()
-        self.reset()
+
+    def _program_inputs(self) -> None:
+        """The prefill chunk's and the verify program's inputs, on the device: host
+        arrays are copied into these, so a captured graph reads them."""
+        t = self.torch
+        self.chunk_in = self._inputs(self.chunk) if self.chunk else []
+        # the prefill's image features after its cache, as the program takes them
+        shape = self.program.get("image_features")
+        self.features = (
+            [t.zeros(shape, dtype=self.dtype, device=self.device)] if self.chunk and shape else []
+        )
+        self.verify_in = self._inputs(self.verify_len) if self.verify_len else []
 
     def _inputs(self, tokens: int) -> list[Any]:
         """A multi-token program's inputs (ids, positions, slots, mask), on the device:
@@ -276,16 +381,8 @@ class InductorEngine:
         return self.steps[self.verify_len](*self.weights, *self.verify_in, *self.cache)
 
     def _step(self) -> Any:
-        """One decode step. On CUDA its attention is traced with the sdpa backends of
-        DECODE_ATTENTION for the engine's dtype (the first that takes the inputs);
-        every call keeps the same ones, so the compiled step is never retraced."""
-        if self.device != "cuda":
-            return self.steps[1](*self.weights, *self.state, *self.cache)
-        from torch.nn.attention import SDPBackend, sdpa_kernel
-
-        names = DECODE_ATTENTION.get(self.program["dtype"], DECODE_ATTENTION["float32"])
-        with sdpa_kernel([getattr(SDPBackend, n) for n in names]):
-            return self.steps[1](*self.weights, *self.state, *self.cache)
+        """One decode step (its attention's backends chosen at compile: `_compile`)."""
+        return self.steps[1](*self.weights, *self.state, *self.cache)
 
     def reset(self) -> None:
         for t in (*self.cache, self.ids, self.positions, self.slots, self.visible, self.history):

@@ -7,8 +7,8 @@ then stores that folder in engine.zip under `kernels/`, with `kernels.json`: the
 key below and what the build measured. A load installs those files into this host's
 Inductor cache (on CUDA the engine's own pinned folder, /tmp/kiln-inductor-<16 hex>,
 the compile's path: `pinned_folder`; on CPU `cache_folder`: TORCHINDUCTOR_CACHE_DIR
-when set, else $XDG_CACHE_HOME/kiln/inductor/<host key digest>/), where the compile
-that follows finds every graph (Inductor's FX-graph and AOTAutograd caches, with the
+when set, else $XDG_CACHE_HOME/kiln/inductor/<host key digest>/<engine digest>/), where
+the compile that follows finds every graph (Inductor's FX-graph and AOTAutograd caches, with the
 generated C++ libraries on CPU and the Triton binaries on CUDA): the kernels, and the
 autotuned choices among them, are the build's.
 
@@ -169,17 +169,34 @@ def pinned_folder(name: str) -> Path:
     return folder
 
 
-def cache_folder(key: dict[str, str]) -> Path:
+def cache_folder(key: dict[str, str], engine: str | None = None) -> Path:
     """This process's Inductor cache: TORCHINDUCTOR_CACHE_DIR when set (then it is
-    used as it is), else one per host key under the user's cache, set for Inductor."""
+    used as it is), else one per host key under the user's cache, and in it one per
+    engine (`engine`: `digest`), set for Inductor. An engine's own folder holds its
+    files only, as a CUDA engine's pinned folder does: engines loaded side by side
+    (doit's forked workers validate bundles at once) never read or write each other's
+    cache entries; under `doit -n 2` tiny-llama-inductor's validate once found 4 graphs
+    compiled afresh in the folder all engines shared."""
     given = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
     if given:
         return Path(given)
     base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
     folder = base / "kiln" / "inductor" / digest
+    if engine:
+        folder = folder / engine
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(folder)
     return folder
+
+
+def digest(archive: zipfile.ZipFile) -> str:
+    """16 hex of the engine's kernel and graph members (names and CRCs, from the zip's
+    directory: nothing is read): its folder's name under the host's cache."""
+    h = hashlib.sha256()
+    for info in sorted(archive.infolist(), key=lambda i: i.filename):
+        if info.filename.startswith(PREFIX) or info.filename.startswith(("graphs.", META)):
+            h.update(f"{info.filename}\0{info.CRC:08x}\0{info.file_size}\n".encode())
+    return h.hexdigest()[:16]
 
 
 def install(archive: zipfile.ZipFile, folder: Path) -> int:

@@ -235,7 +235,8 @@ def _open(
 
         _, file, meta, compile_here = target
         engine = InductorEngine(Path(file), meta, None, compile_here=compile_here)
-        return engine, {"kernels": engine.kernels, "threads": torch.get_num_threads()}
+        ready = {"kernels": engine.kernels, "threads": torch.get_num_threads()}
+        return engine, {**ready, "graphs": engine.graph_files}
     import importlib
 
     _, path, threads, named = target  # the runner runtime.open chose: "module:Class"

@@ -52,17 +52,28 @@ def test_the_engine_holds_decode_and_prefill_programs_and_one_copy_of_the_weight
 ) -> None:
     import torch
 
+    from runtime import graphs as runtime_graphs
+
     with zipfile.ZipFile(ind.artifact(BUILT, "bundle") / "engine.zip") as archive:
         names = set(archive.namelist())
         program = json.loads(archive.read("program.json"))
         programs = [torch.export.load(io.BytesIO(archive.read(n))) for n in PROGRAMS]
         weights = archive.getinfo("weights.safetensors").file_size
+        graphs = runtime_graphs.decode(
+            archive.read(runtime_graphs.GRAPHS), archive.read(runtime_graphs.CONSTANTS)
+        )
+    # what a load compiles: the decode program with its greedy bookkeeping, the prefill's
+    assert set(graphs) == {"decode", "prefill"}
+    argmax = {k: any("argmax" in str(n.target) for n in g.graph.nodes) for k, g in graphs.items()}
+    assert argmax == {"decode": True, "prefill": False}
     kernels = {n for n in names if n.startswith("kernels/")}
     assert kernels and names - kernels == {
         *PROGRAMS,
         "weights.safetensors",
         "program.json",
         "kernels.json",
+        "graphs.json",
+        "graphs.safetensors",
     }
     assert program["prefill_chunk_len"] == 16 and program["dtype"] == "float32"
     # q/k/v and gate/up run as one matmul each: their weights are stored fused
@@ -246,6 +257,8 @@ def test_the_verify_program_has_the_verify_length_and_reads_the_shared_weights(
         "weights.safetensors",
         "program.json",
         "kernels.json",
+        "graphs.json",
+        "graphs.safetensors",
     }
     assert program["verify_len"] == 5  # max_draft_len 4, plus the last committed token
     assert len(verify.state_dict) == 0 and verify.example_inputs is None

@@ -7,10 +7,12 @@ writes the step's engine.zip with the kernels in it. Two fresh processes
 caches, its GPU memory) takes part:
 
   compile  opens the engine as the runtime does (runtime.inductor.InductorEngine),
-           told to compile here, with an empty Inductor cache folder: every program
+           told to compile here, with an empty Inductor cache folder: the programs
+           become plain FX graphs (runtime/graphs.py: graphs.json, graphs.safetensors,
+           which a load compiles without torch.export.load or Dynamo), and every one
            is compiled, autotuned in CUDA's max-autotune mode, and captured; that
            folder becomes the engine's `kernels/` members, with `kernels.json` (the
-           host key).
+           host key) and the graphs.
   check    opens the engine with those members through runtime.open's own path, in
            another empty cache folder: the load must compile nothing (Inductor's and
            AOTAutograd's cache-miss counters) and, on CUDA, time no kernel to choose
@@ -56,18 +58,23 @@ def compile_kernels(
     with tempfile.TemporaryDirectory(prefix="kiln-kernels-") as tmp:
         compiled = PINNED_ROOT / pinned if pinned else Path(tmp) / "compiled"
         request.log("compiling the programs on this host (Inductor; autotuned on CUDA)")
+        derived = Path(tmp) / "graphs"
         try:
-            made = _child(request, "compile", folder, compiled)
+            made = _child(request, "compile", folder, compiled, derived)
             kernels = cache_files(compiled)
         finally:
             if pinned:
                 shutil.rmtree(compiled, ignore_errors=True)
+        # the programs as the compile read them back (runtime/graphs.py): every load
+        # compiles these graphs, so Inductor's caches find the kernels made from them
+        programs = {p.name: p.read_bytes() for p in sorted(derived.iterdir())}
         carried = {
             "key": made["key"],
             **({"threads": made["threads"]} if "threads" in made else {}),
             **({"folder": pinned} if pinned else {}),
         }
-        added = {**kernels, META: json.dumps(carried, sort_keys=True, indent=1).encode()}
+        meta = json.dumps(carried, sort_keys=True, indent=1).encode()
+        added = {**kernels, **programs, META: meta}
         write_zip(folder / "engine.zip", added, append=True)
         try:
             checked = _child(request, "check", folder, Path(tmp) / "checked")
@@ -89,14 +96,17 @@ def compile_kernels(
     }
 
 
-def _child(request: Request, verb: str, work: Path, cache: Path) -> dict[str, Any]:
+def _child(
+    request: Request, verb: str, work: Path, cache: Path, derived: Path | None = None
+) -> dict[str, Any]:
     from builders.common.child import ChildFailed, run_json
     from runtime.kernels import RECOMPILE
 
     # the child's own Inductor cache; KILN_RECOMPILE of the caller's is not the child's
     env = {"TORCHINDUCTOR_CACHE_DIR": str(cache), RECOMPILE: ""}
+    args = [verb, str(work), *([str(derived)] if derived else [])]
     try:
-        return run_json("builders.causal_lm.backends._kernels", [verb, str(work)], TIMEOUT, env)
+        return run_json("builders.causal_lm.backends._kernels", args, TIMEOUT, env)
     except proc.TimeoutExpired:
         raise request.error(
             f"the engine's {verb} process ran past {TIMEOUT:.0f} s", "see the step's log"
@@ -108,18 +118,21 @@ def _child(request: Request, verb: str, work: Path, cache: Path) -> dict[str, An
         ) from None
 
 
-def main(verb: str, work: Path) -> None:
+def main(verb: str, work: Path, derived: Path | None = None) -> None:
+    """`derived`: where the compile writes the graphs it derived and compiled."""
     engine = json.loads((work / "engine.json").read_text())
     start = time.perf_counter()
     if engine.get("tensor_parallel", 1) > 1:
         out = _ranks(verb, work, engine)
+        files = out.pop("graphs", None)
     elif verb == "compile":
         import torch
 
         from runtime.inductor import InductorEngine
         from runtime.kernels import host_key
 
-        InductorEngine(work / "engine.zip", engine, None, compile_here=True)
+        made = InductorEngine(work / "engine.zip", engine, None, compile_here=True)
+        files = made.graph_files
         out = {"key": host_key(engine["provider"])}
         if engine["provider"] == "cpu":
             out["threads"] = torch.get_num_threads()
@@ -128,6 +141,15 @@ def main(verb: str, work: Path) -> None:
 
         opened: Any = open_engine(work, engine, None)  # an InductorEngine
         out = {"kernels": opened.kernels}
+        files = None
+    if verb == "compile" and derived:
+        from runtime.graphs import CONSTANTS, GRAPHS
+
+        if files is None:
+            raise SystemExit("the compile derived no graphs (engine.zip carries them already?)")
+        derived.mkdir(parents=True, exist_ok=True)
+        (derived / GRAPHS).write_bytes(files[0])
+        (derived / CONSTANTS).write_bytes(files[1])
     print(json.dumps({**out, "seconds": time.perf_counter() - start}))
 
 
@@ -145,7 +167,8 @@ def _ranks(verb: str, work: Path, engine: dict[str, Any]) -> dict[str, Any]:
     finally:
         ranks.close()
     if verb == "compile":
-        return {"key": host_key(engine["provider"]), "threads": ready[0]["threads"]}
+        key = host_key(engine["provider"])
+        return {"key": key, "threads": ready[0]["threads"], "graphs": ready[0]["graphs"]}
     return {"kernels": ready[0]["kernels"]}
 
 
@@ -155,5 +178,6 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("verb", choices=("compile", "check"))
     parser.add_argument("work", type=Path)
+    parser.add_argument("derived", type=Path, nargs="?")
     args = parser.parse_args()
-    main(args.verb, args.work)
+    main(args.verb, args.work, args.derived)
