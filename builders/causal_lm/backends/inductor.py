@@ -167,7 +167,7 @@ def engine_files(
             hooked = _shards.reduce_rows(model, group)
             request.log(f"rank 0 of {world}: {hooked} row-parallel outputs all-reduced")
         names, weights = _prepared(request, model, device, dtype)
-        if dtype != torch.float32:
+        if dtype != torch.float32 and device == "cuda":
             _fp32_logits(model)
         images = None
         if token is not None:
@@ -232,22 +232,28 @@ def _prepared(request: Request, model: Any, device: str, dtype: Any) -> tuple[li
 
 
 def _fp32_logits(model: Any) -> None:
-    """A half-precision engine's output projection takes its bf16/fp16 input and weight
-    to fp32 and returns fp32 logits (TensorRT-LLM's logits_dtype float32): rounded to
+    """A half-precision engine's output projection takes its bf16/fp16 input and weight,
+    returns fp32 logits on CUDA (TensorRT-LLM's logits_dtype float32): rounded to
     bf16, logits near 25 are 0.125 apart, so two candidates within that of each other
     tie and argmax takes the lower id whatever the network computed. SmolLM2-135M-
     Instruct's first answer token to the capital question is such a pair: 'The' over 'L'
     (id 60) by 0.082 in fp32 (bench/probes/first_token_margin.py); its bf16 bundle
     answered "L'Étoile, ..." on the H100 in every run. What follows the projection in
-    the model's forward (Gemma's final softcapping) runs in fp32 too. Costs an fp32
-    copy of the projection's weight per call, made by a kernel of the program."""
+    the model's forward (Gemma's final softcapping) runs in fp32 too. The product is
+    one bf16/fp16 matmul whose fp32 accumulator is its output (mm's out_dtype, CUDA
+    only): the same bytes read. CPU engines keep the model's own projection: there mm
+    takes no out_dtype, and casting the input and weight to fp32 first made the decode
+    step's projection 6.6x slower at SmolLM2's head and 8.2x at Gemma 3's on this
+    2-core host (bench/probes/fp32_logits.py)."""
     import torch
 
     head = model.get_output_embeddings()
 
     def forward(hidden: Any) -> Any:
-        bias = None if head.bias is None else head.bias.float()
-        return torch.nn.functional.linear(hidden.float(), head.weight.float(), bias)
+        rows = hidden.reshape(-1, hidden.shape[-1])
+        out = torch.mm(rows, head.weight.t(), out_dtype=torch.float32)
+        out = out.reshape(*hidden.shape[:-1], out.shape[-1])
+        return out if head.bias is None else out + head.bias.float()
 
     head.forward = forward
 
