@@ -182,7 +182,14 @@ def plain(fn: Any, args: list[Any]) -> Any:
 
     with torch.no_grad():
         exported = torch.export.export(Program(), tuple(args), strict=False)
-    module = exported.run_decompositions({}).module(check_guards=False)
+    decomposed = exported.run_decompositions({})
+    try:  # torch 2.13: no input-check hooks, no _guards_fn submodule
+        module = decomposed.module(check_guards=False)
+    except TypeError:  # a torch whose module() takes no check_guards
+        module = decomposed.module()
+    for node in list(module.graph.nodes):  # the guards' call, where a torch adds one
+        if node.op == "call_module" and node.target == "_guards_fn":
+            module.graph.erase_node(node)
     attrs = {n.target: getattr(module, n.target) for n in module.graph.nodes if n.op == "get_attr"}
     gm = torch.fx.GraphModule(attrs, module.graph)
     gm.graph._codegen = torch.fx.graph.CodeGen()  # flat inputs, a tuple out: no pytree specs
