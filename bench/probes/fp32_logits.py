@@ -62,6 +62,8 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--mode", default="max-autotune-no-cudagraphs")
+    parser.add_argument("--rows", default="1,128", help="comma-separated row counts")
+    parser.add_argument("--heads", default="smollm2,gemma3")
     args = parser.parse_args()
     import torch
 
@@ -72,7 +74,8 @@ def main() -> None:
     name = torch.cuda.get_device_name() if dev == "cuda" else "cpu"
     print(f"torch {torch.__version__}, {name}, mode {args.mode}")
     torch.manual_seed(0)
-    for label, hidden, vocab in (("SmolLM2 head", 576, 49152), ("Gemma 3 270M head", 640, 262144)):
+    heads = {"smollm2": ("SmolLM2 head", 576, 49152), "gemma3": ("Gemma 3 270M head", 640, 262144)}
+    for label, hidden, vocab in (heads[h] for h in args.heads.split(",")):
         plain = torch.nn.Linear(hidden, vocab, bias=False).to(dev, torch.bfloat16).eval()
         kinds: dict[str, Any] = {"bf16 Linear": plain}
         if dev == "cuda":
@@ -84,7 +87,7 @@ def main() -> None:
         cast.weight.data.copy_(plain.weight.data)
         cast.forward = cast_forward(cast)  # type: ignore[method-assign]
         kinds["fp32 casts"] = cast
-        for rows in (1, 128):
+        for rows in (int(r) for r in args.rows.split(",")):
             x = torch.randn(1, rows, hidden, device=dev, dtype=torch.bfloat16)
             exact = x.double() @ plain.weight.double().T
             out = {}

@@ -239,19 +239,27 @@ def _fp32_logits(model: Any) -> None:
     Instruct's first answer token to the capital question is such a pair: 'The' over 'L'
     (id 60) by 0.082 in fp32 (bench/probes/first_token_margin.py); its bf16 bundle
     answered "L'Étoile, ..." on the H100 in every run. What follows the projection in
-    the model's forward (Gemma's final softcapping) runs in fp32 too. The product is
-    one bf16/fp16 matmul whose fp32 accumulator is its output (mm's out_dtype, CUDA
-    only): the same bytes read. CPU engines keep the model's own projection: there mm
-    takes no out_dtype, and casting the input and weight to fp32 first made the decode
-    step's projection 6.6x slower at SmolLM2's head and 8.2x at Gemma 3's on this
-    2-core host (bench/probes/fp32_logits.py)."""
+    the model's forward (Gemma's final softcapping) runs in fp32 too. CPU engines keep
+    the model's own projection (below). Measured on the H100, torch 2.11
+    (bench/probes/fp32_logits.py, bench/results/fp32_logits_2026-12-06.txt):
+    - one row (the decode step at batch 1): the input and weight cast to fp32, which
+      max-autotune fuses into the product's reduction: 1.00x the bf16 head's time.
+      mm's out_dtype there came back bf16 under max-autotune (an Inductor fault);
+    - more rows (prefill chunks, batched decode steps): one bf16/fp16 matmul whose
+      fp32 accumulator is its output (mm's out_dtype): 1.04-1.15x; the casts cost
+      2.0x at 8 rows and 2.8-5.5x at 128.
+    On CPU mm has no out_dtype and the casts made the decode step's head 6.6-8.2x
+    slower on the 2-core host, so CPU engines are left as they were."""
     import torch
 
     head = model.get_output_embeddings()
 
     def forward(hidden: Any) -> Any:
         rows = hidden.reshape(-1, hidden.shape[-1])
-        out = torch.mm(rows, head.weight.t(), out_dtype=torch.float32)
+        if rows.shape[0] == 1:
+            out = torch.nn.functional.linear(rows.float(), head.weight.float())
+        else:
+            out = torch.mm(rows, head.weight.t(), out_dtype=torch.float32)
         out = out.reshape(*hidden.shape[:-1], out.shape[-1])
         return out if head.bias is None else out + head.bias.float()
 
