@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import inspect
 import io
 import json
 import sys
@@ -264,17 +263,14 @@ class InductorEngine:
             options |= {k: v for k, v in CUDA_OPTIONS.items() if hasattr(t._inductor.config, k)}
         attention = self._attention() if name == "decode" else contextlib.nullcontext()
         alone = t._inductor.config.patch({} if compile_here else {"compile_threads": 1})
-        # the graph is this engine's alone: Inductor need not copy it (where its
-        # standalone_compile takes donate_graph_module, as torch 2.13's does)
-        takes = inspect.signature(t._inductor.standalone_compile).parameters
-        donate = "donate_graph_module" in takes
+        # not donate_graph_module (torch 2.13): a donated graph is another cache key
+        # than its copy (a tiny-llama engine compiled from copies missed all 4 graphs)
         with t.inference_mode(), attention, alone:
             compiled = t._inductor.standalone_compile(
                 gm,
                 list(inputs),
                 dynamic_shapes="from_example_inputs",
                 options={"config_patches": options},
-                **({"donate_graph_module": True} if donate else {}),
             )
 
         def run(*args: Any) -> Any:

@@ -152,6 +152,9 @@ def check(file: Path, carried: dict[str, Any] | None, device: str) -> bool:
 # kernel afresh, which the load refuses (on the H100 the validate step's load timed 6
 # pointwise kernels whose choices sat in the deleted compile folder).
 PINNED_ROOT = Path("/tmp")
+# The cache folders set in this process (pinned_folder, cache_folder): a second engine's
+# load gets its own, not the first one's.
+_SET: set[str] = set()
 PINNED = re.compile(r"^kiln-inductor-[0-9a-f]{16}$")
 
 
@@ -166,6 +169,7 @@ def pinned_folder(name: str) -> Path:
         raise BundleError(f"kernels.json names the folder {name!r}, not kiln-inductor-<16 hex>")
     folder = PINNED_ROOT / name
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(folder)
+    _SET.add(str(folder))
     return folder
 
 
@@ -178,7 +182,7 @@ def cache_folder(key: dict[str, str], engine: str | None = None) -> Path:
     cache entries; under `doit -n 2` tiny-llama-inductor's validate once found 4 graphs
     compiled afresh in the folder all engines shared."""
     given = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
-    if given:
+    if given and given not in _SET:  # the user's (a folder set here is the last engine's)
         return Path(given)
     base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
@@ -186,6 +190,7 @@ def cache_folder(key: dict[str, str], engine: str | None = None) -> Path:
     if engine:
         folder = folder / engine
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(folder)
+    _SET.add(str(folder))
     return folder
 
 

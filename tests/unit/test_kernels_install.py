@@ -64,3 +64,32 @@ def test_a_pinned_folder_is_a_kiln_inductor_name_under_the_root(
     for bad in ("../etc", "/tmp/x", "kiln-inductor-XYZ", f"{name}/..", ""):
         with pytest.raises(BundleError, match="kiln-inductor-<16 hex>"):
             kernels.pinned_folder(bad)
+
+
+def test_each_cpu_engine_loads_from_a_folder_of_its_own_unless_the_user_names_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    key = {"torch": "2.13.0+cpu", "device": "cpu"}
+    first = kernels.cache_folder(key, "a" * 16)
+    second = kernels.cache_folder(key, "b" * 16)  # the same process, another engine
+    assert first.parent == second.parent and first != second
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(second)
+    assert first.is_relative_to(tmp_path / "kiln" / "inductor")
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "mine"))
+    assert kernels.cache_folder(key, "c" * 16) == tmp_path / "mine"
+
+
+def test_an_engine_digest_names_its_kernel_and_graph_members(tmp_path: Path) -> None:
+    def digest(files: dict[str, bytes]) -> str:
+        with zipfile.ZipFile(tmp_path / "e.zip", "w") as z:
+            for name, data in files.items():
+                z.writestr(name, data)
+        with zipfile.ZipFile(tmp_path / "e.zip") as z:
+            return kernels.digest(z)
+
+    base = {"kernels/a.py": b"x", "graphs.json": b"{}", "weights.safetensors": b"w"}
+    assert digest(base) == digest({**base, "weights.safetensors": b"other"})
+    assert digest(base) != digest({**base, "kernels/a.py": b"y"})
+    assert digest(base) != digest({**base, "graphs.json": b"[]"})
