@@ -15,7 +15,8 @@ builders or tasks: a bundle runs on a machine that never built it.
   pages.py        an onnxruntime engine's weights moved onto huge pages (MADV_COLLAPSE)
   inductor_lm.py  InductorBundle: KV cache on the device, greedy decoding there (ids only back);
                   InductorSpeculativeBundle: n-gram drafts verified over that cache
-  inductor.py     InductorEngine: torch.export programs, static KV cache, Inductor, CUDA graph
+  inductor.py     InductorEngine: FX graphs, carried kernels, static KV cache, CUDA graphs
+  graphs.py       an engine's programs as plain FX graphs (JSON + safetensors), read back as built
   inductor_vlm.py InductorVisionBundle: VisionBundle whose decoder is the inductor engine
   sharded.py      a tensor-parallel bundle: N rank processes over their weight shards, in step
   kernels.py      an inductor engine's compiled kernels, keyed by host, put in Inductor's cache

@@ -1,7 +1,7 @@
 """Does a half-precision engine's fp32-logits output projection export, compile and
 run on this host, what does it cost, and how close is it to fp32 (issue 39)?
 
-builders/causal_lm/backends/inductor.py `_fp32_logits` replaces a CUDA engine's output
+builders/causal_lm/backends/inductor.py `fp32_logits` replaces a CUDA engine's output
 projection's forward by one bf16 matmul with fp32 output (torch.mm out_dtype, which
 CPU kernels lack). This probe applies it to a Linear of SmolLM2's and Gemma 3 270M's
 head shapes (CUDA only), and, for comparison, the form a CPU would need (input and
@@ -67,7 +67,7 @@ def main() -> None:
     args = parser.parse_args()
     import torch
 
-    from builders.causal_lm.backends.inductor import _fp32_logits
+    from builders.causal_lm.backends.inductor import fp32_logits
 
     dev = args.device
     sync = torch.cuda.synchronize if dev == "cuda" else (lambda: None)
@@ -81,7 +81,7 @@ def main() -> None:
         if dev == "cuda":
             fp32 = torch.nn.Linear(hidden, vocab, bias=False).to(dev, torch.bfloat16).eval()
             fp32.weight.data.copy_(plain.weight.data)
-            _fp32_logits(Model(fp32))
+            fp32_logits(Model(fp32))
             kinds["fp32 logits"] = fp32
         cast = torch.nn.Linear(hidden, vocab, bias=False).to(dev, torch.bfloat16).eval()
         cast.weight.data.copy_(plain.weight.data)

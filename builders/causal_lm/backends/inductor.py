@@ -168,7 +168,7 @@ def engine_files(
             request.log(f"rank 0 of {world}: {hooked} row-parallel outputs all-reduced")
         names, weights = _prepared(request, model, device, dtype)
         if dtype != torch.float32 and device == "cuda":
-            _fp32_logits(model)
+            fp32_logits(model)
         images = None
         if token is not None:
             names, weights = _images.text_weights(model, names, weights)
@@ -231,7 +231,7 @@ def _prepared(request: Request, model: Any, device: str, dtype: Any) -> tuple[li
     return _weights(model)
 
 
-def _fp32_logits(model: Any) -> None:
+def fp32_logits(model: Any) -> None:
     """A half-precision engine's output projection takes its bf16/fp16 input and weight,
     returns fp32 logits on CUDA (TensorRT-LLM's logits_dtype float32): rounded to
     bf16, logits near 25 are 0.125 apart, so two candidates within that of each other
@@ -608,7 +608,7 @@ def _step_module(
                     cache_kw: _StaticCache(tuple(cache), slots),
                 },
             )
-            return out.logits  # fp32 (_fp32_logits in half precision)
+            return out.logits  # fp32 (fp32_logits in half precision)
 
     return Step().eval()
 
