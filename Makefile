@@ -74,6 +74,8 @@ clean:
 # does not build (int8-wo and int4-awq with their fused-kernel checks first), checked
 # against their manifests (tests/builds/test_real_chat.py);
 # and Gemma 3 270M from its four chunk wheels, fp32 and int4-awq
-# (tests/builds/test_real_gemma.py).
+# (tests/builds/test_real_gemma.py); and 50 SIGKILLed builds where CI kills 25
+# (tests/hardening/test_crash.py).
 nightly: install
 	KILN_NIGHTLY=1 $(BIN)/python -m pytest tests/builds/test_breadth.py tests/builds/test_large_model.py tests/builds/test_real_chat.py tests/builds/test_real_gemma.py -k "nightly or large"
+	KILN_CRASH_KILLS=50 $(BIN)/python -m pytest tests/hardening/test_crash.py

@@ -9,7 +9,8 @@ build's. Before each build the store is rolled back to a step chosen in turn, so
 kills land in every step, the manifest write included.
 
 Two stores are killed side by side (2 cores); KILN_CRASH_KILLS sets the total
-(default 50) and KILN_CRASH_SEED the random seed.
+(default 25 in CI, where the run also keeps going until every step that writes an
+artifact has been hit; `make nightly` sets 50) and KILN_CRASH_SEED the random seed.
 """
 
 from __future__ import annotations
@@ -184,9 +185,9 @@ class Crasher:
         assert proc.returncode in (0, 6), out  # 6: stale temp dirs of the killed build
 
 
-def test_fifty_sigkills_never_corrupt_the_store(tmp_path: Path, hub: Path, built: World) -> None:
+def test_sigkills_never_corrupt_the_store(tmp_path: Path, hub: Path, built: World) -> None:
     clean = built.manifest(RECIPE)["lock"]
-    wanted = int(os.environ.get("KILN_CRASH_KILLS", "50"))
+    wanted = int(os.environ.get("KILN_CRASH_KILLS", "25"))
     seed = int(os.environ.get("KILN_CRASH_SEED", "20261129"))
     tally = Tally()
     crashers = [
