@@ -22,15 +22,22 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import ROOT, World, bundle_dir, heavy, make_world, two_images
+from conftest import (
+    CIRCLE,
+    ROOT,
+    SQUARE,
+    STRIPES,
+    World,
+    bundle_dir,
+    check_pictures_survive_batches_and_chunks,
+    heavy,
+    make_world,
+    two_images,
+)
 
 pytestmark = heavy
 
 RECIPE = "tiny-idefics3"
-IMAGES = ROOT / "builders" / "data" / "images"
-CIRCLE, SQUARE, STRIPES = (
-    IMAGES / n for n in ("circle_64x48.png", "square_200x120.jpg", "stripes_37x91.png")
-)
 QUESTION = "What is in the picture?"
 
 
@@ -103,20 +110,8 @@ def test_two_pictures_of_different_crop_counts_are_the_processors_ids_and_logits
     assert np.abs(bundle.logits(ids, features) - theirs).max() < 1e-4
 
 
-def _alone(bundle: Any, prompt: tuple[list[int], np.ndarray], new: int = 10) -> list[int]:
-    return list(bundle.generate_images([prompt], new).tokens[0])
-
-
 def test_batches_and_chunked_prefill_keep_each_rows_pictures(bundle: Any) -> None:
-    short = bundle.ask("Colour?", [SQUARE])
-    long = bundle.ask("Which way do the stripes run, and how many are there?", [STRIPES, CIRCLE])
-    alone = [_alone(bundle, short), _alone(bundle, long)]
-    assert [list(t) for t in bundle.generate_images([short, long], 10).tokens] == alone
-    bundle.prefill_chunk_len = 5  # chunks that cut through the crops' rows
-    try:
-        assert [_alone(bundle, short), _alone(bundle, long)] == alone
-    finally:
-        bundle.prefill_chunk_len = 0
+    check_pictures_survive_batches_and_chunks(bundle)
 
 
 def test_pictures_without_their_grids_are_refused(bundle: Any) -> None:

@@ -24,16 +24,24 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import ROOT, World, bundle_dir, heavy, make_world, two_images
+from conftest import (
+    CIRCLE,
+    ROOT,
+    SQUARE,
+    STRIPES,
+    World,
+    alone,
+    bundle_dir,
+    check_pictures_survive_batches_and_chunks,
+    heavy,
+    make_world,
+    two_images,
+)
 
 pytestmark = heavy
 
 RECIPE = "tiny-qwen2.5-vl"
 QWEN2 = "tiny-qwen2-vl"
-IMAGES = ROOT / "builders" / "data" / "images"
-CIRCLE, SQUARE, STRIPES = (
-    IMAGES / n for n in ("circle_64x48.png", "square_200x120.jpg", "stripes_37x91.png")
-)
 QUESTION = "What is in the picture?"
 
 
@@ -221,20 +229,8 @@ def test_decode_steps_continue_from_the_largest_position(bundle: Any, hf: tuple[
     assert np.abs(forced[len(ids) - 1 :] - theirs).max() < 1e-4
 
 
-def _alone(bundle: Any, prompt: tuple[list[int], np.ndarray], new: int = 10) -> list[int]:
-    return list(bundle.generate_images([prompt], new).tokens[0])
-
-
 def test_batches_and_chunked_prefill_keep_each_rows_pictures_and_positions(bundle: Any) -> None:
-    short = bundle.ask("Colour?", [SQUARE])
-    long = bundle.ask("Which way do the stripes run, and how many are there?", [STRIPES, CIRCLE])
-    alone = [_alone(bundle, short), _alone(bundle, long)]
-    assert [list(t) for t in bundle.generate_images([short, long], 10).tokens] == alone
-    bundle.prefill_chunk_len = 5  # chunks that cut through the pictures' rows
-    try:
-        assert [_alone(bundle, short), _alone(bundle, long)] == alone
-    finally:
-        bundle.prefill_chunk_len = 0
+    check_pictures_survive_batches_and_chunks(bundle)
 
 
 def test_the_prefix_cache_reuses_text_and_never_another_pictures_prompt(bundle: Any) -> None:
@@ -242,13 +238,13 @@ def test_the_prefix_cache_reuses_text_and_never_another_pictures_prompt(bundle: 
     cold = list(bundle.generate([text], 8).tokens[0])
     circle = bundle.ask(QUESTION, [CIRCLE])
     other = bundle.ask(QUESTION, [STRIPES])  # another grid: other ids as well
-    pictured = _alone(bundle, other)
+    pictured = alone(bundle, other)
     bundle.enable_prefix_cache(entries=2)
     try:
         bundle.generate([text], 8)
         assert list(bundle.generate([text], 8).tokens[0]) == cold and bundle.last_reused > 0
-        _alone(bundle, circle)
-        assert _alone(bundle, other) == pictured and bundle.last_reused == 0
+        alone(bundle, circle)
+        assert alone(bundle, other) == pictured and bundle.last_reused == 0
     finally:
         bundle.prefix_cache = None
 
