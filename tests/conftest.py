@@ -379,3 +379,16 @@ def check_pictures_survive_batches_and_chunks(bundle: Any) -> None:
         assert [alone(bundle, short), alone(bundle, long)] == each
     finally:
         bundle.prefill_chunk_len = 0
+
+
+def check_fp32_vlm_record(record: dict[str, Any]) -> None:
+    """An fp32 vision-language manifest record that passed as the vlm-fp32 gates ask:
+    tokens and pixels exact, logits within 1e-4, and the image read as the reference
+    reads it (its sensitivity to another picture within 1%)."""
+    assert record["verdict"] == "pass", record["gates"]
+    metrics = record["metrics"]
+    assert metrics["token_match_rate"] == 1.0 and metrics["tokenizer_match_rate"] == 1.0
+    assert metrics["max_abs_logit_diff"] < 1e-4
+    assert metrics["max_abs_pixel_diff"] <= 1e-6
+    assert metrics["reference_image_sensitivity"] > 0.1
+    assert 0.99 < metrics["image_sensitivity_ratio"] < 1.01
