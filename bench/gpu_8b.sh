@@ -15,7 +15,7 @@
 #                                    $WORK/kiln, the job started in the background with
 #                                    setsid, so that it outlives the call; returns at once)
 #   bash bench/gpu_8b.sh wait SECS   waits up to SECS for the job, prints its progress,
-#                                    packs $WORK/out into $OUT/results.tar.gz (and
+#                                    packs $WORK/out into $OUT/results8.tar.gz (and
 #                                    summary.txt beside it); call again until "job done"
 #
 # The machine stays up 30 s after a call: make the calls back to back. Settings (env):
@@ -95,7 +95,9 @@ job)
       echo "no bundle for $r ($bundle): no bench"
       continue
     fi
-    # the bench: HF in bf16 is the baseline of both; the hand-written step with bf16 only
+    # the bench: HF in bf16 is the baseline of both; the hand-written step with bf16 only.
+    # Alone on the GPU: after any evidence job of bench/gpu_real.sh on the same machine
+    while pgrep -f "gpu_real.sh jo[b]" >/dev/null; do sleep 5; done
     paths=(--paths inductor); [ "$c" = bf16 ] || paths=(--only-bundle)
     watch "bench $r" timeout "${BENCH_SECONDS:-900}" $py bench/decode_gpu.py \
       --checkpoint "$ckpt" --dtype bf16 --recipe "$r" --new-tokens "${NEW:-64}" --rounds 3 \
@@ -155,7 +157,7 @@ wait)
   cat "$WORK/out/watch.txt" 2>/dev/null
   nvidia-smi --query-gpu=memory.used --format=csv,noheader; df -h "$WORK" | tail -1
   cp "$WORK/out/summary.txt" "$OUT/" 2>/dev/null
-  tar -czf "$OUT/results.tar.gz" -C "$WORK/out" .
+  tar -czf "$OUT/results8.tar.gz" -C "$WORK/out" .
   ;;
 *)
   echo "usage: bash bench/gpu_8b.sh start | wait SECONDS | job" >&2

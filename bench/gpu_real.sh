@@ -21,7 +21,8 @@
 # The job (in /tmp/kiln, store /tmp/kiln/.kiln/store, kept between starts): the
 # evidence builds (bench/gpu_evidence.sh: doit build publish=1), then per recipe
 # `doit run chat=1` of the capital question, then for the recipes named in PROBE the
-# determinism probe (bench/probes/determinism_gpu.py), for those in PATHS the probe that
+# determinism probe (bench/probes/determinism_gpu.py), for those in LOADS the load
+# profile (bench/probes/load_profile.py, 3 processes), for those in PATHS the probe that
 # splits a divergence by program (bench/probes/determinism_paths.py), and for those in BENCH
 # bench/decode_gpu.py through the bundle against HF generate and the hand-written
 # Inductor step. The machine stays up 30 s between calls: make them back to back.
@@ -88,6 +89,11 @@ job)
         ${env:+--env "$env"} >>/tmp/out/paths.txt 2>&1
     done
   done
+  for r in ${LOADS:-}; do  # where the load goes, 3 fresh processes (bench/probes/load_profile.py)
+    echo "== $r $(nvidia-smi --query-gpu=name --format=csv,noheader)" >>/tmp/out/load.txt
+    timeout 600 python3 bench/probes/load_profile.py "$(python3 bench/artifact.py "$r" bundle)" \
+      --runs 3 >>/tmp/out/load.txt 2>&1
+  done
   for spec in ${BENCH:-}; do  # RECIPE:DTYPE
     r=${spec%%:*}
     checkpoint=$(python3 bench/artifact.py "$r" import)/checkpoint
@@ -103,6 +109,7 @@ wait)
   tail -30 /tmp/out/job.log /tmp/out/evidence.txt 2>/dev/null
   grep -hE "^(==|The|Paris|  )|capital|tokens/s" /tmp/out/run.txt 2>/dev/null | tail -30
   tail -25 /tmp/out/determinism.txt /tmp/out/decode.txt 2>/dev/null
+  grep -hE "^==|open" /tmp/out/load.txt 2>/dev/null | tail -12
   grep -v "process .* done" /tmp/out/paths.txt 2>/dev/null | tail -40
   tar -czf "$OUT/results.tar.gz" -C /tmp/out . /tmp/kiln/manifests
   ;;
