@@ -16,7 +16,11 @@ caches, keyed by the graph, find the build's kernels.
                         node's op, name, target and arguments, in graph order; a target
                         is an operator's qualified name (aten::mm.default), an argument
                         a JSON value or a tagged one (a node, a dtype, a device, a list)
-    graphs.safetensors  the graphs' constant tensors (get_attr targets), "<name>/<attr>"
+    graphs.safetensors  the graphs' constant tensors (get_attr targets), "<name>/<attr>";
+                        safetensors keeps no device, so graphs.json's "devices" names each
+                        one's ({"<name>/<attr>": "cuda:0"}): a CUDA program's lifted
+                        constants read back on the CPU fail its _assert_tensor_metadata
+                        ("Tensor device mismatch! Expected: cuda:0, Got: cpu")
 
 The decode graph is the decode program with the greedy bookkeeping
 (runtime/inductor.py _greedy_step), exported as one function, as torch.compile used to
@@ -45,17 +49,19 @@ def encode(graphs: dict[str, Any]) -> tuple[bytes, bytes]:
     """graphs.json and graphs.safetensors for {name: plain GraphModule}."""
     from safetensors.torch import save
 
-    programs, constants = {}, {}
+    programs, constants, devices = {}, {}, {}
     for name, gm in graphs.items():
         nodes = []
         for node in gm.graph.nodes:
             if node.op == "get_attr":
-                constants[f"{name}/{node.target}"] = getattr(gm, node.target).contiguous()
+                tensor = getattr(gm, node.target)
+                constants[f"{name}/{node.target}"] = tensor.contiguous()
+                devices[f"{name}/{node.target}"] = str(tensor.device)
             nodes.append(
                 [node.op, node.name, _target(node), _arg(node.args), _arg(dict(node.kwargs))]
             )
         programs[name] = {"nodes": nodes}
-    body = {"schema_version": SCHEMA_VERSION, "programs": programs}
+    body = {"schema_version": SCHEMA_VERSION, "programs": programs, "devices": devices}
     return json.dumps(body, sort_keys=True).encode(), save(constants)
 
 
@@ -71,6 +77,8 @@ def decode(text: bytes, constants: bytes) -> dict[str, Any]:
             f"{SCHEMA_VERSION}: rebuild the bundle"
         )
     tensors = load(constants)
+    for key, device in body.get("devices", {}).items():
+        tensors[key] = tensors[key].to(device)
     out = {}
     for name, program in body["programs"].items():
         graph = torch.fx.Graph()

@@ -40,3 +40,25 @@ def test_a_graph_of_another_schema_is_refused_with_the_fix() -> None:
     text = json.dumps({"schema_version": 99, "programs": {}}).encode()
     with pytest.raises(BundleError, match="rebuild the bundle"):
         graphs.decode(text, graphs.encode({})[1])
+
+
+def test_each_constant_reads_back_on_the_device_it_was_written_from() -> None:
+    """safetensors keeps no device: a CUDA program's lifted constant read back on the
+    CPU failed every CUDA engine's compile (_assert_tensor_metadata: "Expected: cuda:0,
+    Got: cpu", the H100 run of 2026-12-06). graphs.json names each constant's device and
+    the load puts it there; this host has no CUDA, so the name is edited to meta."""
+    import json
+
+    import torch
+
+    from runtime import graphs
+
+    table = torch.arange(6.0).reshape(2, 3)
+    gm = graphs.plain(lambda x: x @ table.T, [torch.randn(1, 3)])
+    text, constants = graphs.encode({"step": gm})
+    body = json.loads(text)
+    assert body["devices"] and set(body["devices"].values()) == {"cpu"}
+    body["devices"] = dict.fromkeys(body["devices"], "meta")
+    back = graphs.decode(json.dumps(body).encode(), constants)["step"]
+    held = [getattr(back, n.target) for n in back.graph.nodes if n.op == "get_attr"]
+    assert held and all(t.device.type == "meta" for t in held)
