@@ -14,7 +14,8 @@ builders or tasks: a bundle runs on a machine that never built it.
   backends.py     engine backends behind one run(): onnxruntime, aoti, tensorrt
   pages.py        an onnxruntime engine's weights moved onto huge pages (MADV_COLLAPSE)
   inductor_lm.py  InductorBundle: KV cache on the device, greedy decoding there (ids only back);
-                  InductorSpeculativeBundle: n-gram drafts verified over that cache
+                  InductorSpeculativeBundle: n-gram, DFlash, DSpark drafts verified over that cache
+  inductor_drafter.py InductorBlock: the DFlash/DSpark drafter's passes on the engine's programs
   inductor.py     InductorEngine: FX graphs, carried kernels, static KV cache, CUDA graphs
   graphs.py       an engine's programs as plain FX graphs (JSON + safetensors), read back as built
   inductor_vlm.py InductorVisionBundle: VisionBundle whose decoder is the inductor engine
@@ -26,11 +27,12 @@ builders or tasks: a bundle runs on a machine that never built it.
   seq2seq.py      Seq2Seq and Speech: encode once, decode greedily or by beams (builders/seq2seq/)
   beams.py        beam search over one input's decoder rows, by transformers' rules
   audio.py        WAV reading and Whisper's log-mel features, in numpy
-  images.py       image files read safely; CLIP, SigLIP, Qwen2-VL, Idefics3 pixels, in numpy
+  images.py       image files read safely; CLIP, SigLIP, Qwen2-VL, Idefics3, InternVL pixels
   vlm.py          VisionBundle: images -> vision program -> features merged in the decoder
   grid_vlm.py     GridVisionBundle: pictures of their own grids, M-RoPE positions (Qwen2.5-VL)
   mrope.py        those grids' 3-D rotary positions and vision index inputs, in numpy
-  crops_vlm.py    CropsVisionBundle: pictures cut into crops, each its own sequence (Idefics3)
+  crops_vlm.py    CropsVisionBundle: pictures cut into crops, each its own sequence (Idefics3,
+                  InternVL)
 
 Modules import heavy libraries (onnxruntime, tokenizers, torch) inside functions; no
 module imports one that imports it back (tests/unit/test_runtime_open.py checks both
@@ -82,14 +84,17 @@ RUNNERS: dict[str, dict[str, str]] = {
 # KV cache on the device, so its bundles run through their own forward.
 BACKEND_RUNNERS: dict[tuple[str, str, str], str] = {
     ("text-generation", "ordinary", "inductor"): "runtime.inductor_lm:InductorBundle",
-    ("text-generation", "ngram", "inductor"): "runtime.inductor_lm:InductorSpeculativeBundle",
+    **{
+        ("text-generation", v, "inductor"): "runtime.inductor_lm:InductorSpeculativeBundle"
+        for v in ("ngram", "dflash", "dspark")
+    },
     ("image-text-to-text", "ordinary", "inductor"): "runtime.inductor_vlm:InductorVisionBundle",
 }
 # A vision program whose pictures are each their own grid, before an M-RoPE decoder
 # (bundle.json vision.layout; Qwen2.5-VL): its runner computes the grids' positions.
 VISION_RUNNERS: dict[str, str] = {
     "grid": "runtime.grid_vlm:GridVisionBundle",
-    "crops": "runtime.crops_vlm:CropsVisionBundle",  # pictures cut into crops (Idefics3)
+    "crops": "runtime.crops_vlm:CropsVisionBundle",  # pictures cut into crops (Idefics3, InternVL)
 }
 _PUBLIC = {
     "Bundle": "runtime.causal_lm",

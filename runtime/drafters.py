@@ -189,45 +189,65 @@ class ChainDrafter:
         return drafts, _stack(qs)
 
 
+class OrtBlock:
+    """BlockDrafter's two passes on the bundle's onnxruntime engines: the backbone with
+    its explicit context cache (drafter), DSpark's heads (drafter_markov)."""
+
+    def __init__(self, bundle: Any, dspark: bool) -> None:
+        self.layer = Engine(bundle, "drafter")
+        self.heads = Engine(bundle, "drafter_markov") if dspark else None
+
+    def block(self, feats: list[np.ndarray], ids: list[int]) -> tuple[np.ndarray, np.ndarray]:
+        """Logits [n, V] and hidden rows [n, H] of the block `ids` at the positions after
+        `feats`, the target's features not yet in the context cache added to it first
+        (context keys/values never go stale: they are committed)."""
+        start, ctx, n = len(feats), self.layer.length, len(ids)
+        out = self.layer.run(
+            {
+                "context": np.stack(feats[ctx:start])[None].astype(np.float32),
+                "context_positions": np.arange(ctx, start, dtype=np.int64)[None],
+                "block_ids": np.asarray([ids], np.int64),
+                "block_positions": np.arange(start, start + n, dtype=np.int64)[None],
+            }
+        )
+        return out["logits"][0], out["hidden_out"][0]
+
+    def markov(self, hidden: Any, prev: int) -> tuple[np.ndarray, float]:
+        """DSpark's Markov bias [V] and confidence for one slot's hidden row [1, H]."""
+        assert self.heads is not None
+        head = self.heads.run({"hidden": hidden, "prev_ids": np.asarray([prev], np.int64)})
+        return head["bias"][0], float(head["confidence"][0])
+
+
 class BlockDrafter:
     """DFlash: block [last, mask x k], slot j (j >= 1) proposes token start + j.
     DSpark: block [last, mask x (k-1)], slot j proposes token start + j + 1, with the
-    Markov bias of the token before it and a confidence cut."""
+    Markov bias of the token before it and a confidence cut. `passes` runs the
+    backbone and the heads: onnxruntime's engines (OrtBlock), or the inductor engine's
+    programs (runtime/inductor_drafter.py)."""
 
-    def __init__(self, bundle: Any) -> None:
+    def __init__(self, bundle: Any, passes: Any = None) -> None:
         meta = bundle.meta["drafter"]
-        self.layer = Engine(bundle, "drafter")
-        self.markov = Engine(bundle, "drafter_markov") if meta["kind"] == "dspark" else None
+        self.dspark = meta["kind"] == "dspark"
+        self.passes = passes if passes is not None else OrtBlock(bundle, self.dspark)
         self.mask = int(meta["mask_token_id"])
         self.threshold = float(bundle.spec.get("confidence_threshold", 0.0))
 
     def propose(
         self, tokens: list[int], feats: list[np.ndarray], k: int, sampler: Sampler
     ) -> tuple[list[int], np.ndarray | None]:
-        start = len(feats)
-        ctx = self.layer.length  # context keys/values never go stale: they are committed
-        slots = k if self.markov is not None else k + 1
-        out = self.layer.run(
-            {
-                "context": np.stack(feats[ctx:start])[None].astype(np.float32),
-                "context_positions": np.arange(ctx, start, dtype=np.int64)[None],
-                "block_ids": np.asarray([[tokens[-1]] + [self.mask] * (slots - 1)], np.int64),
-                "block_positions": np.arange(start, start + slots, dtype=np.int64)[None],
-            }
-        )
-        logits, hidden = out["logits"][0], out["hidden_out"][0]
-        if self.markov is None:
+        slots = k if self.dspark else k + 1
+        logits, hidden = self.passes.block(feats, [tokens[-1]] + [self.mask] * (slots - 1))
+        if not self.dspark:
             picks = [_pick(logits[j], sampler) for j in range(1, slots)]
             return [x for x, _ in picks], _stack([q for _, q in picks if q is not None])
         drafts, qs = [], []
         prev = tokens[-1]
         for j in range(slots):
-            head = self.markov.run(
-                {"hidden": hidden[j : j + 1], "prev_ids": np.asarray([prev], np.int64)}
-            )
-            if float(head["confidence"][0]) < self.threshold:
+            bias, confidence = self.passes.markov(hidden[j : j + 1], prev)
+            if confidence < self.threshold:
                 break  # the drafter expects rejection from here on; verify fewer
-            x, q = _pick(logits[j] + head["bias"][0], sampler)
+            x, q = _pick(logits[j] + bias, sampler)
             drafts.append(x)
             if q is not None:
                 qs.append(q)

@@ -7,7 +7,11 @@ engine also has a verify program of exactly max_draft_len + 1 tokens (program.js
 CUDA graph of its own like the prefill chunk. An image-text-to-text engine's prefill
 program also takes image features, zero-padded to its static rows (program.json
 "image_features"; builders/causal_lm/backends/_images.py): `call` writes a chunk's
-rows into that buffer.
+rows into that buffer. A drafting engine (dflash, dspark: program.json "drafter";
+builders/causal_lm/backends/_drafter.py) also holds its drafter's programs, `draft` and
+`markov`, over their own static context cache, and its target programs return (logits,
+the drafter's hidden states): `call` keeps the last call's in `hidden`
+(runtime/inductor_drafter.py drives the drafter).
 
 The decode step is compiled together with its bookkeeping: the greedy token (argmax
 of the logits plus a bias row that bans tokens, e.g. EOS while it is suppressed) is
@@ -83,6 +87,10 @@ BLOCK = 16
 # H100 (bench/results/gpu_real_2026-12-05.txt). The cost is the few percent those
 # tunings gain.
 CUDA_OPTIONS = {"coordinate_descent_tuning": False, "dynamic_scale_rblock": False}
+# A drafting engine's drafter programs (builders/causal_lm/backends/_drafter.py), loaded,
+# derived and compiled as the target's are; run outside CUDA graphs, between the
+# target's calls.
+DRAFTER_PROGRAMS = ("draft", "markov")
 
 
 class InductorEngine:
@@ -148,7 +156,7 @@ class InductorEngine:
             elif compile_here:
                 programs = {}
                 exported = {}
-                for name in graphs.PROGRAMS:
+                for name in (*graphs.PROGRAMS, *DRAFTER_PROGRAMS):
                     if f"{name}.pt2" in names:
                         with self._timed(f"export.load {name}"):
                             member = io.BytesIO(archive.read(f"{name}.pt2"))
@@ -188,7 +196,9 @@ class InductorEngine:
             "decode": [*self.weights, *self.state, *self.cache],
             "prefill": [*self.weights, *self.chunk_in, *self.cache, *self.features],
             "verify": [*self.weights, *self.verify_in, *self.cache],
+            **self._drafter_inputs(weights),
         }
+        self.hidden: Any = None  # the drafter's hidden states of the last call, if any
         # graphs.json and graphs.safetensors when this load derived them (the build's
         # compile writes them into engine.zip)
         self.graph_files: tuple[bytes, bytes] | None = None
@@ -203,11 +213,15 @@ class InductorEngine:
         misses = kernels.Misses()
         tuning = kernels.Tuning() if self.device == "cuda" else None
         self.steps: dict[int, Callable[..., Any]] = {}
+        self.drafting: dict[str, Callable[..., Any]] = {}  # the drafter's programs
         for name, gm in programs.items():
             with self._timed(f"compile {name}"):
-                self.steps[steps[name]] = self._compile(
-                    gm, modes[name], inputs[name], name, compile_here
-                )
+                mode = modes.get(name, modes["verify"])  # the drafter's: few rows, as verify's
+                compiled = self._compile(gm, mode, inputs[name], name, compile_here)
+            if name in DRAFTER_PROGRAMS:
+                self.drafting[name] = compiled
+            else:
+                self.steps[steps[name]] = compiled
         self.graphs: dict[int, Any] = {}  # steps per replay -> captured CUDA graph
         self.out: Any = None  # the logits of the last decode step
         self._warm()
@@ -274,7 +288,8 @@ class InductorEngine:
             )
 
         def run(*args: Any) -> Any:
-            return compiled(*args)[0]
+            out = compiled(*args)
+            return out[0] if len(out) == 1 else tuple(out)
 
         return run
 
@@ -300,6 +315,8 @@ class InductorEngine:
         if self.verify_len:
             first["first call verify"] = self._verify
         with t.inference_mode():
+            for name, fn in self.drafting.items():  # zeros in, as the compile's examples
+                self._first(f"first call {name}", functools.partial(fn, *self.drafter_in[name]))
             if self.device != "cuda":
                 outs = {name: self._first(name, fn) for name, fn in first.items()}
                 self.out = outs["first call decode"]
@@ -364,6 +381,41 @@ class InductorEngine:
         )
         self.verify_in = self._inputs(self.verify_len) if self.verify_len else []
 
+    def _drafter_inputs(self, weights: dict[str, Any]) -> dict[str, list[Any]]:
+        """The drafter programs' inputs (weights, then the module docstring's of
+        builders/causal_lm/backends/_drafter.py), on the device; {} without a drafter."""
+        meta = self.program.get("drafter")
+        self.drafter_cache: list[Any] = []
+        self.drafter_in: dict[str, list[Any]] = {}
+        if not meta:
+            return {}
+        t, kw = self.torch, {"device": self.device, "dtype": self.torch.long}
+        rows, size, n = meta["context"], meta["block"], self.length
+        own = {
+            name: [weights[w].to(self.device) for w in names]
+            for name, names in meta["weights"].items()
+        }
+        self.drafter_cache = [
+            t.zeros(shape, dtype=self.dtype, device=self.device) for shape in meta["cache"]
+        ]
+        self.drafter_in["draft"] = [
+            *own["draft"],
+            t.zeros(1, rows, meta["width"], dtype=self.dtype, device=self.device),
+            t.zeros(1, rows, **kw),
+            t.arange(rows, **kw),
+            t.zeros(1, size, **kw),
+            t.zeros(1, size, **kw),
+            t.ones(1, n + size, **kw),
+            *self.drafter_cache,
+        ]
+        if "markov" in own:
+            self.drafter_in["markov"] = [
+                *own["markov"],
+                t.zeros(1, meta["hidden"], dtype=self.dtype, device=self.device),
+                t.zeros(1, **kw),
+            ]
+        return dict(self.drafter_in)
+
     def _inputs(self, tokens: int) -> list[Any]:
         """A multi-token program's inputs (ids, positions, slots, mask), on the device:
         host arrays are copied into these, so a captured graph reads them."""
@@ -388,6 +440,8 @@ class InductorEngine:
 
     def reset(self) -> None:
         for t in (*self.cache, self.ids, self.positions, self.slots, self.visible, self.history):
+            t.zero_()
+        for t in self.drafter_cache:
             t.zero_()
 
     def ban(self, tokens: list[int]) -> None:
@@ -445,7 +499,7 @@ class InductorEngine:
                     self.verify_graph.replay()
                 else:
                     self.verify_out = self._verify()
-                return self.verify_out
+                return self._output(self.verify_out)
             if ids.shape[1] != 1:
                 for dst, src in zip(self.chunk_in, args, strict=True):
                     dst.copy_(src)
@@ -453,14 +507,19 @@ class InductorEngine:
                     self.chunk_graph.replay()
                 else:
                     self.chunk_out = self._prefill()
-                return self.chunk_out
+                return self._output(self.chunk_out)
             for dst, src in zip(self.state, args, strict=False):
                 dst.copy_(src)
             if self.graphs:
                 self.graphs[1].replay()
             else:
                 self.out = self._step()
-            return self.out
+            return self._output(self.out)
+
+    def _output(self, out: Any) -> Any:
+        """A program's logits; a drafting engine's hidden states kept in `hidden`."""
+        self.hidden = out[1] if isinstance(out, tuple) else None
+        return out[0] if isinstance(out, tuple) else out
 
     def profile(self) -> tuple[int, float, list[tuple[str, float]]]:
         """(kernels, summed kernel microseconds, the kernels by time) of one decode
@@ -508,14 +567,15 @@ def _greedy_step(module: Any, count: int) -> Callable[..., Any]:
             args[:count],
             args[count:],
         )
-        logits = module(*weights, ids, positions, slots, visible, *cache)
+        out = module(*weights, ids, positions, slots, visible, *cache)
+        logits = out[0] if isinstance(out, tuple) else out  # (logits, hidden): drafting
         token = _argmax(logits[:, -1] + bias)  # [B, 1]
         history.index_copy_(1, slots, token)
         visible.index_fill_(1, slots, 1)
         ids.copy_(token)
         positions.add_(1)
         slots.add_(1)
-        return logits
+        return out
 
     return step
 

@@ -9,11 +9,14 @@ greedy step, replayed in CUDA graphs of BLOCK steps), and the host reads the new
 once a block, to stop when every row has reached EOS. Only token ids cross to the
 host. Sampling (temperature > 0) takes Bundle's loop, which reads logits.
 
-InductorSpeculativeBundle (the ngram variant on this backend) verifies drafts through
-the same forward: its target feeds [last, drafts...] as one call of the engine's verify
-program (max_draft_len + 1 tokens) over the device cache, and truncating the cache is
-moving its length back (the slots past it are masked out and rewritten by the next
-feed).
+InductorSpeculativeBundle (the ngram, dflash and dspark variants on this backend)
+verifies drafts through the same forward: its target feeds [last, drafts...] as one
+call of the engine's verify program (max_draft_len + 1 tokens) over the device cache,
+and truncating the cache is moving its length back (the slots past it are masked out
+and rewritten by the next feed). A DFlash/DSpark engine's programs also return the
+hidden states its drafter reads, which the target hands to runtime/speculative.py's
+rounds as the onnxruntime target does; the drafter is runtime/drafters.py's
+BlockDrafter over the engine's own drafter programs (runtime/inductor_drafter.py).
 """
 
 from __future__ import annotations
@@ -25,10 +28,12 @@ from typing import Any, cast
 import numpy as np
 
 from runtime.causal_lm import Bundle, Generation
+from runtime.drafters import BlockDrafter
 from runtime.format import BundleError
 from runtime.inductor import BLOCK, InductorEngine
+from runtime.inductor_drafter import InductorBlock
 from runtime.sampling import Sampler
-from runtime.speculative import SpeculativeBundle, Target
+from runtime.speculative import Drafter, SpeculativeBundle, Target
 
 
 class InductorBundle(Bundle):
@@ -64,6 +69,7 @@ class InductorBundle(Bundle):
         width: int,
         keep: Callable[[Any], Any],
         images: list[np.ndarray | None] | None = None,
+        hidden: list[Any] | None = None,
     ) -> list[Any]:
         """The new tokens ids [B, T] (the last T of `width` slots) through the programs:
         windows of the longest multi-token program (the prefill chunk, the verify
@@ -71,7 +77,9 @@ class InductorBundle(Bundle):
         positions not kept before (on the device, in a buffer the next call may
         overwrite). `images`: each caller's row's image features, of which each window
         takes the rows of its own image tokens (a window that starts inside the one
-        before takes those rows again, as it feeds those tokens again)."""
+        before takes those rows again, as it feeds those tokens again). `hidden`: a
+        drafting engine's hidden states of the same positions are appended to it, as
+        `keep` of them."""
         engine = self.engine
         new = ids.shape[1]
         chunk = max((n for n in (engine.chunk, engine.verify_len) if 0 < n <= new), default=0)
@@ -94,6 +102,8 @@ class InductorBundle(Bundle):
                 features = _window_rows(images, seen, start, start + take)
             logits = engine.call(ids[:, part], positions[:, part], slots, visible, features)
             out.append(keep(logits[:, end - start :]))  # only positions not returned yet
+            if hidden is not None:
+                hidden.append(keep(engine.hidden[:, end - start :]))
             end = start + take
         return out
 
@@ -232,7 +242,7 @@ class InductorTarget(Target):
 
     def __init__(self, bundle: InductorBundle) -> None:
         self.bundle = bundle
-        self.hidden = False
+        self.hidden = "drafter" in bundle.engine.program  # its programs return features
         self.length = 0
         self.fed: list[int] = []  # the token at each slot below `length`
         bundle.engine.reset()
@@ -253,13 +263,20 @@ class InductorTarget(Target):
             np.ones((1, width), np.int64),
             np.arange(start, width, dtype=np.int64)[None],
         )
+        rows: list[Any] | None = [] if self.hidden else None
         parts = bundle._run(
-            batch, positions, visible, width, lambda out: out[:1].float().cpu().numpy()
+            batch,
+            positions,
+            visible,
+            width,
+            lambda out: out[:1].float().cpu().numpy(),
+            hidden=rows,
         )
         logits = np.concatenate(parts, axis=1)[0]
         self.fed[self.length :] = list(ids)
         self.length += n
-        return logits[back:], None
+        features = np.concatenate(rows, axis=1)[0][back:] if rows else None
+        return logits[back:], features
 
     def truncate(self, length: int) -> None:
         """Slots from `length` on are masked out from now on and rewritten when fed."""
@@ -268,12 +285,19 @@ class InductorTarget(Target):
 
 
 class InductorSpeculativeBundle(SpeculativeBundle, InductorBundle):
-    """A drafting bundle of the inductor backend (ngram): SpeculativeBundle's rounds,
-    verified through the device cache; generate_plain is InductorBundle's greedy
-    loop on the device (what speculation must reproduce)."""
+    """A drafting bundle of the inductor backend (ngram, dflash, dspark):
+    SpeculativeBundle's rounds, verified through the device cache; generate_plain is
+    InductorBundle's greedy loop on the device (what speculation must reproduce)."""
 
     def target(self) -> Target:
         return InductorTarget(self)
+
+    def drafter(self) -> Drafter:
+        """A DFlash/DSpark bundle's BlockDrafter runs the engine's drafter programs;
+        ngram's drafter is the onnxruntime bundle's (model-free)."""
+        if self.meta["variant"] in ("dflash", "dspark"):
+            return BlockDrafter(self, InductorBlock(self.engine))
+        return super().drafter()
 
     def generate(
         self,

@@ -21,18 +21,25 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
+        # in fp32, as HF's Qwen3/Llama RMSNorm: a bf16 program's (inductor) mean of
+        # squares would otherwise round in bf16; fp32 inputs are unchanged
+        h = x.float()
+        return self.weight * (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)).to(
+            x.dtype
+        )
 
 
 def rope(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor:
     """Neox-style rotary embedding (HF rotate_half); x [b, heads, s, d], positions [b, s].
     A layout mismatch here fails silently (pitfall 7), so it is the target's own."""
     d = x.shape[-1]
-    inv = 1.0 / (theta ** (torch.arange(0, d, 2, dtype=torch.float32) / d))
+    # on x's device (a CUDA program's constants are made there); in fp32, the result in
+    # x's dtype (a bf16 inductor program's cache takes bf16; an fp32 x is unchanged)
+    inv = 1.0 / (theta ** (torch.arange(0, d, 2, dtype=torch.float32, device=x.device) / d))
     freqs = positions[:, None, :, None].float() * inv
     emb = torch.cat([freqs, freqs], dim=-1)
     half = torch.cat([-x[..., d // 2 :], x[..., : d // 2]], dim=-1)
-    return x * emb.cos() + half * emb.sin()
+    return (x * emb.cos() + half * emb.sin()).to(x.dtype)
 
 
 class Mlp(nn.Module):

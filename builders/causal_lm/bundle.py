@@ -222,5 +222,7 @@ def build(request: Request, writer: Writer) -> None:
         meta["prompt_policy"] = opts.prompt_policy
     if "vision" in request.inputs:
         meta["vision"] = _vision(request, writer, ckpt, io)
+    if "drafter" in io:  # an inductor engine holds its drafter (backends/_drafter.py)
+        meta["drafter"] = {**io["drafter"], "d2t": None}
     extend(request, writer, meta, opts.speculative)
     writer.write_json("bundle.json", meta)

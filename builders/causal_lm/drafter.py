@@ -197,6 +197,50 @@ def eagle3(
     return meta
 
 
+def block_modules(
+    request: Request,
+    variant: str,
+    cfg: dict[str, Any],
+    state: dict[str, Any],
+    target: dict[str, Any],
+    tcfg: dict[str, Any],
+) -> tuple[Any, Any, int]:
+    """A DFlash/DSpark checkpoint as our modules: the backbone (Block), DSpark's Markov
+    and confidence heads (None for DFlash), and the mask token id. The onnxruntime
+    export (block, below) and the inductor engine's drafter programs
+    (backends/_drafter.py) load it here alike."""
+    from builders.causal_lm._drafters import Block, Markov
+
+    dspark = variant == "dspark"
+    if dspark:  # frozen copies of the target's embedding and head ship with the drafter
+        embed, head = state["embed_tokens.weight"], state["lm_head.weight"]
+    else:
+        embed, head = _head(target, tcfg)
+    cfg = {**cfg, "_context_width": state["fc.weight"].shape[1]}
+    module = Block(cfg, embed, head).eval()
+    own = {
+        k: v for k, v in state.items() if k.split(".")[0] in ("fc", "hidden_norm", "layers", "norm")
+    }
+    _load(request, module, {**own, "embed.weight": embed, "head.weight": head}, variant)
+    mask = int((cfg if dspark else cfg.get("dflash_config") or {})["mask_token_id"])
+    if not dspark:
+        return module, None, mask
+    if cfg.get("markov_head_type", "vanilla") != "vanilla":
+        raise request.error(
+            f"DSpark markov_head_type {cfg['markov_head_type']!r}",
+            "kiln implements the vanilla Markov head only",
+        )
+    markov = Markov(cfg).eval()
+    names = {
+        "markov_head.markov_w1.weight": "markov_w1.weight",
+        "markov_head.markov_w2.weight": "markov_w2.weight",
+        "confidence_head.proj.weight": "proj.weight",
+        "confidence_head.proj.bias": "proj.bias",
+    }
+    _load(request, markov, {v: state[k] for k, v in names.items()}, "DSpark heads")
+    return module, markov, mask
+
+
 def block(
     request: Request,
     writer: Writer,
@@ -208,19 +252,8 @@ def block(
 ) -> dict[str, Any]:
     import torch
 
-    from builders.causal_lm._drafters import Block, Markov
-
-    dspark = opts.variant == "dspark"
-    if dspark:  # frozen copies of the target's embedding and head ship with the drafter
-        embed, head = state["embed_tokens.weight"], state["lm_head.weight"]
-    else:
-        embed, head = _head(target, tcfg)
-    cfg = {**cfg, "_context_width": state["fc.weight"].shape[1]}
-    module = Block(cfg, embed, head).eval()
-    own = {
-        k: v for k, v in state.items() if k.split(".")[0] in ("fc", "hidden_norm", "layers", "norm")
-    }
-    _load(request, module, {**own, "embed.weight": embed, "head.weight": head}, opts.variant)
+    module, markov, mask = block_modules(request, opts.variant, cfg, state, target, tcfg)
+    width = state["fc.weight"].shape[1]
     layers = cfg["num_hidden_layers"]
     heads = cfg["num_key_value_heads"]
     dim = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
@@ -246,7 +279,7 @@ def block(
     def example(past: int, ctx: int, size: int) -> tuple[Any, ...]:
         g = torch.Generator().manual_seed(past * 100 + ctx * 10 + size)
         return (
-            torch.randn(1, ctx, cfg["_context_width"], generator=g),
+            torch.randn(1, ctx, width, generator=g),
             torch.arange(past, past + ctx)[None],
             torch.randint(0, 64, (1, size), generator=g),
             torch.arange(past + ctx, past + ctx + size)[None],
@@ -256,22 +289,8 @@ def block(
     raw = writer.path("drafter.raw.onnx")
     _export(module, example(3, 2, 4), raw, (inputs, outputs), dynamic, opts.opset)
     _engine(request, module, raw, writer.path("drafter.onnx"), inputs, example(5, 3, 6))
-    meta: dict[str, Any] = {"engines": {"drafter": "drafter.onnx"}}
-    meta["mask_token_id"] = (cfg if dspark else cfg.get("dflash_config") or {})["mask_token_id"]
-    if dspark:
-        if cfg.get("markov_head_type", "vanilla") != "vanilla":
-            raise request.error(
-                f"DSpark markov_head_type {cfg['markov_head_type']!r}",
-                "kiln implements the vanilla Markov head only",
-            )
-        markov = Markov(cfg).eval()
-        names = {
-            "markov_head.markov_w1.weight": "markov_w1.weight",
-            "markov_head.markov_w2.weight": "markov_w2.weight",
-            "confidence_head.proj.weight": "proj.weight",
-            "confidence_head.proj.bias": "proj.bias",
-        }
-        _load(request, markov, {v: state[k] for k, v in names.items()}, "DSpark heads")
+    meta: dict[str, Any] = {"engines": {"drafter": "drafter.onnx"}, "mask_token_id": mask}
+    if markov is not None:
         raw = writer.path("markov.raw.onnx")
         h = cfg["hidden_size"]
         _export(

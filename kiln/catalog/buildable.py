@@ -266,34 +266,60 @@ def _compiled_quantized(recipe: Recipe) -> list[Problem]:
 
 
 # The variants the inductor backend builds: its runtime verifies drafts through its own
-# device-resident cache (runtime/inductor_lm.py); model drafters' engines are
-# onnxruntime sessions, so only model-free drafting runs beside it.
-INDUCTOR_VARIANTS = ("ordinary", "ngram")
+# device-resident cache (runtime/inductor_lm.py), and holds a DFlash/DSpark drafter's
+# programs in the target's engine (builders/causal_lm/backends/_drafter.py); a draft
+# model's, EAGLE-3's and MTP's engines are onnxruntime sessions, and an adapter is
+# merged at the ONNX export.
+INDUCTOR_VARIANTS = ("ordinary", "ngram", "dflash", "dspark")
+# The drafting variants an inductor engine computes in fp16|bf16 (the 8B geometry's
+# DSpark on the GPU, issue 39); n-gram drafting stays fp32.
+INDUCTOR_HALF_VARIANTS = ("dflash", "dspark")
 
 
 def _variant_backend(recipe: Recipe) -> list[Problem]:
-    """Variants other than ordinary: fp32 onnxruntime bundles, and n-gram drafting on
-    the inductor backend (unquantized)."""
+    """Variants other than ordinary: fp32 onnxruntime bundles; on the inductor backend,
+    unquantized and unsplit, n-gram drafting in fp32 and DFlash/DSpark in any compute."""
     variant, backend = recipe.execution.variant, recipe.build.backend
     if variant == "ordinary":
         return []
     if backend == "inductor" and variant not in INDUCTOR_VARIANTS:
         return [
             Problem(
-                f"the inductor backend builds the {' and '.join(INDUCTOR_VARIANTS)} variants "
-                f"only, not {variant}: model drafters' engines are onnxruntime sessions, and "
-                "an adapter is merged at the ONNX export",
+                f"the inductor backend builds the {', '.join(INDUCTOR_VARIANTS)} variants "
+                f"only, not {variant}: its engines are onnxruntime sessions"
+                + (", and an adapter is merged at the ONNX export" if variant == "lora" else ""),
                 _at("execution", "variant"),
-                "use variant ngram with the inductor backend, or backend onnxruntime "
-                "(precision fp32) with this variant",
+                "use variant ngram, dflash or dspark with the inductor backend, or backend "
+                "onnxruntime (precision fp32) with this variant",
             )
         ]
+    if backend == "inductor" and variant in INDUCTOR_HALF_VARIANTS:
+        if recipe.build.tensor_parallel > 1:
+            return [
+                Problem(
+                    f"a {variant} drafter's programs run beside an unsplit target: the "
+                    "inductor engine holds them on one device",
+                    _at("build", "tensor_parallel"),
+                    "remove build.tensor_parallel, or use variant ngram",
+                )
+            ]
+        if quantized(recipe.precision):
+            return [
+                Problem(
+                    f"a {variant} inductor engine is built unquantized (fp32, fp16 or bf16 "
+                    "compute) so far",
+                    _at("precision", "weights"),
+                    "use precision.weights fp32 and kv_cache auto (compute may be bf16)",
+                )
+            ]
+        return []
     half = recipe.precision.compute != "fp32"
     if backend not in ("onnxruntime", "inductor") or quantized(recipe.precision) or half:
         return [
             Problem(
                 "speculative variants are built for fp32 onnxruntime bundles only "
-                "(and ngram for unquantized inductor ones)",
+                "(and ngram for unquantized fp32 inductor ones, dflash and dspark for "
+                "unquantized inductor ones)",
                 _at("execution", "variant"),
                 "use precision fp32 and backend onnxruntime with this variant",
             )
@@ -324,24 +350,34 @@ def _at(*key_path: str) -> Location:
 
 
 # The backends whose decoder takes a vision-language model's image features: onnxruntime
-# (the graph's input, builders/causal_lm/export.py) and inductor, CPU, fp32 and
-# unquantized (its prefill program's input, builders/causal_lm/backends/_images.py).
-# Both bundles run the ONNX vision program on onnxruntime.
+# (the graph's input, builders/causal_lm/export.py), fp32; and inductor, unquantized, in
+# fp32, fp16 or bf16, for cpu or a GPU target (its prefill program's input,
+# builders/causal_lm/backends/_images.py). Both bundles run the ONNX vision program in
+# fp32 on onnxruntime's CPU provider, a GPU host's too (kiln/plan's _vision_steps).
 VLM_BACKENDS = ("onnxruntime", "inductor")
 
 
 def _vision_language(recipe: Recipe) -> list[Problem]:
-    """image-text-to-text: the ordinary variant computing in fp32, on onnxruntime (its
-    language model may be quantized) or on inductor for cpu, unquantized and with a
-    prefill program (the one program that takes image features)."""
+    """image-text-to-text: the ordinary variant, on onnxruntime computing in fp32 (its
+    language model may be quantized) or on inductor unquantized, in fp32 or half
+    precision, for any target, with a prefill program (the one program that takes
+    image features)."""
     build, precision = recipe.build, recipe.precision
-    if build.backend not in VLM_BACKENDS or precision.compute != "fp32":
+    if build.backend not in VLM_BACKENDS:
         return [
             Problem(
-                "image-text-to-text recipes compute in fp32 on onnxruntime or inductor "
-                f"so far, not {precision.compute} on {build.backend}",
-                _at("task"),
-                "use backend onnxruntime or inductor and compute fp32 for this task",
+                f"image-text-to-text recipes build on onnxruntime or inductor, not {build.backend}",
+                _at("build", "backend"),
+                "use build.backend onnxruntime or inductor for this task",
+            )
+        ]
+    if build.backend == "onnxruntime" and precision.compute != "fp32":
+        return [
+            Problem(
+                "an image-text-to-text onnxruntime bundle computes in fp32 so far, not "
+                f"{precision.compute}: its decoder graph merges fp32 image features",
+                _at("precision", "compute"),
+                "use precision.compute fp32, or build.backend inductor for half precision",
             )
         ]
     if recipe.execution.variant != "ordinary":
@@ -354,14 +390,14 @@ def _vision_language(recipe: Recipe) -> list[Problem]:
         ]
     if build.backend != "inductor":
         return []
-    if build.target != "cpu" or quantized(precision):
+    if quantized(precision):
         return [
             Problem(
-                "an image-text-to-text inductor engine is built for cpu, unquantized, so far: "
-                "its vision program builds for cpu only (builders/vision/engine.py) and no "
-                "GPU build of it has been validated",
-                _at("build", "target") if build.target != "cpu" else _at("precision", "weights"),
-                "use build.target cpu and precision fp32, or backend onnxruntime",
+                "an image-text-to-text inductor engine is built unquantized so far: no "
+                "quantized VLM decoder on inductor has been validated",
+                _at("precision", "weights"),
+                "use precision.weights fp32 and kv_cache auto (compute may be fp16 or bf16), "
+                "or backend onnxruntime",
             )
         ]
     if not build.prefill_chunk_len:
@@ -385,11 +421,15 @@ def _vision_language(recipe: Recipe) -> list[Problem]:
 BIDIRECTIONAL_IMAGES = ("Gemma3ForConditionalGeneration", "PaliGemmaForConditionalGeneration")
 # Architectures whose decoder takes (t, h, w) positions per token (M-RoPE; the ONNX
 # export's position_axes 3, runtime/grid_vlm.py): the inductor programs take 1-D ones.
-MROPE_IMAGES = ("Qwen2_5_VLForConditionalGeneration", "Qwen2VLForConditionalGeneration")
+MROPE_IMAGES = (
+    "Qwen2_5_VLForConditionalGeneration",
+    "Qwen2VLForConditionalGeneration",
+    "Qwen3VLForConditionalGeneration",
+)
 # Architectures whose pictures are cut into a crop count of their own, each picture its
 # own token sequence (runtime/crops_vlm.py): the inductor bundle's runner expands one
 # sequence for every picture.
-CROPS_IMAGES = ("Idefics3ForConditionalGeneration",)
+CROPS_IMAGES = ("Idefics3ForConditionalGeneration", "InternVLForConditionalGeneration")
 
 
 def image_attention_problems(recipe: Recipe, config: dict[str, Any] | None) -> list[Problem]:

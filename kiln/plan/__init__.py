@@ -245,7 +245,12 @@ def _engine_chain(
     quantize = quantize_step(role, at, precision, calibration, fetch, tools, task)
     if build.backend in ("aoti", "inductor"):  # they compile the checkpoint: no ONNX steps
         inputs = {"checkpoint": fetch, **({"quantized": quantize} if quantize else {})}
-        engine = _engine(role, at, build, inputs, tools, task, quantize, precision, verify_len)
+        drafter = variants.engine_drafter(build, hidden)
+        if drafter != "none":  # its programs are the engine's (backends/_drafter.py)
+            inputs["drafter"] = (export_inputs or {})["drafter"]
+        engine = _engine(
+            role, at, build, inputs, tools, task, quantize, precision, verify_len, drafter
+        )
         return [*sources, *([quantize] if quantize else []), engine]
     label = "" if precision is None or quantize is None else f" {precision_label(precision)}"
     label += "".join(f" +{s.role}" for s in (export_inputs or {}).values())
@@ -303,11 +308,13 @@ def _engine(
     quantize: Step | None,
     precision: Precision | None = None,
     verify_len: int = 0,
+    drafter: str = "none",
 ) -> Step:
     """`quantized`: the graph stores quantized weights, which an onnxruntime engine keeps.
     A text-generation engine also takes the compute dtype (a companion's is fp32); an
     inductor engine the prefill chunk length, the verify length (a drafting variant's
-    program tokens, else 0) and the compile mode (None: the runtime's default)."""
+    program tokens, else 0), the compile mode (None: the runtime's default) and the
+    drafter whose programs it holds (named only when it holds one)."""
     options: dict[str, Any] = {
         "task": task,
         "backend": build.backend,
@@ -324,6 +331,8 @@ def _engine(
         options["prefill_chunk_len"] = build.prefill_chunk_len
         options["verify_len"] = verify_len
         options["compile_mode"] = build.compile_mode
+        if drafter != "none":
+            options["drafter"] = drafter
     # Named only when split, so an unsplit engine's key is what it was before issue 42;
     # the bundle and validate steps take the engine's key, so they re-key with it.
     tp = build.tensor_parallel if role == "model" else 1
@@ -331,6 +340,7 @@ def _engine(
         options["tensor_parallel"] = tp
     name = f"engine {at} {build.backend}" + ("" if compute == "fp32" else f" {compute}")
     name += f" tp{tp}" if tp > 1 else ""
+    name += f" +{drafter}" if drafter != "none" else ""
     return _step("engine", name, options, inputs, tools, role)
 
 
@@ -416,7 +426,8 @@ def _vision_steps(recipe: Recipe, fetch: Step, tools: Toolchain) -> list[Step]:
     image features, exported, checked and built as an engine of its own, in fp32
     whatever the recipe's precision (a quantized recipe quantizes the language model
     only, as TensorRT-LLM's VLM recipes do), on onnxruntime whatever the decoder's
-    backend (an inductor recipe's too: builders/causal_lm/backends/_images.py)."""
+    backend (an inductor recipe's too, on the CPU provider whatever its target:
+    builders/causal_lm/backends/_images.py)."""
     at, build = recipe.model.label, recipe.build
     export = _step(
         "export",
@@ -443,8 +454,8 @@ def _variant_steps(
         chain = _engine_chain("draft", draft, recipe.build, tools, recipe.task)
         return chain, {"draft": chain[-1], "draft_checkpoint": chain[1 if draft.imported else 0]}
     kind = variants.drafter_kind(recipe)
-    if kind is None:
-        return [], {}
+    if kind is None or variants.engine_drafter(recipe.build, kind) != "none":
+        return [], {}  # none, or the target's engine holds it
     source = fetch if kind == "mtp" else companions["draft"]
     at = (recipe.model if kind == "mtp" else recipe.companions["draft"]).label
     drafter = _step(

@@ -14,6 +14,10 @@ Pure data about variants, used by kiln/plan/__init__.py; no I/O and no heavy imp
 
 * build.mtp_engines: an ordinary build of a checkpoint with MTP weights builds the base
   engine only; the option adds the MTP engine (and the hidden output it reads).
+
+On the inductor backend a dflash/dspark drafter is no step of its own: the target's
+engine step takes the drafter's checkpoint and holds its programs beside the target's,
+whose programs return the hidden states it reads (builders/causal_lm/backends/_drafter.py).
 """
 
 from __future__ import annotations
@@ -40,6 +44,16 @@ def drafter_kind(recipe: Recipe) -> str | None:
 def hidden(recipe: Recipe) -> str:
     """The drafter whose hidden states the target's graph also outputs, or 'none'."""
     return drafter_kind(recipe) or "none"
+
+
+# The drafters the inductor engine holds among its own programs.
+ENGINE_DRAFTERS = ("dflash", "dspark")
+
+
+def engine_drafter(build: Any, hidden: str) -> str:
+    """The drafter an engine step of `build` holds (its `hidden`: the variant's drafter),
+    or 'none': the inductor engine holds DFlash/DSpark's."""
+    return hidden if build.backend == "inductor" and hidden in ENGINE_DRAFTERS else "none"
 
 
 def export_inputs(recipe: Recipe, companions: dict[str, Step]) -> dict[str, Step]:

@@ -273,9 +273,9 @@ def test_half_compute_is_the_onnxruntime_engines_compute_option(tmp_path: Path) 
 
 def test_ngram_drafts_on_inductor_and_its_engine_alone_gets_a_verify_length() -> None:
     """The inductor backend builds the ngram variant (its runtime verifies through the
-    device cache) and no other drafting variant, refused at execution.variant; the
-    engine step of a drafting recipe gets verify_len = max_draft_len + 1, an ordinary
-    one's is 0."""
+    device cache) and, of the model drafters, DFlash and DSpark only (below): the
+    others are refused at execution.variant; the engine step of a drafting recipe gets
+    verify_len = max_draft_len + 1, an ordinary one's is 0."""
     cat = load(Paths(ROOT), cache=False)
     prompts = cat.prompts["default"]
     ngram = cat.recipe("tiny-llama-ngram-inductor")
@@ -293,8 +293,59 @@ def test_ngram_drafts_on_inductor_and_its_engine_alone_gets_a_verify_length() ->
         )
         found = buildable.refusals(recipe)
         assert [p.location.key_path for p in found if p.location] == [("execution", "variant")]
-        assert "inductor backend builds the ordinary and ngram variants only" in found[0].cause
+        assert "inductor backend builds the ordinary, ngram, dflash, dspark variants only" in (
+            found[0].cause
+        )
         assert shipped.execution.variant in found[0].cause
+
+
+def inductor_copy(recipe: Recipe, **build: object) -> Recipe:
+    """`recipe` on the inductor backend, its build edited."""
+    return recipe.model_copy(
+        update={"build": recipe.build.model_copy(update={"backend": "inductor", **build})}
+    )
+
+
+def test_dspark_and_dflash_drafters_are_programs_of_the_inductor_engine() -> None:
+    """On the inductor backend a DFlash/DSpark drafter is no step of its own: the
+    target's engine step takes the drafter's checkpoint and names the drafter (its
+    programs are the engine's, builders/causal_lm/backends/_drafter.py); the verify
+    length is block_length + 1. onnxruntime's plan keeps its drafter step."""
+    cat = load(Paths(ROOT), cache=False)
+    prompts = cat.prompts["default"]
+    recipe = cat.recipe("tiny-qwen3-dspark-inductor")
+    assert buildable.refusals(recipe) == []
+    made = plan("x", recipe, prompts, current())
+    engine = made.step("engine")
+    assert engine.options["drafter"] == "dspark" and engine.options["verify_len"] == 5
+    draft = cat.recipe("tiny-qwen3-dspark")
+    assert engine.inputs["drafter"] == made.step("fetch", "draft").key
+    assert "drafter" not in {s.kind for s in made.steps}
+    assert "drafter" in {s.kind for s in plan("x", draft, prompts, current()).steps}
+    ordinary = plan("x", cat.recipe("tiny-qwen3-inductor"), prompts, current())
+    assert "drafter" not in ordinary.step("engine").options  # keys as they were
+    dflash = inductor_copy(cat.recipe("tiny-qwen3-dflash"), max_batch_size=1)
+    assert buildable.refusals(dflash) == []
+    assert plan("x", dflash, prompts, current()).step("engine").options["drafter"] == "dflash"
+
+
+def test_an_inductor_dspark_recipe_computes_in_bf16_but_is_refused_split_or_quantized() -> None:
+    """bf16 compute is the 8B geometry's headline (bench/shape.py); a split engine and
+    quantized weights are not built with a drafter yet, each refused where it is set."""
+    cat = load(Paths(ROOT), cache=False)
+    recipe = cat.recipe("tiny-qwen3-dspark-inductor")
+    half = recipe.model_copy(
+        update={"precision": recipe.precision.model_copy(update={"compute": "bf16"})}
+    )
+    assert buildable.refusals(half) == []
+    split = inductor_copy(recipe, tensor_parallel=2)
+    found = [p for p in buildable.refusals(split) if "drafter's programs" in p.cause]
+    assert [p.location.key_path for p in found if p.location] == [("build", "tensor_parallel")]
+    fp8 = recipe.model_copy(
+        update={"precision": recipe.precision.model_copy(update={"weights": "fp8"})}
+    )
+    found = [p for p in buildable.refusals(fp8) if "dspark inductor engine" in p.cause]
+    assert [p.location.key_path for p in found if p.location] == [("precision", "weights")]
 
 
 @pytest.mark.parametrize(

@@ -6,6 +6,10 @@ The engine file is one uncompressed zip (the bundle step copies one file):
   prefill.pt2          the same step over build.prefill_chunk_len tokens (when > 0)
   verify.pt2           the same step over verify_len tokens: a drafting variant's verify
                        forward (the last token and max_draft_len drafts), when set
+  draft.pt2, markov.pt2
+                       a DFlash/DSpark drafter's programs (build.drafter; backends/
+                       _drafter.py), whose target programs also return the hidden states
+                       it reads
   weights.safetensors  the parameters once, in the engine's dtype; with
                        build.tensor_parallel N, weights.rank<r>.safetensors instead, rank
                        r's shard (backends/_shards.py: column-parallel q/k/v and gate/up,
@@ -99,6 +103,13 @@ class Options(BaseOptions):
         ge=1,
         description="Ranks the weights are split across (backends/_shards.py); 1: unsplit.",
     )
+    drafter: str = Field(
+        "none",
+        pattern="^(none|dflash|dspark)$",
+        description="The drafter (input 'drafter', its checkpoint) whose programs the engine "
+        "also holds, its target programs returning the hidden states it reads "
+        "(backends/_drafter.py); 'none': no drafter.",
+    )
 
 
 def build(request: Request, writer: Writer) -> None:
@@ -138,11 +149,16 @@ def engine_files(
     import torch
 
     from builders.causal_lm import _cache
+    from builders.causal_lm.backends import _drafter
     from builders.causal_lm.export import describe
     from builders.common.hf import auto_class, load_for_export
     from builders.common.ort import check_limits
 
     dtype = getattr(torch, DTYPES[opts.compute])
+    if opts.drafter != "none" and opts.tensor_parallel > 1:  # buildable.py refuses it first
+        raise request.error(
+            f"a {opts.drafter} drafter on a tensor-parallel engine", "build it unsplit"
+        )
     checkpoint = request.inputs["checkpoint"] / "checkpoint"
     model = load_for_export(checkpoint, auto_class(opts.task))
     token = _images.image_token(request, model) if opts.task == "image-text-to-text" else None
@@ -153,12 +169,16 @@ def engine_files(
     # sdpa: one fused attention kernel per layer where eager attention runs five; the
     # program's 4-D additive mask goes to it unchanged, so the math is the same.
     model.set_attn_implementation(_register_attention())
+    drafter = _drafter.modules(request, opts.drafter, model) if opts.drafter != "none" else None
+    points, seen = _drafter.capture(request, opts.drafter, model)
     entries = _cache.observe(request, model)
     meta = describe(model, entries)
     check_limits(request, opts.max_seq_len, meta)
     meta["kv_cache"]["dtype"] = DTYPES[opts.compute]
     if token is not None:  # what bundle.json's vision reads of the decoder (bundle.py)
         meta |= {"image_token_id": token, "image_attention": "causal"}
+    if drafter is not None:  # what bundle.json's drafter reads (bundle.py)
+        meta |= {"hidden": points, "drafter": {"kind": opts.drafter, "mask_token_id": drafter[2]}}
     world = opts.tensor_parallel
     ranked = entries if world == 1 else _shards.rank_entries(entries, world)
     with contextlib.nullcontext("") if world == 1 else _shards.export_group() as group:
@@ -173,10 +193,25 @@ def engine_files(
         if token is not None:
             names, weights = _images.text_weights(model, names, weights)
             images = (_step_module(model, names, ranked, token), _images.hidden_size(model))
-        step = _step_module(model, names, ranked)
+        step = _step_module(model, names, ranked, hidden=(points, seen))
         files = _programs(request, step, ranked, weights, opts, device, dtype, images)
+    drafting: dict[str, Any] = {}  # program.json's "drafter"; its weights stored beside
+    mine: list[str] = []
+    tensors: list[Any] = []
+    if drafter is not None:
+        made, mine, tensors, drafting = _drafter.programs(
+            request,
+            drafter[0],
+            drafter[1],
+            opts.verify_len,
+            opts.drafter,
+            opts.max_seq_len,
+            device,
+            dtype,
+        )
+        files |= made
     if world == 1:
-        files["weights.safetensors"] = _safetensors(names, weights)
+        files["weights.safetensors"] = _safetensors([*names, *mine], [*weights, *tensors])
     else:
         files["weights.rank0.safetensors"] = _safetensors(names, weights)
         del model, weights, step
@@ -202,6 +237,7 @@ def engine_files(
         "vocab_size": meta["vocab_size"],
         **({"verify_len": opts.verify_len} if opts.verify_len else {}),
         **({"compile_mode": opts.compile_mode} if opts.compile_mode else {}),
+        **({"drafter": drafting} if drafting else {}),
     }
     if token is not None:  # the prefill program's last input (_images.py)
         rows = opts.max_batch_size * opts.prefill_chunk_len
@@ -562,16 +598,23 @@ class _StaticCache:
 
 
 def _step_module(
-    model: Any, names: list[str], entries: list[dict[str, Any]], image_token: int | None = None
+    model: Any,
+    names: list[str],
+    entries: list[dict[str, Any]],
+    image_token: int | None = None,
+    hidden: tuple[list[str], dict[str, Any]] | None = None,
 ) -> Any:
     """The program's step over `model`; with `image_token`, its last input is image
-    features merged at that token (backends/_images.py)."""
+    features merged at that token (backends/_images.py); with `hidden` (capture points
+    and the dict their hooks fill: backends/_drafter.py), it returns (logits, those
+    hidden states concatenated) where it has points."""
     import torch
 
     from builders.common.hf import cache_keyword
 
     cache_kw = cache_keyword(model)
     count = len(names)
+    points, captured = hidden or ([], {})
     wrapped, keys = model, names
     if image_token is not None:
         wrapped = _images.with_images(model, image_token)
@@ -608,6 +651,8 @@ def _step_module(
                     cache_kw: _StaticCache(tuple(cache), slots),
                 },
             )
+            if points:  # the drafter's features, in the compute dtype
+                return out.logits, torch.cat([captured[p] for p in points], dim=-1)
             return out.logits  # fp32 (fp32_logits in half precision)
 
     return Step().eval()
