@@ -23,6 +23,19 @@ digest, one per compute (--computes, default the shape's):
                                                       torch._scaled_mm), quantized-fp8 gates
               (and -fp32-<target>, fp32-exact, when asked: what a CPU without the GPU
               checks at a reduced --layers)
+              qwen3-8b-shape-inductor-bf16-dspark-<target>
+                                    when asked (--computes ...,bf16-dspark; issue 39's
+                                    headline): bf16, batch 1, speculating with a seeded
+                                    DSpark drafter of DeepSpec's Qwen3-8B geometry in
+                                    checkpoints/qwen3-8b-shape-dspark (5 layers of the
+                                    target's width, block 7, target_layer_ids [1, 9, 17,
+                                    25, 33], a rank-256 Markov head, a confidence head, and
+                                    the target's embedding and head copied; at fewer than 8
+                                    --layers, 1 layer reading [layers // 2]: 2.4 B values,
+                                    4.8 GB bf16, at 36): the half-precision gates and
+                                    lossless speculation (half-precision-dspark, written
+                                    into the catalog's thresholds/); its acceptance is
+                                    recorded, not gated: a seeded drafter accepts little
 
 Then `KILN_ROOT=DIR/catalog KILN_STORE=DIR/store doit -f dodo.py build recipe=NAME`
 builds and validates one, and `bench/decode_gpu.py --checkpoint
@@ -200,19 +213,31 @@ def write_weights(path: Path, shape: Shape, config: dict[str, Any], workers: int
     shapes = tinyhub.parameter_shapes(config)
     if config.get("tie_word_embeddings"):
         shapes.pop("lm_head.weight", None)  # tied: the embedding is the head
-    head = header(shapes, shape.dtype)
-    width = {"F32": 4, "BF16": 2}[shape.dtype]
+    write_tensors(path, shapes, shape.dtype, f"kiln-bench/{shape.name}", {}, workers)
+
+
+def write_tensors(
+    path: Path,
+    shapes: dict[str, tuple[int, ...]],
+    dtype: str,
+    seed: str,
+    sources: dict[str, tuple[str, str]],
+    workers: int,
+) -> None:
+    """Seeded tensors `shapes` as one safetensors file at `path`: each the values of its
+    own name under `seed`, or of `sources`' (seed, name) where it names one (a copy of
+    another checkpoint's tensor)."""
+    head = header(shapes, dtype)
+    width = {"F32": 4, "BF16": 2}[dtype]
     meta = json.loads(head[8:])
     tasks = []
-    seed = f"kiln-bench/{shape.name}"
     for name, dims in sorted(shapes.items()):
         first = len(head) + meta[name]["data_offsets"][0]
         count = meta[name]["data_offsets"][1] // width - meta[name]["data_offsets"][0] // width
+        origin, values = sources.get(name, (seed, name))
         for start in range(0, count, SLICE):
             n = min(SLICE, count - start)
-            tasks.append(
-                (str(path), seed, name, dims, shape.dtype, start, n, first + start * width)
-            )
+            tasks.append((str(path), origin, values, dims, dtype, start, n, first + start * width))
     path.unlink(missing_ok=True)
     with open(path, "wb") as f:
         f.write(head)
@@ -236,27 +261,169 @@ def sha256_of(path: Path) -> str:
 def write_checkpoint(folder: Path, shape: Shape, layers: int, workers: int) -> str:
     """The checkpoint's files in `folder`, read-only; its digest (kiln.pins.tree_digest)."""
     import tinyhub
-    from kiln.pins import tree_digest
 
     config = model_config(shape, layers)
+    texts = tinyhub.text_files(config)
+    return _sealed(folder, texts, lambda path: write_weights(path, shape, config, workers))
+
+
+def _sealed(folder: Path, texts: dict[str, bytes], weights: Any) -> str:
+    """`folder` made afresh with `texts` and the model.safetensors `weights(path)`
+    writes, read-only (the fetch step links a read-only file: builders/fetch.py); its
+    digest (kiln.pins.tree_digest)."""
+    from kiln.pins import tree_digest
+
     if folder.exists():
         for p in folder.iterdir():
             p.chmod(stat.S_IWUSR | stat.S_IRUSR)
         shutil.rmtree(folder)
     folder.mkdir(parents=True)
     listing = []
-    for path, data in tinyhub.text_files(config).items():
-        (folder / path).write_bytes(data)
-        listing.append((path, hashlib.sha256(data).hexdigest()))
-    weights = folder / "model.safetensors"
-    write_weights(weights, shape, config, workers)
-    listing.append((weights.name, sha256_of(weights)))
-    for p in folder.iterdir():  # the fetch step links a read-only file (builders/fetch.py)
+    for name, data in texts.items():
+        (folder / name).write_bytes(data)
+        listing.append((name, hashlib.sha256(data).hexdigest()))
+    path = folder / "model.safetensors"
+    weights(path)
+    listing.append((path.name, sha256_of(path)))
+    for p in folder.iterdir():
         p.chmod(stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH)
     return tree_digest(listing)
 
 
-THRESHOLDS = {"fp32": "fp32-exact", "bf16": "half-precision", "fp8": "quantized-fp8"}
+# DeepSpec's DSpark drafter for Qwen3-8B (config/dspark/dspark_qwen3_8b.py;
+# shared/reference/spec_decoding_facts.md section 3): 5 layers, block 7, mask id 151669,
+# a rank-256 vanilla Markov head, a confidence head reading it.
+DSPARK_LAYERS = 5
+DSPARK_BLOCK = 7
+DSPARK_MASK = 151669
+
+
+def dspark_config(shape: Shape, layers: int) -> dict[str, Any]:
+    """The drafter's config.json for a target of `layers` layers: DeepSpec's at 36 (ids
+    [1, 9, 17, 25, 33], DFlash's default rule, builders/causal_lm/_capture.py), one layer
+    reading [layers // 2] where the rule needs more layers than a cut target has."""
+    drafts = DSPARK_LAYERS if layers >= 8 else 1
+    if drafts == 1:
+        ids = [layers // 2]
+    else:
+        step = (layers - 4) / (drafts - 1)
+        ids = [round(1 + i * step) for i in range(drafts)]
+    target = shape.config
+    keep = [
+        "hidden_size",
+        "intermediate_size",
+        "num_attention_heads",
+        "num_key_value_heads",
+        "head_dim",
+        "rms_norm_eps",
+        "rope_theta",
+        "vocab_size",
+        "max_position_embeddings",
+        "hidden_act",
+    ]
+    return {
+        **{k: target[k] for k in keep},
+        "architectures": ["Qwen3DSparkModel"],
+        "model_type": "qwen3",
+        "num_hidden_layers": drafts,
+        "block_size": DSPARK_BLOCK,
+        "num_target_layers": layers,
+        "mask_token_id": DSPARK_MASK,
+        "target_layer_ids": ids,
+        "markov_rank": 256,
+        "markov_head_type": "vanilla",
+        "enable_confidence_head": True,
+        "confidence_head_with_markov": True,
+        "tie_word_embeddings": False,
+        "torch_dtype": target["torch_dtype"],
+    }
+
+
+def dspark_shapes(config: dict[str, Any]) -> dict[str, tuple[int, ...]]:
+    """The DSpark checkpoint's tensors (spec_decoding_facts.md section 3's weight names,
+    as tinyhub/drafters.py writes the tiny one)."""
+    h, v, r = config["hidden_size"], config["vocab_size"], config["markov_rank"]
+    q, kv = (
+        config["num_attention_heads"] * config["head_dim"],
+        (config["num_key_value_heads"] * config["head_dim"]),
+    )
+    ffn, dim = config["intermediate_size"], config["head_dim"]
+    shapes: dict[str, tuple[int, ...]] = {
+        "fc.weight": (h, len(config["target_layer_ids"]) * h),
+        "hidden_norm.weight": (h,),
+        "norm.weight": (h,),
+        "embed_tokens.weight": (v, h),
+        "lm_head.weight": (v, h),
+        "markov_head.markov_w1.weight": (v, r),
+        "markov_head.markov_w2.weight": (v, r),
+        "confidence_head.proj.weight": (1, h + r),
+        "confidence_head.proj.bias": (1,),
+    }
+    for i in range(config["num_hidden_layers"]):
+        at = f"layers.{i}"
+        shapes |= {
+            f"{at}.input_layernorm.weight": (h,),
+            f"{at}.post_attention_layernorm.weight": (h,),
+            f"{at}.self_attn.q_proj.weight": (q, h),
+            f"{at}.self_attn.k_proj.weight": (kv, h),
+            f"{at}.self_attn.v_proj.weight": (kv, h),
+            f"{at}.self_attn.o_proj.weight": (h, q),
+            f"{at}.self_attn.q_norm.weight": (dim,),
+            f"{at}.self_attn.k_norm.weight": (dim,),
+            f"{at}.mlp.gate_proj.weight": (ffn, h),
+            f"{at}.mlp.up_proj.weight": (ffn, h),
+            f"{at}.mlp.down_proj.weight": (h, ffn),
+        }
+    return shapes
+
+
+def write_dspark(folder: Path, shape: Shape, layers: int, workers: int) -> str:
+    """The seeded DSpark drafter of the target's geometry in `folder`, its embed_tokens
+    and lm_head the target's own values (DSpark ships frozen copies); its digest."""
+    config = dspark_config(shape, layers)
+    seed = f"kiln-bench/{shape.name}"
+    sources = {
+        "embed_tokens.weight": (seed, "model.embed_tokens.weight"),
+        "lm_head.weight": (seed, "lm_head.weight"),
+    }
+    texts = {"config.json": json.dumps(config, indent=2, sort_keys=True).encode() + b"\n"}
+    shapes = dspark_shapes(config)
+    return _sealed(
+        folder,
+        texts,
+        lambda path: write_tensors(path, shapes, shape.dtype, seed + "-dspark", sources, workers),
+    )
+
+
+def dspark_thresholds(catalog: Path) -> None:
+    """thresholds/half-precision-dspark.yaml in the catalog: half-precision's gates and
+    lossless speculation; acceptance is recorded, not gated (a seeded drafter's)."""
+    import yaml
+
+    base = yaml.safe_load((ROOT / "thresholds" / "half-precision.yaml").read_text())
+    base["description"] = (
+        "half-precision.yaml's gates, and speculation lossless: greedy output with the "
+        "drafter equals the target's alone (bench/shape.py's seeded DSpark drafter, whose "
+        "acceptance is recorded, not gated)."
+    )
+    base["gates"].append(
+        {
+            "metric": "speculative_match_rate",
+            "direction": "higher",
+            "threshold": 1.0,
+            "why": "Speculative decoding is lossless; greedy output equals target-only greedy.",
+        }
+    )
+    text = yaml.safe_dump(base, sort_keys=False, width=88)
+    (catalog / "thresholds" / "half-precision-dspark.yaml").write_text(text)
+
+
+THRESHOLDS = {
+    "fp32": "fp32-exact",
+    "bf16": "half-precision",
+    "fp8": "quantized-fp8",
+    "bf16-dspark": "half-precision-dspark",
+}
 
 
 def recipe_name(shape: Shape, compute: str, target: str) -> str:
@@ -266,12 +433,26 @@ def recipe_name(shape: Shape, compute: str, target: str) -> str:
     return f"{shape.name}-inductor-{compute}-{target}"
 
 
-def recipe(shape: Shape, compute: str, digest: str, args: argparse.Namespace) -> str:
+def recipe(
+    shape: Shape, compute: str, digest: str, args: argparse.Namespace, drafter: str = ""
+) -> str:
+    """`drafter`: the DSpark companion's digest, for bf16-dspark."""
     precision = {
         "fp32": "  weights: fp32\n",
         "bf16": "  weights: fp32\n  compute: bf16\n",
+        "bf16-dspark": "  weights: fp32\n  compute: bf16\n",
         "fp8": "  weights: fp8\n  kv_cache: auto\n  compute: bf16\n",
     }[compute]
+    execution = "  variant: ordinary\n"
+    batch = args.max_batch_size
+    companions = ""
+    if compute == "bf16-dspark":  # speculation decodes one prompt at a time: batch 1
+        execution = f"  variant: dspark\n  block_length: {DSPARK_BLOCK}\n"
+        batch = 1
+        companions = (
+            f"companions:\n  draft:\n    path: checkpoints/{shape.name}-dspark\n"
+            f"    sha256: {drafter}\n"
+        )
     calibration = "calibration:\n  samples: 8\n  max_tokens: 64\n" if compute == "fp8" else ""
     scored = "  scored_positions: 512\n" if compute != "fp32" else ""
     geometry = shape.summary.format(layers=args.layers)
@@ -284,13 +465,12 @@ task: text-generation
 model:
   path: checkpoints/{shape.name}
   sha256: {digest}
-precision:
+{companions}precision:
 {precision}execution:
-  variant: ordinary
-build:
+{execution}build:
   backend: inductor
   target: {args.target}
-  max_batch_size: {args.max_batch_size}
+  max_batch_size: {batch}
   max_seq_len: {args.max_seq_len}
   prefill_chunk_len: {args.prefill_chunk_len}
 {calibration}validation:
@@ -309,7 +489,11 @@ def main() -> None:
     parser.add_argument("--max-seq-len", type=int, default=1024)
     parser.add_argument("--prefill-chunk-len", type=int, default=128)
     parser.add_argument("--max-batch-size", type=int, help="default: the shape's")
-    parser.add_argument("--computes", help="fp32,bf16,fp8: which recipes (default: the shape's)")
+    parser.add_argument(
+        "--computes",
+        help="fp32,bf16,fp8,bf16-dspark: which recipes (default: the shape's; bf16-dspark, "
+        "qwen3-8b's, also writes its drafter)",
+    )
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     args = parser.parse_args()
     shape = SHAPES[args.shape]
@@ -325,9 +509,19 @@ def main() -> None:
     (catalog / "recipes").mkdir(exist_ok=True)
     folder = catalog / "checkpoints" / shape.name
     digest = write_checkpoint(folder, shape, args.layers, args.workers)
+    drafter = ""
+    if "bf16-dspark" in computes:
+        if shape.config["model_type"] != "qwen3":
+            parser.error("bf16-dspark: the DSpark drafter is written for --shape qwen3-8b")
+        drafts = catalog / "checkpoints" / f"{shape.name}-dspark"
+        drafter = write_dspark(drafts, shape, args.layers, args.workers)
+        dspark_thresholds(catalog)
+        size = sum(p.stat().st_size for p in drafts.iterdir()) / 1e6
+        print(f"{drafts}: {size:.0f} MB, sha256 {drafter}")
     for compute in computes:
         name = recipe_name(shape, compute, args.target)
-        (catalog / "recipes" / f"{name}.yaml").write_text(recipe(shape, compute, digest, args))
+        text = recipe(shape, compute, digest, args, drafter)
+        (catalog / "recipes" / f"{name}.yaml").write_text(text)
         print(name)
     size = sum(p.stat().st_size for p in folder.iterdir()) / 1e6
     print(f"{folder}: {size:.0f} MB, sha256 {digest}")
