@@ -1,17 +1,24 @@
 """CropsVisionBundle: a vision-language bundle whose pictures are cut into crops, as many
-as each picture's aspect ratio asks, plus a global view (Idefics3, SmolVLM; bundle.json
-vision.layout "crops").
+as each picture's aspect ratio asks, plus a global view (Idefics3, SmolVLM, InternVL;
+bundle.json vision.layout "crops").
 
-    image files -> runtime/images.py: Idefics3ImageProcessor's crops, pixel masks and
-                   each picture's (rows, cols) split grid, in numpy
+    image files -> runtime/images.py: the crops and each picture's (rows, cols) split
+                   grid, in numpy: Idefics3ImageProcessor's (with pixel masks) or
+                   GotOcr2ImageProcessor's tiles and thumbnail (InternVL)
                 -> vision.onnx, one picture's crops a run: crops * tokens_per_image
                    feature rows (CropFeatures: the rows, and the grids they came from)
-    messages    -> the chat template, whose image part is <image>; each is replaced in
-                   the rendered text by its picture's sequence (image_sequence), as
-                   Idefics3Processor.replace_image_token writes it, then tokenized
+    messages    -> the chat template, whose image part is the placeholder (<image>,
+                   <IMG_CONTEXT>); each is replaced in the rendered text by its picture's
+                   sequence, then tokenized
+
+The two differ in the sequence alone, which the processor family (its
+preprocessor_config.json) decides: Idefics3Processor writes each crop's tokens behind a
+marker and its position, then the global view's (image_sequence); InternVLProcessor
+writes every tile's tokens, thumbnail's last, as one run between the markers it puts
+around an unsplit picture's (<img>, </img>: tiles_sequence).
 
 The decoder is the ordinary one (1-D positions, causal mask, features merged at the
-<image> tokens). No torch and no transformers at run time.
+image tokens). No torch and no transformers at run time.
 """
 
 from __future__ import annotations
@@ -49,6 +56,15 @@ def image_sequence(rows: int, cols: int, token: str, per_crop: int) -> str:
     return "".join(lines) + "\n" + whole
 
 
+def tiles_sequence(unsplit: str, token: str, per_crop: int, crops: int) -> str:
+    """The text InternVLProcessor puts in place of one picture's placeholder: the tokens
+    of all its `crops` tiles as one run, between the markers around `unsplit`, the
+    sequence of a picture that is one tile (<img>, </img>; builders/vision/_crops.py
+    records it, checked against the processor)."""
+    head, tail = unsplit[: unsplit.index(token)], unsplit[unsplit.rindex(token) + len(token) :]
+    return head + token * per_crop * crops + tail
+
+
 def crops_of(rows: int, cols: int) -> int:
     """A picture's crop count: its grid plus the global view, or the global view alone."""
     return rows * cols + 1 if rows or cols else 1
@@ -73,13 +89,19 @@ class CropsVisionBundle(VisionBundle):
     """VisionBundle for pictures split into crops (module docstring)."""
 
     def __init__(self, path: Path, threads: int | None = None) -> None:
+        from runtime import images
+
         super().__init__(path, threads)
         if self.meta["vision"].get("layout") != "crops":
             raise BundleError(f"{path}: bundle.json's vision is no crops program")
+        # InternVL's tiles are one run of tokens; Idefics3's crops each have their own
+        self.tiled = images.family(self.processor) == "GotOcr2ImageProcessor"
+        self.graph_inputs = {i.name for i in self.vision.get_inputs()}
 
     def crops(self, paths: Sequence[Path | str]) -> dict[str, np.ndarray]:
         """The processor's inputs for the images at `paths` (runtime/images.py
-        idefics3_pixel_values): crops, pixel masks and each picture's grid."""
+        idefics3_pixel_values, tiled_pixel_values): crops, each picture's grid and, for
+        Idefics3, pixel masks."""
         from runtime import images
 
         return images.pixel_values([Path(p) for p in paths], self.processor)
@@ -103,9 +125,10 @@ class CropsVisionBundle(VisionBundle):
         runs = []
         for i, (rows, cols) in enumerate(grids):
             n = crops_of(rows, cols)
-            feeds = {
-                "pixel_values": made["pixel_values"][i : i + 1, :n],
-                "pixel_attention_mask": made["pixel_attention_mask"][i : i + 1, :n],
+            feeds = {  # InternVL's graph takes no pixel mask
+                name: made[name][i : i + 1, :n]
+                for name in ("pixel_values", "pixel_attention_mask")
+                if name in self.graph_inputs
             }
             runs.append(self.vision.run(["image_features"], feeds)[0])
         return CropFeatures(np.concatenate(runs), grids)
@@ -139,9 +162,16 @@ class CropsVisionBundle(VisionBundle):
             )
         text = pieces[0]
         for (rows, cols), piece in zip(grids, pieces[1:], strict=True):
-            text += image_sequence(rows, cols, self.image_placeholder, self.tokens_per_image)
+            text += self.sequence(rows, cols)
             text += piece
         return list(self.tokenizer.encode(text, add_special_tokens=False).ids)
+
+    def sequence(self, rows: int, cols: int) -> str:
+        """The text in place of the placeholder of a picture of split grid (rows, cols)."""
+        token, per_crop = self.image_placeholder, self.tokens_per_image
+        if self.tiled:
+            return tiles_sequence(self.image_sequence, token, per_crop, crops_of(rows, cols))
+        return image_sequence(rows, cols, token, per_crop)
 
     def ask(self, text: str, images: Sequence[Path | str] = ()) -> tuple[list[int], np.ndarray]:
         """VisionBundle.ask: the images' features first, which decide their tokens."""

@@ -27,6 +27,11 @@ every shipped test image with transformers' output:
                          plus the whole picture resized to one crop (the global view),
                          rescale, normalize; images padded with zero crops to the most
                          crops of any image, and a pixel mask (1: a real pixel)
+  GotOcr2ImageProcessor  (InternVL) with crop_to_patches (which InternVLProcessor turns
+                         on), the picture resized once to the grid of at most
+                         max_patches tiles whose aspect ratio is nearest its own, cut
+                         into tiles row by row, plus the whole picture resized to one
+                         tile (the thumbnail) when there are several; rescale, normalize
 
 The resize is PIL's own `Image.resize` on the uint8 picture, as transformers does;
 rescaling multiplies in float64 and rounds to float32 once, and normalizing is float32
@@ -98,7 +103,18 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "do_image_splitting": True,
         "do_pad": True,
     },
+    "GotOcr2ImageProcessor": {
+        "size": {"height": 384, "width": 384},
+        "image_mean": OPENAI_CLIP_MEAN,
+        "image_std": OPENAI_CLIP_STD,
+        "crop_to_patches": False,
+        "min_patches": 1,
+        "max_patches": 12,
+    },
 }
+# Processors whose own defaults turn the image processor's crop_to_patches on, whatever
+# its preprocessor_config.json saved (InternVL3-1B-hf saves false): their images_kwargs.
+CROPS_TO_PATCHES = ("InternVLProcessor",)
 # Idefics3's ceiling on either side after the first resize (its MAX_IMAGE_SIZE).
 IDEFICS3_MAX_SIDE = 4096
 COMMON = {
@@ -185,6 +201,8 @@ def pixel_values(paths: Sequence[Path], config: dict[str, Any]) -> dict[str, np.
     pictures = [load(p) for p in paths]
     if family(config) == "Idefics3ImageProcessor":
         return idefics3_pixel_values(pictures, settings(config))
+    if family(config) == "GotOcr2ImageProcessor":
+        return tiled_pixel_values(pictures, settings(config))
     if family(config) == "Qwen2VLImageProcessor":
         opts = settings(config)
         found = [_qwen2_vl(p, opts) for p in pictures]
@@ -217,6 +235,8 @@ def settings(config: dict[str, Any]) -> dict[str, Any]:
         merged["size"] = {"shortest_edge": merged["size"]}
     if isinstance(merged.get("crop_size"), int):
         merged["crop_size"] = {"height": merged["crop_size"], "width": merged["crop_size"]}
+    if kind == "GotOcr2ImageProcessor" and merged.get("processor_class") in CROPS_TO_PATCHES:
+        merged["crop_to_patches"] = True
     if kind == "Qwen2VLImageProcessor":  # min/max_pixels override size, as its __init__ does
         size = dict(merged["size"])
         if "min_pixels" in merged:
@@ -250,6 +270,8 @@ def preprocess(image: Image.Image, config: dict[str, Any]) -> np.ndarray:
         return _qwen2_vl(image, opts)[0]
     if family(config) == "Idefics3ImageProcessor":
         return idefics3_crops(image, opts)[0]
+    if family(config) == "GotOcr2ImageProcessor":
+        return got_ocr2_tiles(image, opts)[0]
     picture = rgb(image)
     if opts["do_resize"]:
         picture = picture.resize(_target(picture.size, opts["size"]), resample=opts["resample"])
@@ -441,3 +463,77 @@ def _crop_multiple(picture: Image.Image, side: int) -> tuple[int, int]:
         height = math.ceil(height / side) * side
         width = math.ceil(int(height * aspect) / side) * side
     return width, height
+
+
+def tiled_pixel_values(
+    pictures: Sequence[Image.Image], opts: dict[str, Any]
+) -> dict[str, np.ndarray]:
+    """GotOcr2ImageProcessor's tiles for one image per prompt, laid out as
+    idefics3_pixel_values lays crops out: `pixel_values` [n, tiles, 3, S, S] float32 (each
+    image's tiles, then zero tiles up to the most any image has; transformers instead
+    concatenates every image's tiles, [sum of tiles, 3, S, S]) and `rows_cols` [n, 2]
+    int64, each image's tile grid, (0, 0) for a picture that is one tile."""
+    found = [got_ocr2_tiles(p, opts) for p in pictures]
+    most = max(len(tiles) for tiles, _ in found)
+    height, width = found[0][0].shape[-2:]
+    values = np.zeros((len(found), most, 3, height, width), np.float32)
+    for i, (tiles, _) in enumerate(found):
+        values[i, : len(tiles)] = tiles
+    grid = np.array([rows_cols for _, rows_cols in found], dtype=np.int64)
+    return {"pixel_values": values, "rows_cols": grid}
+
+
+def got_ocr2_tiles(image: Image.Image, opts: dict[str, Any]) -> tuple[np.ndarray, tuple[int, int]]:
+    """One picture's tiles [k, 3, H, W] and its (rows, cols) tile grid, as
+    GotOcr2ImageProcessorPil makes them: with crop_to_patches (and max_patches > 1) the
+    picture resized to cols x rows tiles (tiled_canvas) and cut row by row, then, when
+    that is more than one tile, the picture resized to one tile appended (a thumbnail,
+    from the picture itself); otherwise the picture resized to one tile. A one-tile
+    picture's grid is (0, 0), as an unsplit Idefics3 picture's is."""
+    size = opts["size"]
+    height, width = size["height"], size["width"]
+    picture = rgb(image)
+    if not (opts["crop_to_patches"] and opts["max_patches"] > 1):
+        if opts["do_resize"]:
+            picture = picture.resize((width, height), resample=opts["resample"])
+        return np.stack([_rescale_normalize(_chw(picture), opts)]), (0, 0)
+    cols, rows = tiled_canvas(
+        (picture.height, picture.width), (height, width), opts["min_patches"], opts["max_patches"]
+    )
+    whole = _chw(picture.resize((width * cols, height * rows), resample=opts["resample"]))
+    frames = [
+        whole[:, r * height : (r + 1) * height, c * width : (c + 1) * width]
+        for r in range(rows)
+        for c in range(cols)
+    ]
+    if len(frames) == 1:
+        return np.stack([_rescale_normalize(frames[0], opts)]), (0, 0)
+    frames.append(_chw(picture.resize((width, height), resample=opts["resample"])))
+    return np.stack([_rescale_normalize(f, opts) for f in frames]), (rows, cols)
+
+
+def tiled_canvas(
+    size: tuple[int, int], tile: tuple[int, int], least: int, most: int
+) -> tuple[int, int]:
+    """GotOcr2's get_optimal_tiled_canvas: the (cols, rows) grid of `least` to `most`
+    tiles (fewest first) whose aspect ratio is nearest the (height, width) picture's; on
+    a tie, the later grid while the picture's area exceeds half the tiles' area."""
+    height, width = size
+    grids = sorted(
+        (
+            (cols, rows)
+            for cols in range(1, most + 1)
+            for rows in range(1, most + 1)
+            if least <= cols * rows <= most
+        ),
+        key=lambda grid: grid[0] * grid[1],
+    )
+    aspect, area = width / height, width * height
+    best, best_diff = (1, 1), float("inf")
+    for cols, rows in grids:
+        diff = abs(aspect - cols / rows)
+        if diff < best_diff:
+            best, best_diff = (cols, rows), diff
+        elif diff == best_diff and area > 0.5 * tile[0] * tile[1] * cols * rows:
+            best = (cols, rows)
+    return best

@@ -32,6 +32,13 @@ of tokens:
                         crops of 32 plus a global view, so a square image is 2 x 2 crops +
                         1, 20 image tokens, wrapped in <fake_token_around_image>,
                         <row_i_col_j> and <global-img> as Idefics3Processor writes them
+  kiln-tiny/internvl    InternVLForConditionalGeneration (InternVL3-1B-hf's): an InternViT
+                        tower on 32 x 32 tiles, 8 x 8 patches pixel-shuffled 2 x 2 into 4
+                        image tokens a tile, and a Qwen2 decoder; GotOcr2ImageProcessor
+                        tiles a picture into the grid of at most 6 tiles (InternVL3's 12,
+                        halved as the tiny Idefics3 halves SmolVLM's edge) whose aspect
+                        ratio is nearest its own, plus a thumbnail: the circle is 2 rows
+                        of 3 tiles + 1, 28 image tokens between <img> and </img>
 
 The added tokens get the ids after the shipped tokenizer's 512, in the order listed,
 and vocab_size counts them. The chat templates are the real checkpoints' (llava-hf's
@@ -81,6 +88,12 @@ IDEFICS3_TOKENS = [
     *(f"<row_{r}_col_{c}>" for r in range(1, 7) for c in range(1, 7)),
 ]
 IDEFICS3_ID = {token: BASE_VOCAB + i for i, token in enumerate(IDEFICS3_TOKENS)}
+
+# InternVL3-1B-hf's turn markers (Qwen2.5's) and the image tokens its processor reads off
+# the tokenizer (extra_special_tokens): a picture is <img>, <IMG_CONTEXT> per feature
+# row, </img>.
+INTERNVL_TOKENS = ["<|im_start|>", "<|im_end|>", "<img>", "</img>", "<IMG_CONTEXT>", "<video>"]
+INTERNVL_ID = {token: BASE_VOCAB + i for i, token in enumerate(INTERNVL_TOKENS)}
 
 # llava-hf/llava-1.5-7b-hf's chat_template.json: images first, then text, per turn.
 LLAVA_TEMPLATE = (
@@ -162,6 +175,19 @@ IDEFICS3_TEMPLATE = (
     "{% elif line['type'] == 'image' %}{{ '<image>' }}{% endif %}{% endfor %}"
     "<end_of_utterance>\n{% endfor %}"
     "{% if add_generation_prompt %}{{ 'Assistant:' }}{% endif %}"
+)
+
+# OpenGVLab/InternVL3-1B-hf's chat_template.json: each image part is <IMG_CONTEXT> and a
+# newline, which InternVLProcessor expands.
+INTERNVL_TEMPLATE = (
+    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n'}}"
+    "{% if message['content'] is string %}{{ message['content'] }}{% else %}"
+    "{% for content in message['content'] %}"
+    "{% if content['type'] == 'image' %}{{ '<IMG_CONTEXT>\n' }}"
+    "{% elif content['type'] == 'video' %}{{ '<video>\n' }}"
+    "{% elif content['type'] == 'text' %}{{ content['text'] }}{% endif %}"
+    "{% endfor %}{% endif %}{{'<|im_end|>\n'}}{% endfor %}"
+    "{% if add_generation_prompt %}{{'<|im_start|>assistant\n' }}{% endif %}"
 )
 
 
@@ -315,6 +341,35 @@ def vlm_specs(base: dict[str, Any]) -> dict[str, dict[str, Any]]:
             **ids,
             "torch_dtype": "float32",
         },
+        "kiln-tiny/internvl": {
+            "architectures": ["InternVLForConditionalGeneration"],
+            "model_type": "internvl",
+            "text_config": {
+                **text,
+                "model_type": "qwen2",
+                "vocab_size": BASE_VOCAB + len(INTERNVL_TOKENS),
+                "rope_theta": 1000000.0,
+            },
+            # InternViT-300M's kind: biased q/k/v, no q/k norm, LayerNorm blocks with
+            # layer scale, a CLS state (dropped) and absolute positions
+            "vision_config": {
+                "model_type": "internvl_vision",
+                **TOWER,
+                "attention_bias": True,
+                "use_qk_norm": False,
+                "norm_type": "layer_norm",
+            },
+            # 4 x 4 patches a tile, pixel-shuffled by 0.5 (InternVL3: 32 x 32 of 448 px)
+            "downsample_ratio": 0.5,
+            "image_seq_length": 4,
+            "image_token_id": INTERNVL_ID["<IMG_CONTEXT>"],
+            "projector_hidden_act": "gelu",
+            "vision_feature_layer": -1,
+            "vision_feature_select_strategy": "default",
+            "tie_word_embeddings": False,
+            **ids,
+            "torch_dtype": "float32",
+        },
     }
 
 
@@ -425,6 +480,40 @@ def _idefics3(config: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _internvl(config: dict[str, Any]) -> dict[str, Any]:
+    """InternVL3-1B-hf's processor at the tiny tower's tile size: GotOcr2ImageProcessor
+    (bicubic, ImageNet's mean and std, tiles of the tower's image size; InternVLProcessor
+    turns crop_to_patches on) and the image tokens a tile (image_seq_length)."""
+    tile = config["vision_config"]["image_size"]
+    return {
+        "added": INTERNVL_TOKENS,
+        "pre_tokenizer": "qwen2",  # transformers imposes Qwen2Tokenizer's (_qwen2_5_vl)
+        "template": INTERNVL_TEMPLATE,
+        "tokenizer_config": {
+            "extra_special_tokens": {
+                "start_image_token": "<img>",
+                "end_image_token": "</img>",
+                "context_image_token": "<IMG_CONTEXT>",
+                "video_token": "<video>",
+            }
+        },
+        "image_processor": {
+            "image_processor_type": "GotOcr2ImageProcessor",
+            "processor_class": "InternVLProcessor",
+            **_pixels([0.485, 0.456, 0.406], [0.229, 0.224, 0.225], 3),
+            "crop_to_patches": False,  # as InternVL3-1B-hf saves it; its processor asks True
+            "min_patches": 1,
+            "max_patches": 6,
+            "size": {"height": tile, "width": tile},
+        },
+        "processor": {
+            "processor_class": "InternVLProcessor",
+            "image_seq_length": config["image_seq_length"],
+        },
+        "generation": {"eos_token_id": [config["eos_token_id"], INTERNVL_ID["<|im_end|>"]]},
+    }
+
+
 def _qwen2_vl(config: dict[str, Any]) -> dict[str, Any]:
     """Qwen2-VL-7B-Instruct ships Qwen2.5-VL-Instruct's chat template and image
     processor settings; its processor class is Qwen2VLProcessor."""
@@ -437,6 +526,7 @@ FAMILIES = {
     "qwen2_vl": _qwen2_vl,
     "gemma3": _gemma3,
     "idefics3": _idefics3,
+    "internvl": _internvl,
 }
 
 

@@ -163,10 +163,11 @@ def load_for_export(checkpoint: Path, auto_class: str = "AutoModelForCausalLM") 
 
 def load_processor(checkpoint: Path) -> Any:
     """transformers' processor of a vision-language checkpoint, on its PIL backend (the
-    one runtime/images.py follows). Qwen2-VL's and Qwen2.5-VL's processor classes in
-    transformers 5.24 also load a video processor, which needs torchvision (not in the
-    build extra); an image needs none, so without torchvision the same class is built
-    with the video part left out (tests/builds/test_tinyhub_vlm.py does the same)."""
+    one runtime/images.py follows). Qwen2-VL's, Qwen2.5-VL's and InternVL's processor
+    classes in transformers 5.24 also load a video processor, which needs torchvision
+    (not in the build extra); an image needs none, so without torchvision the same class
+    is built with the video part left out (tests/builds/test_tinyhub_vlm.py does the
+    same)."""
     import importlib.util
     import json
 
@@ -176,8 +177,21 @@ def load_processor(checkpoint: Path) -> Any:
 
     kind = json.loads((checkpoint / "config.json").read_text()).get("model_type")
     named = {"qwen2_5_vl": "Qwen2_5_VLProcessor", "qwen2_vl": "Qwen2VLProcessor"}.get(kind)
-    if named is None or importlib.util.find_spec("torchvision"):
+    if importlib.util.find_spec("torchvision") or (named is None and kind != "internvl"):
         return AutoProcessor.from_pretrained(checkpoint, backend="pil")
+    if kind == "internvl":  # InternVLProcessor takes its video processor as None
+
+        class InternVLImagesOnly(transformers.InternVLProcessor):
+            def __init__(
+                self,
+                image_processor: Any,
+                tokenizer: Any,
+                chat_template: Any = None,
+                image_seq_length: int = 256,
+            ):
+                super().__init__(image_processor, tokenizer, None, image_seq_length, chat_template)
+
+        return InternVLImagesOnly.from_pretrained(checkpoint, backend="pil")
 
     class ImagesOnly(getattr(transformers, named)):  # type: ignore[misc]
         def __init__(self, image_processor: Any, tokenizer: Any, chat_template: Any = None):

@@ -15,9 +15,9 @@ The graph's contract (runtime/causal_lm.py's Vision runs it):
 
 A grid vision program (Qwen2.5-VL, export.json layout "grid") takes a picture's
 patches and its grid's index tensors instead, and gives t * h * w / merge^2 rows
-(builders/vision/_grid.py). A crops vision program (Idefics3, SmolVLM; layout "crops")
-takes one picture's crops and their pixel masks [1, crops, ...] and gives
-crops * tokens_per_image rows (builders/vision/_crops.py).
+(builders/vision/_grid.py). A crops vision program (Idefics3, SmolVLM, InternVL; layout
+"crops") takes one picture's crops [1, crops, ...] (and Idefics3's pixel masks) and
+gives crops * tokens_per_image rows (builders/vision/_crops.py).
 
 One image per run: transformers returns a VLM's image features as a list per image,
 which the exporter traces as a Split of a fixed count (builders/vision/export.py).
@@ -25,7 +25,8 @@ which the exporter traces as a Split of a fixed count (builders/vision/export.py
   export.py     the checkpoint's vision tower and projector -> ONNX
   _grid.py      Qwen2.5-VL's tower as a graph of any patch grid (its index tensors as
                 inputs, made at run time by runtime/mrope.py; masked attention spans)
-  _crops.py     Idefics3's tower and connector on any number of crops of one picture
+  _crops.py     Idefics3's and InternVL's tower and connector on any number of crops
+                of one picture
   onnx.py       graph tidy and check (builders/common/graph.py)
   engine.py     onnxruntime's offline optimization and a smoke run (builders/common/ort.py)
 """

@@ -36,12 +36,13 @@ def build(request: Request, writer: Writer) -> None:
     if io.get("layout") == "grid":  # Qwen2-VL style: a 4 x 6 patch grid, 6 tokens
         feeds, rows = _grid_feeds(io["grid"], (1, 4, 6))
         feeds = {k: v for k, v in feeds.items() if k in io["graph_inputs"]}
-    elif io.get("layout") == "crops":  # Idefics3: one picture's 3 crops (grey, unmasked)
+    elif io.get("layout") == "crops":  # one picture's 3 crops (grey, unmasked)
         height, width = io["image_size"]
         feeds = {
             "pixel_values": np.full((1, 3, 3, height, width), 0.5, np.float32),
             "pixel_attention_mask": np.ones((1, 3, height, width), np.int64),
         }
+        feeds = {k: v for k, v in feeds.items() if k in io["graph_inputs"]}  # InternVL: no mask
         rows = 3 * io["tokens_per_image"]
     else:
         height, width = io["image_size"]

@@ -197,12 +197,16 @@ def _export_grid(request: Request, writer: Writer, model: Any, checkpoint: Any, 
 def _export_crops(
     request: Request, writer: Writer, model: Any, checkpoint: Any, opset: int
 ) -> None:
-    """An Idefics3-style vision program (builders/vision/_crops.py) and its export.json:
-    the placeholder is the chat template's <image>, which the runtime replaces by each
-    picture's sequence for its crop grid (checked against the processor there)."""
-    request.log(f"exporting {type(model).__name__}'s vision tower (any crop count) to ONNX")
+    """A crops vision program (Idefics3, InternVL: builders/vision/_crops.py) and its
+    export.json: the placeholder is the chat template's <image> (InternVL's
+    <IMG_CONTEXT>), which the runtime replaces by each picture's sequence for its crop
+    grid (checked against the processor there)."""
+    name = type(model).__name__
+    request.log(f"exporting {name}'s vision tower (any crop count) to ONNX")
     meta = _crops.export(request, writer, model, opset)
-    placeholder, sequence = _crops.checked_image_text(request, checkpoint, meta["tokens_per_image"])
+    placeholder, sequence = _crops.checked_image_text(
+        request, checkpoint, meta["tokens_per_image"], name
+    )
     config = model.config
     writer.write_json(
         "export.json",

@@ -23,6 +23,11 @@ if TYPE_CHECKING:
     from kiln.store.api import Request, Writer
 
 
+# Architectures whose processor gives a picture's tiles as pixel_values [tiles, 3, S, S]
+# (InternVLProcessor), where the others give [1, ...] a picture.
+TILES_IN_BATCH = ("InternVLForConditionalGeneration",)
+
+
 class Options(BaseModel):
     model_config = ConfigDict(extra="forbid")
     prompts: list[str] = Field(min_length=1, description="Questions, one per image.")
@@ -118,9 +123,11 @@ def build(request: Request, writer: Writer) -> None:
             else:
                 scores = generated_images(model, encoded, full)
             logits[f"p{i}"] = scores.numpy().astype(np.float32)
-        # one picture's pixel values; a grid processor's (Qwen2.5-VL) are all its patches
+        # one picture's pixel values; a grid processor's (Qwen2.5-VL) are all its patches,
+        # and InternVL's processor puts a picture's tiles on the batch axis
         picture = encoded["pixel_values"]
-        picture = picture if "image_grid_thw" in encoded else picture[0]
+        whole = "image_grid_thw" in encoded or type(model).__name__ in TILES_IN_BATCH
+        picture = picture if whole else picture[0]
         pixels[image] = picture.numpy().astype(np.float32)
         records.append({"prompt": prompt, "image": image, "prompt_ids": prompt_ids, "tokens": new})
     # the first prompt's last position with the second image instead of the first

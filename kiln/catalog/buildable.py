@@ -127,6 +127,7 @@ EVAL_POSITIONS: dict[str, int] = {
     "kiln-tiny/glm4-moe@bbcec97": 4623,
     "kiln-tiny/gpt-oss@679e2e9": 4623,
     "kiln-tiny/idefics3@abdc262": 4623,
+    "kiln-tiny/internvl@64b9c5d": 4623,
     "kiln-tiny/kimi-linear@986f504": 4623,
     "kiln-tiny/laguna@8fda58e": 4623,
     "kiln-tiny/llama@86b0c01": 4623,

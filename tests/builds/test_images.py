@@ -351,3 +351,65 @@ def test_qwen_refuses_an_image_narrower_than_1_to_200(tmp_path: Path) -> None:
     Image.new("RGB", (402, 2), "white").save(thread)
     with pytest.raises(BundleError, match="402x2 image is too narrow"):
         images.pixel_values([thread], QWEN)
+
+
+# OpenGVLab/InternVL3-1B-hf's preprocessor_config.json (GotOcr2ImageProcessor at 448-px
+# tiles, saved with crop_to_patches false, which InternVLProcessor turns on), the tiny
+# InternVL's (tinyhub/vlm.py: 32-px tiles, at most 6), and a processor of another class,
+# for which the saved false holds: one tile a picture
+INTERNVL3 = {
+    "image_processor_type": "GotOcr2ImageProcessor",
+    "processor_class": "InternVLProcessor",
+    "crop_to_patches": False,
+    "do_convert_rgb": True,
+    "do_normalize": True,
+    "do_rescale": True,
+    "do_resize": True,
+    "image_mean": [0.485, 0.456, 0.406],
+    "image_std": [0.229, 0.224, 0.225],
+    "max_patches": 12,
+    "min_patches": 1,
+    "resample": 3,
+    "rescale_factor": 0.00392156862745098,
+    "size": {"height": 448, "width": 448},
+}
+TINY_INTERNVL = {**INTERNVL3, "max_patches": 6, "size": {"height": 32, "width": 32}}
+GOT_OCR2 = {
+    "internvl3": INTERNVL3,
+    "tiny": TINY_INTERNVL,
+    "uncropped": {**TINY_INTERNVL, "processor_class": "GotOcr2Processor"},
+}
+
+
+@pytest.mark.parametrize("name", GOT_OCR2)
+def test_internvl_tiles_and_grids_equal_transformers(name: str, tmp_path: Path) -> None:
+    """Each image alone, and all of them as one batch (transformers concatenates every
+    image's tiles; the runtime pads each image's to the most): pixel values within 1e-6
+    (they are equal) and each image's tile count."""
+    config = GOT_OCR2[name]
+    processor = reference(config, tmp_path)
+    cropped = config["processor_class"] == "InternVLProcessor"
+    # InternVL3's own sizes make up to 13 tiles of 448 x 448 (seconds an image on a
+    # loaded 2-core host): the tall stripes alone, 5 x 2 tiles and the thumbnail
+    real = [p for p in PICTURES if p.name == "stripes_37x91.png"]
+    pictures = real if name == "internvl3" else PICTURES
+    theirs = processor(images=[opened(p) for p in pictures], crop_to_patches=cropped)
+    ours = images.pixel_values(pictures, config)
+    counts = [int(n) for n in theirs["num_patches"]]
+    rows_cols = ours["rows_cols"].tolist()
+    assert [r * c + 1 if r * c else 1 for r, c in rows_cols] == counts
+    ends = np.cumsum([0, *counts])
+    for i, path in enumerate(pictures):
+        tiles = np.stack(theirs["pixel_values"][ends[i] : ends[i + 1]])
+        assert np.abs(ours["pixel_values"][i, : counts[i]] - tiles).max() <= 1e-6, path.name
+        assert not ours["pixel_values"][i, counts[i] :].any()  # the batch's padding tiles
+        alone = images.pixel_values([path], config)["pixel_values"][0]
+        assert np.array_equal(alone, ours["pixel_values"][i, : counts[i]]), path.name
+    grids = {p.name: g for p, g in zip(pictures, rows_cols, strict=True)}
+    if name == "tiny":  # the tall stripes 3 x 1, the circle 2 x 3, the square checker alone
+        assert grids["stripes_37x91.png"] == [3, 1] and grids["circle_64x48.png"] == [2, 3]
+        assert grids["checker_40x40.bmp"] == [0, 0]
+    if name == "internvl3":
+        assert grids == {"stripes_37x91.png": [5, 2]}
+    if name == "uncropped":
+        assert set(counts) == {1}

@@ -28,8 +28,8 @@ def snapshot(hub: Path, repo: str) -> Path:
 
 def processor(folder: Path) -> Any:
     """transformers' processor of the checkpoint, as the build loads it
-    (builders/common/hf.py load_processor: Qwen2-VL's and Qwen2.5-VL's classes without
-    the video processor that needs torchvision, which the build extra lacks)."""
+    (builders/common/hf.py load_processor: Qwen2-VL's, Qwen2.5-VL's and InternVL's classes
+    without the video processor that needs torchvision, which the build extra lacks)."""
     from builders.common.hf import load_processor
 
     return load_processor(folder)
@@ -63,8 +63,8 @@ def test_the_prompt_holds_the_image_and_the_answer_depends_on_it(hub: Path, repo
 
     ids = inputs["input_ids"][0].tolist()
     vision = {k: inputs[k] for k in ("pixel_values", "image_grid_thw") if k in inputs}
-    with torch.no_grad():
-        (features,) = model.get_image_features(**vision).pooler_output
+    with torch.no_grad():  # InternVL's: [tiles, tokens, hidden]; the others' per image
+        features = torch.cat(list(model.get_image_features(**vision).pooler_output))
     assert ids.count(model.config.image_token_id) == features.shape[0] > 1
     assert QUESTION in proc.tokenizer.decode(ids)
 
@@ -103,7 +103,9 @@ def test_the_vision_language_checkpoints_leave_every_pinned_tiny_revision_alone(
         "kiln-tiny/gemma3-vlm",  # and recipes/tiny-gemma3-vlm*.yaml
         "kiln-tiny/qwen2.5-vl",  # and recipes/tiny-qwen2.5-vl.yaml
         "kiln-tiny/qwen2-vl",  # and recipes/tiny-qwen2-vl.yaml
+        "kiln-tiny/qwen3-vl",  # and recipes/tiny-qwen3-vl.yaml
         "kiln-tiny/idefics3",  # and recipes/tiny-idefics3.yaml
+        "kiln-tiny/internvl",  # and recipes/tiny-internvl.yaml
     }
     for repo, revision in sorted(pinned):
         assert (tinyhub.repo_dir(hub, repo) / "refs" / "main").read_text() == revision, repo

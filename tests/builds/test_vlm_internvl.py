@@ -1,0 +1,129 @@
+"""image-text-to-text with pictures cut into tiles: tiny InternVL (InternVL3-1B-hf's
+architecture) built through `doit build` to a pass against transformers' own
+InternVLProcessor and generate, and its bundle run as users run it, with no torch.
+
+Each picture is resized to the grid of at most 6 tiles of 32 x 32 whose aspect ratio is
+nearest its own and cut row by row, plus a thumbnail (2 x 3 + 1 tiles for the square
+picture, 3 x 1 + 1 for the tall stripes), the vision program takes any tile count, and
+each <IMG_CONTEXT> of the chat becomes that picture's tiles' image tokens in one run
+between <img> and </img>. What test_vlm_idefics3.py checks for crops, this checks for
+InternVL's tiles: two pictures of different tile counts in one prompt are the
+processor's pixel values and ids and give transformers' logits, and batches and
+chunked prefill keep each row's pictures.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from conftest import (
+    ROOT,
+    SQUARE,
+    STRIPES,
+    World,
+    bundle_dir,
+    check_fp32_vlm_record,
+    check_pictures_survive_batches_and_chunks,
+    heavy,
+    make_world,
+)
+
+pytestmark = heavy
+
+RECIPE = "tiny-internvl"
+QUESTION = "What is in the picture?"
+
+
+@pytest.fixture(scope="module")
+def internvl(tmp_path_factory: pytest.TempPathFactory, hub: Path) -> World:
+    world = make_world(tmp_path_factory.mktemp(RECIPE), hub, (RECIPE,))
+    world.doit("build", f"recipe={RECIPE}", "publish=1", check=True)
+    return world
+
+
+@pytest.fixture(scope="module")
+def bundle(internvl: World) -> Any:
+    import runtime
+    from runtime.crops_vlm import CropsVisionBundle
+
+    return runtime.open(bundle_dir(internvl, RECIPE), expect=CropsVisionBundle)
+
+
+def _turn(pictures: int, text: str) -> list[dict[str, Any]]:
+    parts = [{"type": "image"} for _ in range(pictures)] + [{"type": "text", "text": text}]
+    return [{"role": "user", "content": parts}]
+
+
+def test_tiny_internvl_passes_every_gate_with_its_tiles_read(internvl: World) -> None:
+    record = internvl.manifest(RECIPE)["evidence"][-1]
+    check_fp32_vlm_record(record)
+
+
+def test_two_pictures_of_different_tile_counts_are_the_processors_pixels_ids_and_logits(
+    internvl: World, bundle: Any
+) -> None:
+    import torch
+    from PIL import Image
+    from transformers import AutoModelForImageTextToText
+
+    from builders.common.hf import load_processor
+
+    checkpoint = next(p.parent for p in internvl.store.rglob("checkpoint/config.json"))
+    processor = load_processor(checkpoint)
+    assert type(processor).__mro__[1].__name__ == "InternVLProcessor"
+    model = AutoModelForImageTextToText.from_pretrained(checkpoint, attn_implementation="eager")
+    text = processor.apply_chat_template(_turn(2, "Compare them."), add_generation_prompt=True)
+    pictures = [Image.open(p).convert("RGB") for p in (STRIPES, SQUARE)]
+    encoded = processor(images=pictures, text=text, return_tensors="pt")
+    # 4 tiles of the stripes then 7 of the square, on transformers' one tile axis
+    made = bundle.crops([STRIPES, SQUARE])
+    assert made["rows_cols"].tolist() == [[3, 1], [2, 3]]
+    ours = np.concatenate([made["pixel_values"][0, :4], made["pixel_values"][1, :7]])
+    assert np.abs(ours - encoded["pixel_values"].numpy()).max() <= 1e-6
+    features = bundle.image_features([STRIPES, SQUARE])
+    ids = bundle.encode_chat(_turn(2, "Compare them."), images=features)
+    assert ids == encoded["input_ids"][0].tolist()
+    assert ids.count(bundle.image_token) == len(features) == (4 + 7) * 4
+    said = bundle.tokenizer.decode(ids, skip_special_tokens=False)
+    assert said.count("<img>") == said.count("</img>") == 2
+    with torch.no_grad():
+        theirs = model.eval()(**encoded).logits[0].numpy()
+    assert np.abs(bundle.logits(ids, features) - theirs).max() < 1e-4
+
+
+def test_batches_and_chunked_prefill_keep_each_rows_pictures(bundle: Any) -> None:
+    check_pictures_survive_batches_and_chunks(bundle)
+
+
+def test_the_bundle_runs_without_torch_or_transformers_models(internvl: World) -> None:
+    code = (
+        "import sys, runtime\n"
+        f"b = runtime.open({str(bundle_dir(internvl, RECIPE))!r})\n"
+        f"ids, feats = b.ask({QUESTION!r}, [{str(STRIPES)!r}])\n"
+        "out = b.generate_images([(ids, feats)], 4)\n"
+        "models = [m for m in sys.modules if m.startswith('transformers.models.')]\n"
+        "print(len(out.tokens[0]), feats.shape, feats.grids, 'torch' in sys.modules, models)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    # the stripes' 3 x 1 tiles and thumbnail, 4 tokens each
+    assert done.stdout.split() == ["4", "(16,", "64)", "[(3,", "1)]", "False", "[]"]
+
+
+def test_doit_check_refuses_it_on_inductor(tmp_path: Path, hub: Path) -> None:
+    """The inductor bundle's runner expands one sequence for every picture, so kiln
+    does not build tiles there yet: doit check says so, at the recipe's backend."""
+    world = make_world(tmp_path, hub, (RECIPE,))
+    build = {"backend": "inductor", "max_batch_size": 2, "prefill_chunk_len": 8}
+    recipe = {"schema_version": 1, "extends": RECIPE, "description": "tiles", "build": build}
+    (world.root / "recipes" / "zz-tiles.yaml").write_text(json.dumps(recipe))
+    out = world.doit("check")
+    said = out.stderr + out.stdout
+    assert out.returncode == 1 and "recipes/zz-tiles.yaml" in said
+    assert "build -> backend: InternVLForConditionalGeneration's pictures are cut" in said
