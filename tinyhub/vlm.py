@@ -21,6 +21,14 @@ of tokens:
   kiln-tiny/qwen2-vl    Qwen2VLForConditionalGeneration: Qwen2.5-VL's processor, tokens and
                         mrope_section, and Qwen2-VL's tower: every layer attends over
                         the whole picture (no windows), LayerNorm blocks, a fc1/fc2 MLP
+  kiln-tiny/qwen3-vl    Qwen3VLForConditionalGeneration: Qwen3-VL-Instruct's processor (16 x
+                        16 patches merged 2 x 2, an image resized within 64 x 64 to 128 x
+                        128 pixels' area: 4 to 16 tokens) and chat template; a 3-block
+                        tower with learned position embeddings on a 4 x 4 grid (bilinearly
+                        resampled to each picture's grid) whose blocks 0 and 1 feed
+                        DeepStack mergers, added to the hidden states at the image tokens
+                        after decoder layers 0 and 1 of 3; interleaved mrope_section
+                        [4, 2, 2] (the real [24, 20, 20] at head_dim 16) and q/k norms
   kiln-tiny/gemma3-vlm  Gemma3ForConditionalGeneration: SigLIP tower on 32 x 32 images,
                         8 x 8 patches average-pooled 2 x 2 into 4 image tokens between
                         <start_of_image> and <end_of_image>; the text decoder is the
@@ -130,6 +138,135 @@ QWEN_TEMPLATE = (
     "{% elif 'text' in content %}{{ content['text'] }}{% endif %}{% endfor %}<|im_end|>\n"
     "{% endif %}{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+# Qwen/Qwen3-VL-2B-Instruct's chat_template.json (no default system turn, tools and
+# tool responses, which may hold pictures too).
+QWEN3_TEMPLATE = (
+    r"""{%- if tools %}
+    {{- '<|im_start|>system\n' }}
+    {%- if messages[0].role == 'system' %}
+        {%- if messages[0].content is string %}
+            {{- messages[0].content }}
+        {%- else %}
+            {%- for content in messages[0].content %}
+                {%- if 'text' in content %}
+                    {{- content.text }}
+                {%- endif %}
+            {%- endfor %}
+        {%- endif %}
+        {{- '\n\n' }}
+    {%- endif %}
+    {{- "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"""
+    r"""You are provided with function signatures within <tools></tools> XML tags:\n<tools>" }}
+    {%- for tool in tools %}
+        {{- "\n" }}
+        {{- tool | tojson }}
+    {%- endfor %}
+    {{- "\n</tools>\n\nFor each function call, return a json object with function name and """
+    r"""arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": """
+    r"""<function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n" }}
+{%- else %}
+    {%- if messages[0].role == 'system' %}
+        {{- '<|im_start|>system\n' }}
+        {%- if messages[0].content is string %}
+            {{- messages[0].content }}
+        {%- else %}
+            {%- for content in messages[0].content %}
+                {%- if 'text' in content %}
+                    {{- content.text }}
+                {%- endif %}
+            {%- endfor %}
+        {%- endif %}
+        {{- '<|im_end|>\n' }}
+    {%- endif %}
+{%- endif %}
+{%- set image_count = namespace(value=0) %}
+{%- set video_count = namespace(value=0) %}
+{%- for message in messages %}
+    {%- if message.role == "user" %}
+        {{- '<|im_start|>' + message.role + '\n' }}
+        {%- if message.content is string %}
+            {{- message.content }}
+        {%- else %}
+            {%- for content in message.content %}
+                {%- if content.type == 'image' or 'image' in content or 'image_url' in content %}
+                    {%- set image_count.value = image_count.value + 1 %}
+                    {%- if add_vision_id %}Picture {{ image_count.value }}: {% endif -%}
+                    <|vision_start|><|image_pad|><|vision_end|>
+                {%- elif content.type == 'video' or 'video' in content %}
+                    {%- set video_count.value = video_count.value + 1 %}
+                    {%- if add_vision_id %}Video {{ video_count.value }}: {% endif -%}
+                    <|vision_start|><|video_pad|><|vision_end|>
+                {%- elif 'text' in content %}
+                    {{- content.text }}
+                {%- endif %}
+            {%- endfor %}
+        {%- endif %}
+        {{- '<|im_end|>\n' }}
+    {%- elif message.role == "assistant" %}
+        {{- '<|im_start|>' + message.role + '\n' }}
+        {%- if message.content is string %}
+            {{- message.content }}
+        {%- else %}
+            {%- for content_item in message.content %}
+                {%- if 'text' in content_item %}
+                    {{- content_item.text }}
+                {%- endif %}
+            {%- endfor %}
+        {%- endif %}
+        {%- if message.tool_calls %}
+            {%- for tool_call in message.tool_calls %}
+                {%- if (loop.first and message.content) or (not loop.first) %}
+                    {{- '\n' }}
+                {%- endif %}
+                {%- if tool_call.function %}
+                    {%- set tool_call = tool_call.function %}
+                {%- endif %}
+                {{- '<tool_call>\n{"name": "' }}
+                {{- tool_call.name }}
+                {{- '", "arguments": ' }}
+                {%- if tool_call.arguments is string %}
+                    {{- tool_call.arguments }}
+                {%- else %}
+                    {{- tool_call.arguments | tojson }}
+                {%- endif %}
+                {{- '}\n</tool_call>' }}
+            {%- endfor %}
+        {%- endif %}
+        {{- '<|im_end|>\n' }}
+    {%- elif message.role == "tool" %}
+        {%- if loop.first or (messages[loop.index0 - 1].role != "tool") %}
+            {{- '<|im_start|>user' }}
+        {%- endif %}
+        {{- '\n<tool_response>\n' }}
+        {%- if message.content is string %}
+            {{- message.content }}
+        {%- else %}
+            {%- for content in message.content %}
+                {%- if content.type == 'image' or 'image' in content or 'image_url' in content %}
+                    {%- set image_count.value = image_count.value + 1 %}
+                    {%- if add_vision_id %}Picture {{ image_count.value }}: {% endif -%}
+                    <|vision_start|><|image_pad|><|vision_end|>
+                {%- elif content.type == 'video' or 'video' in content %}
+                    {%- set video_count.value = video_count.value + 1 %}
+                    {%- if add_vision_id %}Video {{ video_count.value }}: {% endif -%}
+                    <|vision_start|><|video_pad|><|vision_end|>
+                {%- elif 'text' in content %}
+                    {{- content.text }}
+                {%- endif %}
+            {%- endfor %}
+        {%- endif %}
+        {{- '\n</tool_response>' }}
+        {%- if loop.last or (messages[loop.index0 + 1].role != "tool") %}
+            {{- '<|im_end|>\n' }}
+        {%- endif %}
+    {%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}
+    {{- '<|im_start|>assistant\n' }}
+{%- endif %}
+"""
 )
 
 # google/gemma-3-4b-it's chat template: a system turn folds into the first user turn.
@@ -289,6 +426,43 @@ def vlm_specs(base: dict[str, Any]) -> dict[str, dict[str, Any]]:
                 "spatial_merge_size": 2,
                 "temporal_patch_size": 2,
                 "hidden_size": base["hidden_size"],  # the merger's output: the decoder's width
+            },
+            "image_token_id": QWEN_ID["<|image_pad|>"],
+            "video_token_id": QWEN_ID["<|video_pad|>"],
+            "vision_start_token_id": QWEN_ID["<|vision_start|>"],
+            "vision_end_token_id": QWEN_ID["<|vision_end|>"],
+            "tie_word_embeddings": False,
+            **ids,
+            "torch_dtype": "float32",
+        },
+        "kiln-tiny/qwen3-vl": {
+            "architectures": ["Qwen3VLForConditionalGeneration"],
+            "model_type": "qwen3_vl",
+            "text_config": {
+                **text,
+                "model_type": "qwen3_vl_text",
+                "num_hidden_layers": 3,  # DeepStack feeds the first 2; the third sees none
+                "head_dim": 16,
+                "vocab_size": BASE_VOCAB + len(QWEN_TOKENS),
+                "rope_parameters": {
+                    "rope_type": "default",
+                    "rope_theta": 5000000.0,
+                    "mrope_section": [4, 2, 2],
+                    "mrope_interleaved": True,
+                },
+            },
+            "vision_config": {
+                "model_type": "qwen3_vl_vision",
+                "depth": 3,
+                "hidden_size": 32,
+                "intermediate_size": 64,
+                "num_heads": 2,
+                "patch_size": 16,
+                "spatial_merge_size": 2,
+                "temporal_patch_size": 2,
+                "num_position_embeddings": 16,  # a 4 x 4 learned grid (the real one 48 x 48)
+                "deepstack_visual_indexes": [0, 1],
+                "out_hidden_size": base["hidden_size"],
             },
             "image_token_id": QWEN_ID["<|image_pad|>"],
             "video_token_id": QWEN_ID["<|video_pad|>"],
@@ -520,10 +694,33 @@ def _qwen2_vl(config: dict[str, Any]) -> dict[str, Any]:
     return _qwen2_5_vl(config, "Qwen2VLProcessor")
 
 
+def _qwen3_vl(config: dict[str, Any]) -> dict[str, Any]:
+    """Qwen3-VL-Instruct's processor: Qwen2VLImageProcessorFast's settings as it saves
+    them (mean and std 0.5, bicubic, a pixel budget as size's shortest and longest edge,
+    here 2 x 2 to 4 x 4 merged patches where the real one allows 64 to 16,384), its
+    tokens and its chat template (QWEN3_TEMPLATE)."""
+    vision = config["vision_config"]
+    unit = vision["patch_size"] * vision["spatial_merge_size"]
+    return {
+        **_qwen2_5_vl(config, "Qwen3VLProcessor"),
+        "template": QWEN3_TEMPLATE,
+        "image_processor": {
+            "image_processor_type": "Qwen2VLImageProcessorFast",
+            "processor_class": "Qwen3VLProcessor",
+            **_pixels([0.5, 0.5, 0.5], [0.5, 0.5, 0.5], 3),
+            "size": {"shortest_edge": unit * unit * 4, "longest_edge": unit * unit * 16},
+            "patch_size": vision["patch_size"],
+            "temporal_patch_size": vision["temporal_patch_size"],
+            "merge_size": vision["spatial_merge_size"],
+        },
+    }
+
+
 FAMILIES = {
     "llava": _llava,
     "qwen2_5_vl": _qwen2_5_vl,
     "qwen2_vl": _qwen2_vl,
+    "qwen3_vl": _qwen3_vl,
     "gemma3": _gemma3,
     "idefics3": _idefics3,
     "internvl": _internvl,

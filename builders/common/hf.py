@@ -163,7 +163,7 @@ def load_for_export(checkpoint: Path, auto_class: str = "AutoModelForCausalLM") 
 
 def load_processor(checkpoint: Path) -> Any:
     """transformers' processor of a vision-language checkpoint, on its PIL backend (the
-    one runtime/images.py follows). Qwen2-VL's, Qwen2.5-VL's and InternVL's processor
+    one runtime/images.py follows). Qwen2-VL's, Qwen2.5-VL's, Qwen3-VL's and InternVL's
     classes in transformers 5.24 also load a video processor, which needs torchvision
     (not in the build extra); an image needs none, so without torchvision the same class
     is built with the video part left out (tests/builds/test_tinyhub_vlm.py does the
@@ -176,7 +176,11 @@ def load_processor(checkpoint: Path) -> Any:
     from transformers.processing_utils import ProcessorMixin
 
     kind = json.loads((checkpoint / "config.json").read_text()).get("model_type")
-    named = {"qwen2_5_vl": "Qwen2_5_VLProcessor", "qwen2_vl": "Qwen2VLProcessor"}.get(kind)
+    named = {
+        "qwen2_5_vl": "Qwen2_5_VLProcessor",
+        "qwen2_vl": "Qwen2VLProcessor",
+        "qwen3_vl": "Qwen3VLProcessor",  # its video part as Qwen2.5-VL's
+    }.get(kind)
     if importlib.util.find_spec("torchvision") or (named is None and kind != "internvl"):
         return AutoProcessor.from_pretrained(checkpoint, backend="pil")
     if kind == "internvl":  # InternVLProcessor takes its video processor as None

@@ -140,6 +140,7 @@ EVAL_POSITIONS: dict[str, int] = {
     "kiln-tiny/qwen2@730df0f": 4623,
     "kiln-tiny/qwen2-vl@e3961c1": 4623,
     "kiln-tiny/qwen2.5-vl@a906399": 4623,
+    "kiln-tiny/qwen3-vl@71662ba": 4623,
     "kiln-tiny/qwen3-5-moe@615733f": 4623,
     "kiln-tiny/qwen3-moe@fb6cd75": 4623,
     "kiln-tiny/qwen3-next@392b74a": 4623,
