@@ -446,6 +446,7 @@ def recipe(
     execution = "  variant: ordinary\n"
     batch = args.max_batch_size
     companions = ""
+    architecture = ""
     if compute == "bf16-dspark":  # speculation decodes one prompt at a time: batch 1
         execution = f"  variant: dspark\n  block_length: {DSPARK_BLOCK}\n"
         batch = 1
@@ -453,6 +454,8 @@ def recipe(
             f"companions:\n  draft:\n    path: checkpoints/{shape.name}-dspark\n"
             f"    sha256: {drafter}\n"
         )
+        # a drafter is defined for the families it names (catalog/rules.yaml)
+        architecture = f"  architecture: {shape.config['architectures'][0]}\n"
     calibration = "calibration:\n  samples: 8\n  max_tokens: 64\n" if compute == "fp8" else ""
     scored = "  scored_positions: 512\n" if compute != "fp32" else ""
     geometry = shape.summary.format(layers=args.layers)
@@ -465,7 +468,7 @@ task: text-generation
 model:
   path: checkpoints/{shape.name}
   sha256: {digest}
-{companions}precision:
+{architecture}{companions}precision:
 {precision}execution:
 {execution}build:
   backend: inductor
