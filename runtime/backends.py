@@ -92,6 +92,9 @@ class SharedCache:
         images = next((i for i in session.get_inputs() if i.name == "image_features"), None)
         hidden = images.shape[-1] if images is not None else None
         self.no_images = np.zeros((0, hidden), np.float32) if isinstance(hidden, int) else None
+        # a DeepStack decoder's (Qwen3-VL) rows per level: none in a step either
+        deep = next((i for i in session.get_inputs() if i.name == "deepstack_features"), None)
+        self.no_deepstack = None if deep is None else np.zeros((0, *deep.shape[1:]), np.float32)
         self.orders: dict[tuple[str, ...], list[int] | None] = {}
         self.total = 0  # positions the buffers hold after the last forward or step
 
@@ -162,6 +165,8 @@ class SharedCache:
             binding.bind_ortvalue_input("position_ids", _ortvalue(position))
             if self.no_images is not None:  # a step feeds no image rows (a VLM's decoder)
                 binding.bind_cpu_input("image_features", self.no_images)
+            if self.no_deepstack is not None:
+                binding.bind_cpu_input("deepstack_features", self.no_deepstack)
             if "logits_to_keep" in self.inputs:
                 binding.bind_cpu_input("logits_to_keep", _KEEP_ALL)
             binding.bind_ortvalue_output("logits", self._row(session, batch)[1])

@@ -1,6 +1,6 @@
 """GridVisionBundle: a vision-language bundle whose pictures are each their own patch
-grid and whose decoder rotates by 3-D positions (Qwen2.5-VL; bundle.json vision.layout
-"grid", vision.position_axes 3).
+grid and whose decoder rotates by 3-D positions (Qwen2-VL, Qwen2.5-VL, Qwen3-VL;
+bundle.json vision.layout "grid", vision.position_axes 3).
 
     image files -> runtime/images.py: Qwen2VLImageProcessor's patches and each
                    picture's (t, h, w) grid, in numpy
@@ -15,6 +15,14 @@ grid and whose decoder rotates by 3-D positions (Qwen2.5-VL; bundle.json vision.
                    the causal-LM loop slices along seq for chunked prefill and prefix
                    reuse as it slices 1-D ones, and steps by one on all three axes
 
+Qwen3-VL's vision program also takes its learned position grid's taps (runtime/mrope.py
+position_taps; bundle.json vision.grid.position_grid) and gives DeepStack rows per level
+(vision.grid.deepstack_levels), which its decoder takes as deepstack_features [rows,
+levels, hidden] beside image_features (builders/causal_lm/export.py). A picture token's
+features here are its merged features and then each level's rows, side by side in one
+row ([tokens, (1 + levels) * hidden]), so every slice the generation loop makes along
+the rows (batches, prefill chunks) keeps them together; feeds() splits them again.
+
 No torch and no transformers at run time: onnxruntime, numpy, Pillow and tokenizers.
 """
 
@@ -26,9 +34,12 @@ from typing import Any
 
 import numpy as np
 
+from runtime.causal_lm import IMAGES
 from runtime.format import BundleError
 from runtime.mrope import Grid, batch_positions, tokens_of, vision_inputs
 from runtime.vlm import VisionBundle
+
+DEEPSTACK = "deepstack_features"  # a DeepStack decoder's input (Qwen3-VL)
 
 
 class ImageFeatures(np.ndarray):
@@ -59,6 +70,10 @@ class GridVisionBundle(VisionBundle):
         self.merge = int(self.grid["spatial_merge_size"])
         # a windowless tower (Qwen2-VL) takes no window inputs
         self.vision_inputs = {i.name for i in self.vision.get_inputs()}
+        self.side = int(self.grid.get("position_grid", 0))  # Qwen3-VL's learned positions
+        self.levels = int(self.grid.get("deepstack_levels", 0))  # and its DeepStack levels
+        self.hidden = self.no_images.shape[1]
+        self.no_images = np.zeros((0, (1 + self.levels) * self.hidden), np.float32)
 
     def pixels(self, paths: Sequence[Path | str]) -> np.ndarray:
         """The patches of each image at `paths` as the processor makes them, [images,
@@ -88,14 +103,35 @@ class GridVisionBundle(VisionBundle):
         a run: its attention mask is [patches, patches]."""
         runs, start = [], 0
         window, patch = self.grid["window_size"], self.grid["patch_size"]
+        names = ["image_features"] + (["deepstack_features"] if self.levels else [])
         for grid in grids:
             size = grid[0] * grid[1] * grid[2]
-            index = vision_inputs([grid], self.merge, window, patch)
+            index = vision_inputs([grid], self.merge, window, patch, self.side)
             index = {k: v for k, v in index.items() if k in self.vision_inputs}
             feeds = {"pixel_values": patches[start : start + size], **index}
-            runs.append(self.vision.run(["image_features"], feeds)[0])
+            made = self.vision.run(names, feeds)  # DeepStack's [rows, levels, hidden] last
+            runs.append(np.concatenate([a.reshape(len(a), -1) for a in made], 1))
             start += size
         return ImageFeatures(np.concatenate(runs), grids)
+
+    def feeds(
+        self,
+        ids: np.ndarray,
+        mask: np.ndarray,
+        positions: np.ndarray,
+        past: list[np.ndarray],
+        keep: int = 0,
+        images: np.ndarray | None = None,
+    ) -> dict[str, np.ndarray]:
+        """Bundle.feeds, each picture token's row split into image_features and, for a
+        DeepStack decoder, deepstack_features (the module docstring)."""
+        feeds = super().feeds(ids, mask, positions, past, keep, images)
+        if self.levels and IMAGES in feeds:
+            rows = np.asarray(feeds[IMAGES])
+            feeds[IMAGES] = np.ascontiguousarray(rows[:, : self.hidden])
+            deep = rows[:, self.hidden :].reshape(len(rows), self.levels, self.hidden)
+            feeds[DEEPSTACK] = np.ascontiguousarray(deep)
+        return feeds
 
     def encode_chat(
         self,

@@ -20,6 +20,10 @@ kiln computes them here, at run time, for the grids the processor makes.
   vision_inputs    the vision program's index inputs for a list of grids (transformers'
                    get_vision_position_ids, get_vision_window_index, the per-image spans
                    of get_vision_cu_seqlens), as segment ids its masks compare
+  position_taps    Qwen3-VL's learned position grid resampled to each picture's grid:
+                   get_vision_interpolation_indices_and_weights (bilinear, corners
+                   aligned), 4 taps and weights a patch, in float32 as transformers
+                   computes them
 """
 
 from __future__ import annotations
@@ -84,14 +88,16 @@ def batch_positions(
 
 
 def vision_inputs(
-    grids: Sequence[Grid], merge: int, window: int, patch: int
+    grids: Sequence[Grid], merge: int, window: int, patch: int, side: int = 0
 ) -> dict[str, np.ndarray]:
     """The vision program's index inputs for pictures of `grids` (their patches in one
     pixel_values, in order): patch_positions [patches, 2] (each patch's (h, w) row and
     column, merge-block-major, as get_vision_position_ids lays them out); window_index
     [patches / merge^2] (the merged units in window order, get_vision_window_index);
     and, for the patches in that window order, window_segments (which window) and
-    image_segments (which frame of which picture: the full-attention blocks' spans)."""
+    image_segments (which frame of which picture: the full-attention blocks' spans).
+    With `side`, the side of a learned position grid (Qwen3-VL's), position_taps and
+    position_weights too (position_taps)."""
     positions, order, windows, images = [], [], [], []
     unit, units, n_windows, n_frames = merge * merge, 0, 0, 0
     per_window = window // merge // patch  # merged units along a window's side
@@ -117,9 +123,39 @@ def vision_inputs(
         images.append(np.repeat(np.arange(n_frames, n_frames + t), lh * lw * unit))
         n_frames += t
         units += t * lh * lw
-    return {
+    made = {
         "patch_positions": np.concatenate(positions).astype(np.int64),
         "window_index": np.concatenate(order).astype(np.int64),
         "window_segments": np.concatenate(windows).astype(np.int64),
         "image_segments": np.concatenate(images).astype(np.int64),
     }
+    if side:
+        made["position_taps"], made["position_weights"] = position_taps(grids, merge, side)
+    return made
+
+
+def position_taps(grids: Sequence[Grid], merge: int, side: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each patch's 4 bilinear taps into a `side` x `side` grid of learned position
+    embeddings (flat indices [patches, 4] int64) and their weights [patches, 4] float32,
+    the grid resampled to the picture's (h, w) with corners aligned, patches in
+    merge-block order: get_vision_interpolation_indices_and_weights, whose float32
+    arithmetic this repeats step for step (so the weights are its bits)."""
+    taps, weights = [], []
+    for t, h, w in grids:
+        hh, ww = np.meshgrid(np.arange(h), np.arange(w), indexing="ij")
+        block = (h // merge, merge, w // merge, merge)
+        row, col = (a.reshape(block).transpose(0, 2, 1, 3).reshape(-1) for a in (hh, ww))
+        (rt, rw), (ct, cw) = _axis_taps(row, h, side), _axis_taps(col, w, side)
+        taps.append(np.tile((rt[:, :, None] * side + ct[:, None, :]).reshape(-1, 4), (t, 1)))
+        weights.append(np.tile((rw[:, :, None] * cw[:, None, :]).reshape(-1, 4), (t, 1)))
+    return np.concatenate(taps).astype(np.int64), np.concatenate(weights).astype(np.float32)
+
+
+def _axis_taps(index: np.ndarray, size: int, side: int) -> tuple[np.ndarray, np.ndarray]:
+    """One axis' 2 taps (floor, floor + 1, clamped to the grid) and hat weights."""
+    src = index.astype(np.float32) * np.float32(side - 1) / np.float32(max(size - 1, 1))
+    floor = np.floor(src)
+    offsets = np.arange(2)
+    taps = np.clip(floor.astype(np.int64)[:, None] + offsets, 0, side - 1)
+    distance = np.abs(src[:, None] - floor[:, None] - offsets.astype(np.float32))
+    return taps, np.maximum(np.float32(1) - distance, np.float32(0))

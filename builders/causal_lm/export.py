@@ -11,6 +11,9 @@ The graph's contract, which the runtime relies on:
              image_features [rows, hidden] float32      (image-text-to-text only: the
                                                          vision program's rows, written
                                                          at the image tokens in order)
+             deepstack_features [rows, levels, hidden]  (DeepStack decoders only,
+                                                         Qwen3-VL: added at the image
+                                                         tokens after layers 0..levels-1)
     outputs  logits [batch, seq, vocab]              (the last logits_to_keep positions
                                                       when it is > 0)
              present.<layer>.key / present.<layer>.value [batch, heads, past + seq, dim]
@@ -38,6 +41,17 @@ position_ids carries the (t, h, w) triple on its last axis, which the graph move
 as transformers takes it ((3, batch, seq)); the runtime computes the triples
 (runtime/mrope.py) and every slice it makes along seq stays the 1-D one (export.json
 position_axes 3).
+
+A DeepStack decoder (Qwen3-VL) also takes the rows its vision tower's intermediate
+mergers made, one set per level: transformers adds level l's rows to the hidden states
+at the image tokens after decoder layer l (Qwen3VLTextModel._deepstack_process). The
+graph picks each image token's rows as merge_image_features picks its features (the
+k-th image token of the batch takes row k; text tokens, and image tokens past the rows,
+take zeros) and adds them after those layers by forward hooks (deepstack_hooks): the
+same one addition per image row, and + 0 elsewhere, which leaves a text row's bits as
+they are, so a forward of no image rows (a text chunk, a decode step) is the model's
+own text path (export.json deepstack_levels). A model without DeepStack traces the
+graph it always did.
 
 A prefill passes past tensors with past = 0. The example batch is 2 and the example
 past is non-empty: with batch 1 the exporter specializes the batch dimension to a
@@ -102,14 +116,16 @@ def _capture(request: Request, opts: Options, model: Any) -> list[str]:
 
 KEEP = "logits_to_keep"
 IMAGES = "image_features"
+DEEPSTACK = "deepstack_features"
 
 
 def io_names(
-    entries: list[dict[str, Any]], keep: bool = False, images: bool = False
+    entries: list[dict[str, Any]], keep: bool = False, images: bool = False, deep: bool = False
 ) -> tuple[list[str], list[str]]:
     inputs = ["input_ids", "attention_mask", "position_ids"] + [e["past"] for e in entries]
     inputs += [KEEP] if keep else []
     inputs += [IMAGES] if images else []
+    inputs += [DEEPSTACK] if deep else []
     outputs = ["logits"] + [e["present"] for e in entries]
     return inputs, outputs
 
@@ -122,13 +138,15 @@ def explicit_cache_module(
     keep: bool = False,
     image_token: int | None = None,
     mrope: bool = False,
+    levels: int = 0,
 ) -> Any:
     """The model as (input_ids, attention_mask, position_ids, *past) -> (logits, *present):
     the contract above. The aoti backend traces the same module. With `points`, the
     hidden states a drafter needs (captured by hooks into `seen`) are one more output;
     with `keep`, logits_to_keep is one more input, after the past; with `image_token`,
     image_features is the last input, merged at that token's rows; with `mrope`,
-    position_ids is [batch, seq, 3]."""
+    position_ids is [batch, seq, 3]; with `levels`, deepstack_features is the last
+    input, after image_features, added after the first `levels` decoder layers."""
     import torch
 
     from builders.causal_lm import _cache
@@ -137,6 +155,9 @@ def explicit_cache_module(
     cache_kw = cache_keyword(model)
     blocks = image_token is not None and bidirectional_images(model)
     window = getattr(model.config.get_text_config(decoder=True), "sliding_window", None)
+    added: dict[int, Any] = {}  # a forward's DeepStack rows by layer, which the hooks add
+    if levels:
+        deepstack_hooks(model, levels, added)
 
     class WithExplicitCache(torch.nn.Module):
         def __init__(self) -> None:
@@ -148,6 +169,9 @@ def explicit_cache_module(
         ) -> Any:
             kept: dict[str, Any] = {}
             tokens: dict[str, Any] = {"input_ids": input_ids}
+            if levels and image_token is not None:
+                *past, deep = past  # type: ignore[assignment]
+                added.update(enumerate(deepstack_rows(input_ids, deep, image_token)))
             if image_token is not None:
                 *past, features = past  # type: ignore[assignment]
                 embeds = self.model.get_input_embeddings()(input_ids)
@@ -198,6 +222,45 @@ def merge_image_features(input_ids: Any, embeds: Any, features: Any, token: int)
     table = torch.cat([features.new_zeros(1, features.shape[-1]), features], 0)
     picked = table[index].reshape(embeds.shape)
     return torch.where(fed.reshape(is_image.shape).unsqueeze(-1), picked, embeds)
+
+
+def deepstack_rows(input_ids: Any, deep: Any, token: int) -> list[Any]:
+    """Per DeepStack level, [batch, seq, hidden]: the k-th `token` of the batch (row by
+    row) takes deep[k - 1, level], as merge_image_features picks features; every other
+    position zeros."""
+    import torch
+
+    is_image = input_ids == token
+    count = torch.cumsum(is_image.reshape(-1).to(torch.int64), 0)
+    rows = torch._shape_as_tensor(deep)[0] if torch.jit.is_tracing() else deep.shape[0]
+    fed = is_image.reshape(-1) & (count <= rows)
+    index = count * fed.to(torch.int64)
+    table = torch.cat([deep.new_zeros(1, *deep.shape[1:]), deep], 0)
+    picked = table[index]  # [batch * seq, levels, hidden]; row 0: zeros
+    shape = (*input_ids.shape, deep.shape[-1])
+    return [picked[:, level].reshape(shape) for level in range(deep.shape[1])]
+
+
+def deepstack_hooks(model: Any, levels: int, added: dict[int, Any]) -> None:
+    """Forward hooks that add added[l] to decoder layer l's output, l < levels (the
+    layers transformers' _deepstack_process follows)."""
+    layers = model.model.language_model.layers
+
+    def hook(layer: int) -> Any:
+        def add(module: Any, args: Any, out: Any) -> Any:
+            return out + added[layer] if layer in added else out
+
+        return add
+
+    for layer in range(min(levels, len(layers))):
+        layers[layer].register_forward_hook(hook(layer))
+
+
+def deepstack_levels(model: Any) -> int:
+    """The DeepStack levels a vision-language decoder adds (Qwen3-VL's
+    deepstack_visual_indexes; 0 for every other model)."""
+    vision = getattr(model.config, "vision_config", None)
+    return len(getattr(vision, "deepstack_visual_indexes", None) or ())
 
 
 def bidirectional_images(model: Any) -> bool:
@@ -345,7 +408,9 @@ def build(request: Request, writer: Writer) -> None:
     example += (torch.tensor(0, device=device),) if keep else ()
     hidden_size = model.config.get_text_config(decoder=True).hidden_size
     example += (torch.zeros(3, hidden_size, device=device),) if image_token is not None else ()
-    inputs, outputs = io_names(entries, keep, image_token is not None)
+    levels = deepstack_levels(model) if image_token is not None else 0
+    example += (torch.zeros(3, levels, hidden_size, device=device),) if levels else ()
+    inputs, outputs = io_names(entries, keep, image_token is not None, levels > 0)
     outputs += ["hidden"] if points else []
     dynamic = {
         "input_ids": {0: "batch", 1: "seq"},
@@ -358,6 +423,7 @@ def build(request: Request, writer: Writer) -> None:
         },
         **({"hidden": {0: "batch", 1: "seq"}} if points else {}),
         **({IMAGES: {0: "rows"}} if image_token is not None else {}),
+        **({DEEPSTACK: {0: "rows"}} if levels else {}),
     }
     layers = model.config.get_text_config(decoder=True).num_hidden_layers
     request.log(f"exporting {type(model).__name__} ({layers} layers) to ONNX opset {opts.opset}")
@@ -387,7 +453,9 @@ def build(request: Request, writer: Writer) -> None:
             request.log("attention: grouped queries over the shared KV heads (no repeat_kv)")
         try:
             torch.onnx.export(
-                explicit_cache_module(model, entries, seen, points, keep, image_token, mrope),
+                explicit_cache_module(
+                    model, entries, seen, points, keep, image_token, mrope, levels
+                ),
                 example,
                 str(writer.path("model.onnx")),
                 input_names=inputs,
@@ -418,6 +486,7 @@ def build(request: Request, writer: Writer) -> None:
         meta["image_token_id"] = image_token
         meta["image_attention"] = "bidirectional" if bidirectional_images(model) else "causal"
         meta["position_axes"] = 3 if mrope else 1
+        meta.update({"deepstack_levels": levels} if levels else {})
     if "quantized" in request.inputs:
         done = json.loads((request.inputs["quantized"] / "quantize.json").read_text())
         keys = ("weights", "kv_cache", "config", "device", "lm_head_outliers")

@@ -99,7 +99,10 @@ def build(request: Request, writer: Writer) -> None:
     inputs, outputs = graph.check(model, full=opts.qdq != "tensorrt", saved=saved)
     entries = exported["kv_cache"]["entries"]
     expected_in, _ = io_names(
-        entries, exported.get("logits_to_keep", False), "image_token_id" in exported
+        entries,
+        exported.get("logits_to_keep", False),
+        "image_token_id" in exported,
+        "deepstack_levels" in exported,  # Qwen3-VL's DeepStack rows
     )
     names = [v["name"] for v in inputs]
     if names != expected_in:

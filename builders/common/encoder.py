@@ -117,7 +117,8 @@ def check_graph(request: Request, writer: Writer, optimize: bool, output: str, w
         model = graph.tidy(model)
     inputs, outputs = graph.check(model)
     names = [v["name"] for v in inputs]
-    if names != exported["graph_inputs"] or [v["name"] for v in outputs] != [output]:
+    wanted = exported.get("graph_outputs", [output])  # Qwen3-VL's vision: DeepStack's too
+    if names != exported["graph_inputs"] or [v["name"] for v in outputs] != wanted:
         raise request.error(
             f"the exported graph's inputs {names} break the {who} contract",
             f"this is a kiln bug in builders/{who}/export.py; please report it",

@@ -1,6 +1,6 @@
-"""A Qwen2-VL-style vision program (Qwen2-VL, Qwen2.5-VL): patches of any number of
-pictures, each of its own grid, -> their image features, in one ONNX graph whose patch
-count is dynamic.
+"""A Qwen2-VL-style vision program (Qwen2-VL, Qwen2.5-VL, Qwen3-VL): patches of any
+number of pictures, each of its own grid, -> their image features, in one ONNX graph
+whose patch count is dynamic.
 
 transformers' vision tower computes its index tensors from image_grid_thw with Python
 loops and .tolist() (transformers/vision_utils.py), and its eager attention splits the
@@ -26,6 +26,19 @@ Qwen2-VL's tower has no windows (every block attends over its picture), so its g
 takes no window_index and no window_segments (export.json graph_inputs; the runtime
 feeds the inputs the graph has).
 
+Qwen3-VL's tower has no windows either, and two things more (Qwen3VLVisionModel):
+learned position embeddings on a square grid, resampled bilinearly to each picture's
+grid (get_vision_interpolation_indices_and_weights: 4 taps a patch, whose indices and
+weights are inputs, position_taps and position_weights, made by runtime/mrope.py), and
+DeepStack: the blocks of deepstack_visual_indexes each feed a merger of their own,
+whose rows its decoder adds at the image tokens after its first layers
+(builders/causal_lm/export.py). So its graph has a second output:
+
+    inputs   pixel_values, patch_positions, position_taps [patches, 4] int64,
+             position_weights [patches, 4] float32, image_segments
+    outputs  image_features       [patches / merge^2, hidden]
+             deepstack_features   [patches / merge^2, levels, hidden]
+
 The export checks the graph's module against transformers' own get_image_features on
 pictures of several grids, one run and several at once, before anything is written.
 """
@@ -37,9 +50,21 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from kiln.store.api import Request, Writer
 
-ARCHITECTURES = ("Qwen2_5_VLForConditionalGeneration", "Qwen2VLForConditionalGeneration")
+ARCHITECTURES = (
+    "Qwen2_5_VLForConditionalGeneration",
+    "Qwen2VLForConditionalGeneration",
+    "Qwen3VLForConditionalGeneration",
+)
 INPUTS = ["pixel_values", "patch_positions", "window_index", "window_segments", "image_segments"]
 WINDOWLESS = ["pixel_values", "patch_positions", "image_segments"]  # Qwen2-VL's tower
+# Qwen3-VL's tower: windowless, with its position embeddings' taps
+DEEPSTACK = [
+    "pixel_values",
+    "patch_positions",
+    "position_taps",
+    "position_weights",
+    "image_segments",
+]
 # (t, h, w) patch grids the module is checked on: the tiny processor's smallest and
 # largest (4 and 16 tokens), two aspect ratios, and two pictures in one run
 CHECKED = [[(1, 4, 4)], [(1, 8, 8)], [(1, 6, 4)], [(1, 4, 6), (1, 2, 8)]]
@@ -51,8 +76,24 @@ def windowed(model: Any) -> bool:
     return hasattr(model.model.visual, "fullatt_block_indexes")
 
 
+def deepstack(model: Any) -> int:
+    """The tower's DeepStack levels (Qwen3-VL's deepstack_visual_indexes; 0: none)."""
+    return len(getattr(model.model.visual, "deepstack_merger_list", ()))
+
+
 def inputs(model: Any) -> list[str]:
+    if deepstack(model):
+        return DEEPSTACK
     return INPUTS if windowed(model) else WINDOWLESS
+
+
+def outputs(model: Any) -> list[str]:
+    return ["image_features"] + (["deepstack_features"] if deepstack(model) else [])
+
+
+def position_grid(model: Any) -> int:
+    """The side of the tower's square grid of learned position embeddings (0: none)."""
+    return int(getattr(model.model.visual, "num_grid_per_side", 0))
 
 
 def vision_module(model: Any) -> Any:
@@ -123,6 +164,38 @@ def vision_module(model: Any) -> Any:
                 x = x + block.mlp(block.norm2(x))
             return visual.merger(x)
 
+    class DeepStack(torch.nn.Module):
+        """Qwen3VLVisionModel.forward: the resampled position embeddings added to the
+        patches, every block over its picture, and the DeepStack mergers' rows."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.visual = visual
+
+        def forward(
+            self,
+            pixel_values: Any,
+            patch_positions: Any,
+            position_taps: Any,
+            position_weights: Any,
+            image_segments: Any,
+        ) -> Any:
+            x = visual.patch_embed(pixel_values)
+            learned = visual.pos_embed(position_taps) * position_weights[:, :, None]
+            x = x + learned.sum(1).to(x.dtype)
+            cos, sin = visual.rotary_pos_emb(x, patch_positions)
+            mask = masked(image_segments)
+            levels = list(visual.deepstack_visual_indexes)
+            deep = []
+            for i, block in enumerate(visual.blocks):
+                x = x + attend(block.attn, block.norm1(x), cos, sin, mask)
+                x = x + block.mlp(block.norm2(x))
+                if i in levels:
+                    deep.append(visual.deepstack_merger_list[levels.index(i)](x))
+            return visual.merger(x), torch.stack(deep, 1)
+
+    if deepstack(model):
+        return DeepStack().eval()
     return (GridVision() if windowed(model) else Windowless()).eval()
 
 
@@ -138,7 +211,8 @@ def feeds(model: Any, grids: list[tuple[int, int, int]], seed: int = 0) -> dict[
     patches = sum(t * h * w for t, h, w in grids)
     pixels = np.random.default_rng(seed).standard_normal((patches, width)).astype(np.float32)
     window = window_size(config)
-    index = vision_inputs(grids, config.spatial_merge_size, window, config.patch_size)
+    side = position_grid(model)
+    index = vision_inputs(grids, config.spatial_merge_size, window, config.patch_size, side)
     return {
         "pixel_values": torch.from_numpy(pixels),
         **{k: torch.from_numpy(v) for k, v in index.items()},
@@ -152,8 +226,8 @@ def window_size(config: Any) -> int:
 
 
 def check(request: Request, model: Any, module: Any) -> float:
-    """The largest |difference| between the module's features and transformers'
-    get_image_features over CHECKED; a build error past 1e-5."""
+    """The largest |difference| between the module's features (and DeepStack rows) and
+    transformers' get_image_features over CHECKED; a build error past 1e-5."""
     import torch
 
     worst = 0.0
@@ -165,6 +239,10 @@ def check(request: Request, model: Any, module: Any) -> float:
                 pixel_values=fed["pixel_values"], image_grid_thw=torch.tensor(grids)
             )
             theirs = torch.cat(list(out.pooler_output), 0)
+            if deepstack(model):  # each level's rows, per picture, as [rows, levels, hidden]
+                levels = [torch.cat(list(rows), 0) for rows in out.deepstack_features]
+                worst = max(worst, float((ours[1] - torch.stack(levels, 1)).abs().max()))
+                ours = ours[0]
         worst = max(worst, float((ours - theirs).abs().max()))
     if worst > 1e-5:
         raise request.error(
@@ -192,9 +270,12 @@ def export(request: Request, writer: Writer, model: Any, opset: int) -> dict[str
         "window_index": {0: "units"},
         "window_segments": {0: "patches"},
         "image_segments": {0: "patches"},
+        "position_taps": {0: "patches"},
+        "position_weights": {0: "patches"},
         "image_features": {0: "units"},
+        "deepstack_features": {0: "units"},
     }
-    dynamic = {k: v for k, v in dynamic.items() if k in names or k == "image_features"}
+    dynamic = {k: v for k, v in dynamic.items() if k in names or k in outputs(model)}
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the tracer's warnings on shape arithmetic
         torch.onnx.export(
@@ -202,7 +283,7 @@ def export(request: Request, writer: Writer, model: Any, opset: int) -> dict[str
             tuple(fed[k] for k in names),
             str(writer.path("model.onnx")),
             input_names=names,
-            output_names=["image_features"],
+            output_names=outputs(model),
             dynamic_axes=dynamic,
             opset_version=opset,
             dynamo=False,
@@ -210,6 +291,7 @@ def export(request: Request, writer: Writer, model: Any, opset: int) -> dict[str
     config = model.config.vision_config
     return {
         "graph_inputs": names,
+        **({"graph_outputs": outputs(model)} if deepstack(model) else {}),
         "layout": "grid",
         "grid": {
             "patch_size": config.patch_size,
@@ -217,6 +299,9 @@ def export(request: Request, writer: Writer, model: Any, opset: int) -> dict[str
             "spatial_merge_size": config.spatial_merge_size,
             "window_size": window_size(config),
             "channels": 3,
+            # Qwen3-VL's: its learned positions' grid side, and its DeepStack levels
+            **({"position_grid": position_grid(model)} if position_grid(model) else {}),
+            **({"deepstack_levels": deepstack(model)} if deepstack(model) else {}),
         },
         "hidden_size": int(model.config.get_text_config(decoder=True).hidden_size),
         "tokens_per_image": 0,  # per picture: t * h * w / merge^2 of its grid

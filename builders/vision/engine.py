@@ -63,5 +63,6 @@ def _grid_feeds(grid: dict[str, int], thw: tuple[int, int, int]) -> tuple[dict[s
     merge, patch = grid["spatial_merge_size"], grid["patch_size"]
     width = grid["channels"] * grid["temporal_patch_size"] * patch * patch
     pixels = np.zeros((thw[0] * thw[1] * thw[2], width), np.float32)
-    index = vision_inputs([thw], merge, grid["window_size"], patch)
+    side = grid.get("position_grid", 0)  # Qwen3-VL's learned positions' taps
+    index = vision_inputs([thw], merge, grid["window_size"], patch, side)
     return {"pixel_values": pixels, **index}, tokens_of(thw, merge)

@@ -51,7 +51,9 @@ def generated_images(model: Any, encoded: Any, full: Any) -> Any:
     generated an image token: the prompt with its pixels, then the continuation over
     its cache, as generate fed them, so a generated image token is embedded as text.
     One forward of both would give the model more image tokens than its pixels have
-    features, which transformers refuses (the tiny Idefics3 generates <image>)."""
+    features, which transformers refuses (the tiny Idefics3 generates <image>, the tiny
+    Qwen3-VL <|image_pad|>; a grid model's second forward takes its positions on from
+    the first's rope deltas, as generate's decode steps do)."""
     import torch
 
     from builders.common.hf import cache_keyword
@@ -117,7 +119,10 @@ def build(request: Request, writer: Writer) -> None:
                         encoded["mm_token_type_ids"], (0, len(new))
                     ),
                 }
-            if typed or image_token not in new:
+            # a generated image token is text: one forward would give the model more
+            # image tokens than its pixels have features (the tiny Idefics3 and Qwen3-VL
+            # generate theirs); Gemma 3's marks keep the one forward
+            if image_token not in new or "token_type_ids" in typed:
                 forward = model(input_ids=full, pixel_values=encoded["pixel_values"], **typed)
                 scores = forward.logits[0]
             else:

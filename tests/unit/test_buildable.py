@@ -353,6 +353,7 @@ def test_an_inductor_dspark_recipe_computes_in_bf16_but_is_refused_split_or_quan
     [
         ("Qwen2_5_VLForConditionalGeneration", "rotates by (t, h, w) positions (M-RoPE)"),
         ("Qwen2VLForConditionalGeneration", "rotates by (t, h, w) positions (M-RoPE)"),
+        ("Qwen3VLForConditionalGeneration", "rotates by (t, h, w) positions (M-RoPE)"),
         ("Gemma3ForConditionalGeneration", "attend each other both ways"),
         ("LlavaForConditionalGeneration", ""),
     ],

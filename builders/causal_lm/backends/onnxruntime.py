@@ -112,9 +112,9 @@ def _feeds(io: dict[str, Any], batch: int) -> dict[str, Any]:
         feeds["position_ids"] = np.repeat(feeds["position_ids"][..., None], 3, axis=-1)
     if io.get("logits_to_keep"):  # every position's logits (export.py)
         feeds["logits_to_keep"] = np.array(0, np.int64)
-    if "image_token_id" in io:  # a VLM's decoder: no image token fed, no feature rows
-        hidden = next(v for v in io["inputs"] if v["name"] == "image_features")["shape"][-1]
-        feeds["image_features"] = np.zeros((0, hidden), np.float32)
+    for v in io["inputs"]:  # a VLM's decoder: no image token fed, no feature rows
+        if v["name"] in ("image_features", "deepstack_features"):  # (DeepStack's: Qwen3-VL)
+            feeds[v["name"]] = np.zeros((0, *v["shape"][1:]), np.float32)
     return feeds
 
 
