@@ -8,8 +8,8 @@ picture, 3 x 1 + 1 for the tall stripes), the vision program takes any tile coun
 each <IMG_CONTEXT> of the chat becomes that picture's tiles' image tokens in one run
 between <img> and </img>. What test_vlm_idefics3.py checks for crops, this checks for
 InternVL's tiles: two pictures of different tile counts in one prompt are the
-processor's pixel values and ids and give transformers' logits, and batches and
-chunked prefill keep each row's pictures.
+processor's pixel values and ids and give transformers' logits, and batches, chunked
+prefill and `doit run` keep each row's pictures.
 """
 
 from __future__ import annotations
@@ -114,6 +114,19 @@ def test_the_bundle_runs_without_torch_or_transformers_models(internvl: World) -
     assert done.returncode == 0, done.stderr
     # the stripes' 3 x 1 tiles and thumbnail, 4 tokens each
     assert done.stdout.split() == ["4", "(16,", "64)", "[(3,", "1)]", "False", "[]"]
+
+
+def test_doit_run_answers_about_a_picture_of_its_own_tile_count(internvl: World) -> None:
+    out = internvl.doit(
+        "run",
+        f"recipe={RECIPE}",
+        f"image={STRIPES}",
+        f"prompt={QUESTION}",
+        "max_new_tokens=5",
+        "stats=1",
+    )
+    assert out.returncode == 0, out.stderr
+    assert "stats: ordinary: 5 tokens" in out.stdout
 
 
 def test_doit_check_refuses_it_on_inductor(tmp_path: Path, hub: Path) -> None:
