@@ -439,7 +439,11 @@ def _vision_steps(recipe: Recipe, fetch: Step, tools: Toolchain) -> list[Step]:
     graph = _step(
         "onnx", f"onnx {at} vision", {"optimize": True, "task": VISION}, {"export": export}, tools
     )
-    options = {"task": VISION, "backend": "onnxruntime", "target": build.target}
+    # An inductor decoder for a GPU target keeps its vision program on onnxruntime's CPU
+    # provider (the GPU host has no onnxruntime-gpu, FIELD_NOTES): one program per
+    # image, not per token, and the same step as the CPU recipe's.
+    target = "cpu" if build.backend == "inductor" else build.target
+    options = {"task": VISION, "backend": "onnxruntime", "target": target}
     engine = _step("engine", f"engine {at} vision onnxruntime", options, {"onnx": graph}, tools)
     return [export, graph, engine]
 

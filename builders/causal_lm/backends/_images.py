@@ -16,9 +16,13 @@ prompt's image tokens against its features), so a zero row is read only by the
 engine's filler rows, which repeat the first row past the caller's batch and are
 never returned.
 
-The vision program stays the ONNX one run by onnxruntime (builders/vision/, bundle.json
-vision.engine): on CPU both are fp32 and it runs once per image, not per token, and it
-keeps one vision program for both backends.
+The vision program stays the ONNX one run by onnxruntime in fp32 (builders/vision/,
+bundle.json vision.engine), on its CPU provider for a GPU target too (the GPU host has
+no onnxruntime-gpu): it runs once per image, not per token, and it keeps one vision
+program for both backends and every precision, as TensorRT-LLM's VLM recipes keep their
+vision encoders fp32. In fp16 or bf16 the prefill program takes its features in the
+compute dtype: the runtime's copy of the fp32 rows into the program's input (on the
+device) is the one cast, at the merge (runtime/inductor.py `call`).
 
 An architecture whose image tokens attend each other both ways (Gemma 3's
 token_type_ids, builders/causal_lm/export.py bidirectional_images) is refused: the
