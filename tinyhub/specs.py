@@ -75,6 +75,22 @@ def breadth_specs(base: dict[str, Any]) -> dict[str, dict[str, Any]]:
             "query_pre_attn_scalar": 16,
             "layer_types": ["sliding_attention", "full_attention"],
         },
+        # Gemma 4's text decoder as gemma-4-E2B has it: per-layer embeddings (PLE), wider
+        # global heads (global_head_dim) with proportional partial rope, soft-capped
+        # logits. Its KV-shared layers are left out (num_kv_shared_layers 0): they cache
+        # nothing, which kiln's export refuses (catalog/architectures.yaml says so).
+        "kiln-tiny/gemma4": {
+            **common,
+            "architectures": ["Gemma4ForCausalLM"],
+            "model_type": "gemma4_text",
+            "sliding_window": 8,
+            "global_head_dim": 32,
+            "hidden_size_per_layer_input": 8,
+            "vocab_size_per_layer_input": 512,
+            "num_kv_shared_layers": 0,
+            "final_logit_softcapping": 30.0,
+            "layer_types": ["sliding_attention", "full_attention"],
+        },
         "kiln-tiny/phi3": {
             **common,
             "architectures": ["Phi3ForCausalLM"],

@@ -51,6 +51,7 @@ SLIDING = {
     "tiny-mixtral",
     "tiny-phi3",
     "tiny-gemma3",
+    "tiny-gemma4",
     "tiny-gpt-oss",
     "tiny-exaone4",
     "tiny-cohere2",
@@ -77,6 +78,7 @@ def test_every_matrix_architecture_is_listed_once() -> None:
     matrix = {a.name for a in architectures.load(ROOT).architectures if a.in_matrix}
     assert matrix == _matrix_architectures()
     beyond = {"BertModel", "LlavaForConditionalGeneration", "Gemma3ForConditionalGeneration"}
+    beyond |= {"Gemma4ForCausalLM"}  # the text decoder of the matrix's Gemma 4
     beyond |= {f"{q}ForConditionalGeneration" for q in ("Qwen2VL", "Qwen2_5_VL", "Qwen3VL")}
     beyond |= {"Idefics3ForConditionalGeneration", "InternVLForConditionalGeneration"}
     assert set(listed) - matrix == beyond  # built beyond it
