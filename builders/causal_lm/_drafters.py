@@ -1,7 +1,9 @@
 """Our PyTorch drafter modules, written from the architecture facts in
 spec_decoding_facts.md (sections 1-4); weight names follow the published checkpoints
 so they load with load_state_dict. Attention is plain eager math (GQA, neox-style
-RoPE as in HF Llama/Qwen3), so it traces to ONNX with the legacy exporter.
+RoPE as in HF Llama/Qwen3), so it traces to ONNX with the legacy exporter, and with
+torch.export for the inductor engine (backends/_drafter.py, which runs Block's layers
+over a static cache).
 
 Every module takes and returns explicit key/value caches: the runtime owns them.
 """
