@@ -19,6 +19,7 @@ builders or tasks: a bundle runs on a machine that never built it.
   inductor.py     InductorEngine: FX graphs, carried kernels, static KV cache, CUDA graphs
   graphs.py       an engine's programs as plain FX graphs (JSON + safetensors), read back as built
   inductor_vlm.py InductorVisionBundle: VisionBundle whose decoder is the inductor engine
+                  (InductorGridVisionBundle: GridVisionBundle's pictures and positions)
   sharded.py      a tensor-parallel bundle: N rank processes over their weight shards, in step
   kernels.py      an inductor engine's compiled kernels, keyed by host, put in Inductor's cache
   encoder.py      EncoderBundle: loading and right padding shared by classify and embed
@@ -96,6 +97,10 @@ VISION_RUNNERS: dict[str, str] = {
     "grid": "runtime.grid_vlm:GridVisionBundle",
     "crops": "runtime.crops_vlm:CropsVisionBundle",  # pictures cut into crops (Idefics3, InternVL)
 }
+# A layout's runner on an engine backend whose runner replaces the variant's.
+VISION_BACKEND_RUNNERS: dict[tuple[str, str], str] = {
+    ("grid", "inductor"): "runtime.inductor_vlm:InductorGridVisionBundle",
+}
 _PUBLIC = {
     "Bundle": "runtime.causal_lm",
     "Generation": "runtime.causal_lm",
@@ -160,7 +165,8 @@ def open(
     runner = resolve(BACKEND_RUNNERS.get((task, str(variant), str(backend)), named))
     vision = meta.get("vision")
     if isinstance(vision, dict) and vision.get("layout") in VISION_RUNNERS:
-        runner = resolve(VISION_RUNNERS[vision["layout"]])
+        layout = vision["layout"]
+        runner = resolve(VISION_BACKEND_RUNNERS.get((layout, str(backend)), VISION_RUNNERS[layout]))
     if expect is not None and not issubclass(runner, expect):
         raise BundleError(
             f"{path} is a {task} bundle, run by {runner.__name__}, not by {expect.__name__}"

@@ -186,7 +186,9 @@ class InductorEngine:
         self.mode = _mode(chosen or MODES[self.device])
         # The decode step's inputs and bookkeeping, resident on the device.
         b, n, kw = self.batch, self.length, {"device": self.device, "dtype": torch.long}
-        self.ids, self.positions = torch.zeros(b, 1, **kw), torch.zeros(b, 1, **kw)
+        # an M-RoPE decoder's positions are (t, h, w) triples (program.json position_axes)
+        self.axes = (3,) if self.program.get("position_axes") == 3 else ()
+        self.ids, self.positions = torch.zeros(b, 1, **kw), torch.zeros(b, 1, *self.axes, **kw)
         self.slots, self.visible = torch.zeros(1, **kw), torch.zeros(b, n, **kw)
         self.history = torch.zeros(b, n, **kw)  # history[:, s]: the token step s chose
         self.bias = torch.zeros(self.vocab, device=self.device)  # -inf bans a token
@@ -423,7 +425,7 @@ class InductorEngine:
         kw = {"device": self.device, "dtype": t.long}
         return [
             t.zeros(b, tokens, **kw),
-            t.zeros(b, tokens, **kw),
+            t.zeros(b, tokens, *self.axes, **kw),
             t.zeros(tokens, **kw),
             t.zeros(b, self.length, **kw),
         ]
@@ -470,9 +472,10 @@ class InductorEngine:
         mask: np.ndarray,
         features: np.ndarray | None = None,
     ) -> Any:
-        """One program call from host arrays: ids/positions [B, T], slots [T], mask
-        [B, max_seq_len]; the logits [B, T, vocab] on the device, in the program's own
-        output buffer (the next call of that program overwrites it). One token goes
+        """One program call from host arrays: ids/positions [B, T] (positions [B, T, 3]
+        for M-RoPE), slots [T], mask [B, max_seq_len]; the logits [B, T, vocab] on the
+        device, in the program's own output buffer (the next call of that program
+        overwrites it). One token goes
         through the decode step (its greedy bookkeeping is then overwritten by the next
         call's inputs, or continued by `advance`); verify_len tokens through the verify
         program, other lengths through the prefill chunk. `features`: the rows of the

@@ -182,11 +182,15 @@ class InductorBundle(Bundle):
         ids, mask, positions = self._batch(prompts, max_new_tokens)
         if images is not None:
             self._check_images(ids, images)
+            positions = self.rope_positions(ids, mask, positions, images)  # M-RoPE: [B, T, 3]
         pad = engine.chunk - ids.shape[1]
         if engine.chunk and pad > 0 and engine.chunk + max_new_tokens <= engine.length:
             # A prompt shorter than the chunk runs as one chunk, left-padded with
             # slots it never sees, not token by token.
-            ids, mask, positions = (np.pad(a, ((0, 0), (pad, 0))) for a in (ids, mask, positions))
+            ids, mask, positions = (
+                np.pad(a, ((0, 0), (pad, 0), *[(0, 0)] * (a.ndim - 2)))
+                for a in (ids, mask, positions)
+            )
         rows, width = ids.shape
         engine.reset()
         engine.ban(list(suppress))

@@ -11,6 +11,12 @@ InductorBundle's forward over the device cache.
 The vision program is the ONNX one on both backends (builders/causal_lm/backends/
 _images.py says why), so this bundle runs with torch (the decoder's programs) and
 onnxruntime (the vision program), and without transformers' models.
+
+InductorGridVisionBundle is the same over a grid vision program and an M-RoPE decoder
+(Qwen2-VL, Qwen2.5-VL; bundle.json vision.layout "grid"): GridVisionBundle's pictures,
+each its own grid and token count, and its [B, T, 3] positions, which the programs take
+as they are (program.json position_axes 3) and the decode step advances by one on all
+three axes, as runtime/causal_lm.py steps them.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from runtime.causal_lm import Generation
+from runtime.grid_vlm import GridVisionBundle
 from runtime.inductor_lm import InductorBundle
 from runtime.sampling import Sampler
 from runtime.vlm import VisionBundle
@@ -38,3 +45,9 @@ class InductorVisionBundle(InductorBundle, VisionBundle):
             return VisionBundle.generate_images(self, prompts, max_new_tokens, sampler)
         ids = [p for p, _ in prompts]
         return self._greedy(ids, max_new_tokens, images=[f for _, f in prompts])
+
+
+class InductorGridVisionBundle(InductorVisionBundle, GridVisionBundle):
+    """An inductor vision-language bundle of a grid vision program and an M-RoPE decoder:
+    GridVisionBundle's pictures and positions, InductorVisionBundle's decoder (the
+    module docstring)."""

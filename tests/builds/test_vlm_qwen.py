@@ -2,7 +2,10 @@
 and tiny Qwen2-VL built through `doit build` (one build of both) to a pass against
 transformers' own processor and generate, and their bundles run as users run them,
 with no torch. Qwen2-VL differs in its tower alone (no windows: every block attends
-over its picture), so it is checked where that shows: two pictures' logits.
+over its picture), so it is checked where that shows: two pictures' logits. Qwen2.5-VL's
+decoder on the inductor backend (tiny-qwen2.5-vl-inductor, built in the same call: its
+programs take the [batch, tokens, 3] positions) passes the same gates and gives the
+onnxruntime bundle's logits and tokens where pictures of two grids span prefill windows.
 
 Each picture is resized to its own patch grid (4 to 16 image tokens here), the vision
 program takes any patch count, and the decoder rotates by (t, h, w) positions that the
@@ -43,13 +46,14 @@ pytestmark = heavy
 
 RECIPE = "tiny-qwen2.5-vl"
 QWEN2 = "tiny-qwen2-vl"
+INDUCTOR = "tiny-qwen2.5-vl-inductor"
 QUESTION = "What is in the picture?"
 
 
 @pytest.fixture(scope="module")
 def qwen(tmp_path_factory: pytest.TempPathFactory, hub: Path) -> World:
-    world = make_world(tmp_path_factory.mktemp(RECIPE), hub, [RECIPE, QWEN2])
-    world.doit("build", f"recipe={RECIPE},{QWEN2}", "publish=1", check=True)
+    world = make_world(tmp_path_factory.mktemp(RECIPE), hub, [RECIPE, QWEN2, INDUCTOR])
+    world.doit("build", f"recipe={RECIPE},{QWEN2},{INDUCTOR}", "publish=1", check=True)
     return world
 
 
@@ -98,8 +102,8 @@ def _encoded(hf: tuple[Any, Any], pictures: list[Path], text: str) -> Any:
     return processor(images=loaded, text=chat, return_tensors="pt")
 
 
-@pytest.mark.parametrize("recipe", [RECIPE, QWEN2])
-def test_both_pass_every_gate_with_their_images_read(qwen: World, recipe: str) -> None:
+@pytest.mark.parametrize("recipe", [RECIPE, QWEN2, INDUCTOR])
+def test_each_passes_every_gate_with_its_images_read(qwen: World, recipe: str) -> None:
     record = qwen.manifest(recipe)["evidence"][-1]
     check_fp32_vlm_record(record)
 
@@ -260,3 +264,35 @@ def test_pictures_without_their_grids_are_refused(bundle: Any) -> None:
     ids, features = bundle.ask(QUESTION, [CIRCLE])
     with pytest.raises(BundleError, match="no image grid left"):
         bundle.logits(ids, np.array(features))  # the rows alone, without their grids
+
+
+@pytest.fixture(scope="module")
+def compiled(qwen: World) -> Any:
+    """The inductor bundle of the same checkpoint."""
+    import runtime
+    from runtime.inductor_vlm import InductorGridVisionBundle
+
+    return runtime.open(bundle_dir(qwen, INDUCTOR), expect=InductorGridVisionBundle)
+
+
+def test_the_inductor_programs_take_3d_positions_and_give_the_onnxruntime_logits(
+    compiled: Any, bundle: Any
+) -> None:
+    """Two pictures of different grids (4 and 15 tokens) across 8-token prefill windows:
+    the logits at every position are the onnxruntime bundle's (itself transformers' at
+    every position, above), and so are the greedy tokens the device's decode steps
+    choose from the largest position + 1 on."""
+    program = compiled.engine.program
+    assert program["position_axes"] == 3 and program["image_features"] == [2 * 8, 64]
+    assert compiled.engine.positions.shape == (2, 1, 3)
+    ids, features = compiled.ask(QUESTION, [CIRCLE, SQUARE])
+    ids_o, features_o = bundle.ask(QUESTION, [CIRCLE, SQUARE])
+    assert ids == ids_o and features.grids == features_o.grids == [(1, 4, 4), (1, 6, 10)]
+    assert len(ids) > 2 * compiled.engine.chunk
+    ours = compiled.logits(ids, features)
+    assert np.abs(ours - bundle.logits(ids, features)).max() < 1e-4
+    assert alone(compiled, (ids, features)) == alone(bundle, (ids, features))
+
+
+def test_the_inductor_bundle_keeps_each_rows_pictures_and_positions(compiled: Any) -> None:
+    check_pictures_survive_batches_and_chunks(compiled)

@@ -351,9 +351,9 @@ def test_an_inductor_dspark_recipe_computes_in_bf16_but_is_refused_split_or_quan
 @pytest.mark.parametrize(
     ("architecture", "why"),
     [
-        ("Qwen2_5_VLForConditionalGeneration", "rotates by (t, h, w) positions (M-RoPE)"),
-        ("Qwen2VLForConditionalGeneration", "rotates by (t, h, w) positions (M-RoPE)"),
-        ("Qwen3VLForConditionalGeneration", "rotates by (t, h, w) positions (M-RoPE)"),
+        ("Qwen2_5_VLForConditionalGeneration", ""),
+        ("Qwen2VLForConditionalGeneration", ""),
+        ("Qwen3VLForConditionalGeneration", "adds vision rows beyond the merged image features"),
         ("Gemma3ForConditionalGeneration", "attend each other both ways"),
         ("LlavaForConditionalGeneration", ""),
     ],
@@ -361,8 +361,9 @@ def test_an_inductor_dspark_recipe_computes_in_bf16_but_is_refused_split_or_quan
 def test_an_inductor_vlm_is_refused_where_its_programs_cannot_say_the_models_attention(
     architecture: str, why: str
 ) -> None:
-    """Read off the fetched config.json: the inductor programs take 1-D positions and a
-    causal mask over slots (tiny-llava-inductor builds)."""
+    """Read off the fetched config.json: the inductor programs take 1-D or M-RoPE
+    positions, no DeepStack rows, and a causal mask over slots (tiny-llava-inductor and
+    tiny-qwen2.5-vl-inductor build)."""
     data = yaml.safe_load((ROOT / "recipes" / "tiny-qwen2.5-vl.yaml").read_text())
     data["build"] = {**data["build"], "backend": "inductor", "prefill_chunk_len": 8}
     recipe = Recipe.model_validate(data)

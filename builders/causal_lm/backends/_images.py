@@ -24,6 +24,11 @@ vision encoders fp32. In fp16 or bf16 the prefill program takes its features in 
 compute dtype: the runtime's copy of the fp32 rows into the program's input (on the
 device) is the one cast, at the merge (runtime/inductor.py `call`).
 
+An M-RoPE decoder (Qwen2-VL, Qwen2.5-VL: position_axes) takes its positions as
+[B, T, 3] in every program, program.json "position_axes" 3; the step moves the triple
+first, as transformers takes it. A picture's tokens and positions vary with its grid,
+which the runtime's grid runner computes (runtime/inductor_vlm.py).
+
 An architecture whose image tokens attend each other both ways (Gemma 3's
 token_type_ids, builders/causal_lm/export.py bidirectional_images) is refused: the
 programs' mask is causal over slots (inductor.py's Step), and their prefill windows of
@@ -44,7 +49,7 @@ INNER = "model"
 def image_token(request: Request, model: Any) -> int:
     """The image token the prefill program merges features at; a model whose image
     tokens attend both ways is unsupported (module docstring)."""
-    from builders.causal_lm.export import bidirectional_images, image_token_id, mrope_positions
+    from builders.causal_lm.export import bidirectional_images, image_token_id
 
     name = type(model).__name__
     if bidirectional_images(model):
@@ -53,16 +58,26 @@ def image_token(request: Request, model: Any) -> int:
             "inductor programs' mask is causal over slots and their fixed-length prefill "
             "windows may cut an image: build it with backend onnxruntime"
         )
-    if mrope_positions(model):
+    vision = getattr(model.config, "vision_config", None)
+    if getattr(vision, "deepstack_visual_indexes", None):  # Qwen3-VL
         raise request.unsupported(
-            f"{name}'s decoder rotates by (t, h, w) positions (M-RoPE); the inductor "
-            "programs take one position per token, and a picture's tokens vary with its "
-            "grid: build it with backend onnxruntime"
+            f"{name}'s decoder adds DeepStack rows after its first layers, which the "
+            "inductor programs do not take: build it with backend onnxruntime"
         )
     token = image_token_id(model)
     if token is None:
         raise request.error(f"{name}'s config has no image_token_id", "a kiln bug: report it")
     return token
+
+
+def position_axes(model: Any) -> int:
+    """3 where the decoder rotates by (t, h, w) positions (M-RoPE: Qwen2-VL, Qwen2.5-VL),
+    else 1: every program then takes position_ids [B, T, 3], the triple last as the ONNX
+    graph takes it (builders/causal_lm/export.py), which the runtime computes from the
+    pictures' grids (runtime/mrope.py) and the decode step advances by one on all three."""
+    from builders.causal_lm.export import mrope_positions
+
+    return 3 if mrope_positions(model) else 1
 
 
 def text_weights(model: Any, names: list[str], weights: list[Any]) -> tuple[list[str], list[Any]]:

@@ -162,6 +162,7 @@ def engine_files(
     checkpoint = request.inputs["checkpoint"] / "checkpoint"
     model = load_for_export(checkpoint, auto_class(opts.task))
     token = _images.image_token(request, model) if opts.task == "image-text-to-text" else None
+    axes = 1 if token is None else _images.position_axes(model)  # 3: M-RoPE's (t, h, w)
     quantized = request.inputs.get("quantized")
     if quantized is not None:
         converted = _fp8_linears(model, checkpoint, quantized)
@@ -177,6 +178,7 @@ def engine_files(
     meta["kv_cache"]["dtype"] = DTYPES[opts.compute]
     if token is not None:  # what bundle.json's vision reads of the decoder (bundle.py)
         meta |= {"image_token_id": token, "image_attention": "causal"}
+        meta |= {"position_axes": 3} if axes == 3 else {}
     if drafter is not None:  # what bundle.json's drafter reads (bundle.py)
         meta |= {"hidden": points, "drafter": {"kind": opts.drafter, "mask_token_id": drafter[2]}}
     world = opts.tensor_parallel
@@ -192,7 +194,8 @@ def engine_files(
         images = None
         if token is not None:
             names, weights = _images.text_weights(model, names, weights)
-            images = (_step_module(model, names, ranked, token), _images.hidden_size(model))
+            merging = _step_module(model, names, ranked, token)
+            images = (merging, _images.hidden_size(model), axes)
         step = _step_module(model, names, ranked, hidden=(points, seen))
         files = _programs(request, step, ranked, weights, opts, device, dtype, images)
     drafting: dict[str, Any] = {}  # program.json's "drafter"; its weights stored beside
@@ -242,6 +245,7 @@ def engine_files(
     if token is not None:  # the prefill program's last input (_images.py)
         rows = opts.max_batch_size * opts.prefill_chunk_len
         program_meta["image_features"] = [rows, _images.hidden_size(model)]
+        program_meta |= {"position_axes": 3} if axes == 3 else {}
     if world > 1:  # the ranks' group, as the programs name it, and what each holds part of
         program_meta |= {
             "tensor_parallel": world,
@@ -310,11 +314,12 @@ def _programs(
     opts: Options,
     device: str,
     dtype: Any,
-    images: tuple[Any, int] | None = None,
+    images: tuple[Any, int, int] | None = None,
 ) -> dict[str, bytes]:
     """decode.pt2, and prefill.pt2 and verify.pt2 where asked: `step` exported. With
-    `images` (the step that takes image features, and their width), the prefill
-    program is that step, its features [B * T, width] one more input."""
+    `images` (the step that takes image features, their width, and the position axes),
+    the prefill program is that step, its features [B * T, width] one more input; with
+    3 position axes (M-RoPE) every program's positions are [B, T, 3]."""
     import torch
 
     programs = {"decode.pt2": 1}
@@ -325,6 +330,10 @@ def _programs(
     for file, tokens in programs.items():
         request.log(f"torch.export of the {tokens}-token step for {device} ({opts.compute})")
         example = _example(entries, weights, opts, tokens, device, dtype)
+        if images is not None and images[2] == 3:  # a text token's triple: (p, p, p)
+            at = len(weights) + 1
+            triples = example[at][..., None].expand(-1, -1, 3).contiguous()
+            example = (*example[:at], triples, *example[at + 1 :])
         exported = step
         if images is not None and file == "prefill.pt2":
             exported = images[0]
@@ -644,7 +653,7 @@ def _step_module(
                 (),
                 {
                     **tokens,
-                    "position_ids": positions,
+                    "position_ids": positions if positions.dim() == 2 else _mrope(positions),
                     "cache_position": slots,
                     "attention_mask": mask,
                     "use_cache": True,
@@ -656,6 +665,11 @@ def _step_module(
             return out.logits  # fp32 (fp32_logits in half precision)
 
     return Step().eval()
+
+
+def _mrope(positions: Any) -> Any:
+    """M-RoPE's [B, T, (t, h, w)] positions as transformers takes them, (3, B, T)."""
+    return positions.permute(2, 0, 1)
 
 
 def _example(
