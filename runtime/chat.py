@@ -26,11 +26,15 @@ def read_messages(path: Path, parts: bool = False) -> list[dict[str, Any]]:
     return check_messages(read_json(path), str(path), parts)
 
 
-def check_messages(data: Any, where: str = "messages", parts: bool = False) -> list[dict[str, Any]]:
+def check_messages(
+    data: Any, where: str = "messages", parts: bool = False, videos: bool = False
+) -> list[dict[str, Any]]:
     """Messages in the usual role/content form, or a BundleError saying which is not.
     With `parts` (a vision-language bundle), a content may also be a list of parts,
     {"type": "text", "text": ...} and {"type": "image"} (the images are given apart,
-    in the order of their parts), as transformers' processors take them."""
+    in the order of their parts), as transformers' processors take them; with `videos`
+    (a bundle that takes videos, runtime/grid_vlm.py), {"type": "video"} too, its
+    frames given apart the same way."""
     if not isinstance(data, list) or not data:
         raise BundleError(f"{where}: expected a non-empty JSON list of messages")
     out = []
@@ -41,7 +45,9 @@ def check_messages(data: Any, where: str = "messages", parts: bool = False) -> l
             )
         content = m["content"]
         if parts and isinstance(content, list):
-            content = [_part(p, f"{where}[{i}].content[{j}]") for j, p in enumerate(content)]
+            content = [
+                _part(p, f"{where}[{i}].content[{j}]", videos) for j, p in enumerate(content)
+            ]
         elif not isinstance(content, str):
             kind = "a string or a list of text and image parts" if parts else "a string"
             raise BundleError(f"{where}[{i}]: content must be {kind}")
@@ -51,13 +57,16 @@ def check_messages(data: Any, where: str = "messages", parts: bool = False) -> l
     return out
 
 
-def _part(part: Any, where: str) -> dict[str, str]:
+def _part(part: Any, where: str, videos: bool = False) -> dict[str, str]:
     if isinstance(part, dict) and part == {"type": "image"}:
         return {"type": "image"}
+    if videos and isinstance(part, dict) and part == {"type": "video"}:
+        return {"type": "video"}
     text = isinstance(part, dict) and set(part) == {"type", "text"} and part["type"] == "text"
     if text and isinstance(part["text"], str):
         return {"type": "text", "text": part["text"]}
-    raise BundleError(f'{where}: a part is {{"type": "text", "text": ...}} or {{"type": "image"}}')
+    kinds = '{"type": "image"} or {"type": "video"}' if videos else '{"type": "image"}'
+    raise BundleError(f'{where}: a part is {{"type": "text", "text": ...}}, {kinds}')
 
 
 def texts(content: str | list[dict[str, str]]) -> list[str]:

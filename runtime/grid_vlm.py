@@ -15,6 +15,17 @@ bundle.json vision.layout "grid", vision.position_axes 3).
                    the causal-LM loop slices along seq for chunked prefill and prefix
                    reuse as it slices 1-D ones, and steps by one on all three axes
 
+Videos (Qwen2-VL, Qwen2.5-VL) come as their frames' image files (kiln decodes no video
+container): runtime/images.py video_pixel_values makes Qwen2VLVideoProcessor's patches,
+frames grouped in twos along t, and the same vision program runs on each video's grid
+(t > 1: its spans are per frame group, as cu_seqlens are). A video part renders
+<|video_pad|>, repeated once per feature row as the processor repeats it, so the ids
+are the processor's; the decoder's graph merges rows at the image token only, so its
+feeds carry the image token where the ids have the video one (the embedding is
+replaced either way). A video's t positions step by tokens_per_second *
+second_per_grid_t (Qwen2.5-VL; 1 for Qwen2-VL), second_per_grid_t being
+temporal_patch_size / fps, at transformers' 24 fps for frames without their clip.
+
 Qwen3-VL's vision program also takes its learned position grid's taps (runtime/mrope.py
 position_taps; bundle.json vision.grid.position_grid) and gives DeepStack rows per level
 (vision.grid.deepstack_levels), which its decoder takes as deepstack_features [rows,
@@ -35,6 +46,7 @@ from typing import Any
 import numpy as np
 
 from runtime.causal_lm import IMAGES
+from runtime.chat import Template, check_messages, texts
 from runtime.format import BundleError
 from runtime.mrope import Grid, batch_positions, tokens_of, vision_inputs
 from runtime.vlm import VisionBundle
@@ -45,17 +57,30 @@ DEEPSTACK = "deepstack_features"  # a DeepStack decoder's input (Qwen3-VL)
 class ImageFeatures(np.ndarray):
     """Image feature rows [tokens, hidden] that remember the grid of each picture they
     came from (`grids`, in order), which the decoder's positions need: rows pass through
-    the generation loop as any features do."""
+    the generation loop as any features do. A video among them is marked in `videos`,
+    with its t positions' step in `intervals` (1 for a picture)."""
 
     grids: list[Grid]
+    videos: list[bool]
+    intervals: list[float]
 
-    def __new__(cls, rows: np.ndarray, grids: Sequence[Grid]) -> ImageFeatures:
+    def __new__(
+        cls,
+        rows: np.ndarray,
+        grids: Sequence[Grid],
+        videos: Sequence[bool] | None = None,
+        intervals: Sequence[float] | None = None,
+    ) -> ImageFeatures:
         made = np.asarray(rows).view(cls)
         made.grids = [tuple(int(x) for x in g) for g in grids]  # type: ignore[misc]
+        made.videos = list(videos) if videos is not None else [False] * len(grids)
+        made.intervals = list(intervals) if intervals is not None else [1.0] * len(grids)
         return made
 
     def __array_finalize__(self, obj: Any) -> None:
         self.grids = getattr(obj, "grids", [])
+        self.videos = getattr(obj, "videos", [False] * len(self.grids))
+        self.intervals = getattr(obj, "intervals", [1.0] * len(self.grids))
 
 
 class GridVisionBundle(VisionBundle):
@@ -74,6 +99,9 @@ class GridVisionBundle(VisionBundle):
         self.levels = int(self.grid.get("deepstack_levels", 0))  # and its DeepStack levels
         self.hidden = self.no_images.shape[1]
         self.no_images = np.zeros((0, (1 + self.levels) * self.hidden), np.float32)
+        # the processor's video token (Qwen2VLProcessor's "<|video_pad|>")
+        found = self.tokenizer.token_to_id("<|video_pad|>")
+        self.video_token: int | None = None if found is None else int(found)
 
     def pixels(self, paths: Sequence[Path | str]) -> np.ndarray:
         """The patches of each image at `paths` as the processor makes them, [images,
@@ -97,6 +125,44 @@ class GridVisionBundle(VisionBundle):
         if not paths:
             return ImageFeatures(self.no_images, [])
         return self.run_vision(*self.patches(paths))
+
+    def video_patches(
+        self, videos: Sequence[Sequence[Path | str]]
+    ) -> tuple[np.ndarray, list[Grid], list[float]]:
+        """The videos' patches (each given as its frames' image files), concatenated
+        [patches, width], each one's grid and its t positions' step (module docstring)."""
+        from runtime import images
+
+        if self.video_token is None:
+            raise BundleError("this bundle's tokenizer has no <|video_pad|>: it takes no video")
+        opts = images.video_settings(self.processor)
+        made = images.video_pixel_values([[Path(p) for p in v] for v in videos], self.processor)
+        grids = [(int(t), int(h), int(w)) for t, h, w in made["video_grid_thw"]]
+        per_second = self.grid.get("tokens_per_second")
+        if per_second is None and "window_index" in self.vision_inputs:
+            raise BundleError(
+                "this Qwen2.5-VL bundle predates video input (its bundle.json has no "
+                "vision.grid.tokens_per_second); rebuild it"
+            )
+        step = opts["temporal_patch_size"] / images.DEFAULT_FPS  # second_per_grid_t
+        interval = float(np.float32(per_second) * np.float32(step)) if per_second else 1.0
+        return made["pixel_values_videos"], grids, [interval] * len(grids)
+
+    def video_features(self, videos: Sequence[Sequence[Path | str]]) -> ImageFeatures:
+        """The features of the videos, each given as its frames' image files, in order."""
+        if not videos:
+            return ImageFeatures(self.no_images, [])
+        patches, grids, intervals = self.video_patches(videos)
+        rows = self.run_vision(patches, grids)
+        return ImageFeatures(np.asarray(rows), grids, [True] * len(grids), intervals)
+
+    def media_features(
+        self, images: Sequence[Path | str] = (), videos: Sequence[Sequence[Path | str]] = ()
+    ) -> ImageFeatures:
+        """The features of `images` and then `videos`, in that order: the order of a
+        conversation whose image parts all come before its video parts."""
+        pictures, clips = self.image_features(images), self.video_features(videos)
+        return join(pictures, clips)
 
     def run_vision(self, patches: np.ndarray, grids: Sequence[Grid]) -> ImageFeatures:
         """The vision program on patches of pictures of `grids` (patches()), one picture
@@ -125,6 +191,8 @@ class GridVisionBundle(VisionBundle):
     ) -> dict[str, np.ndarray]:
         """Bundle.feeds, each picture token's row split into image_features and, for a
         DeepStack decoder, deepstack_features (the module docstring)."""
+        if images is not None and len(images):
+            ids = self._as_images(ids)
         feeds = super().feeds(ids, mask, positions, past, keep, images)
         if self.levels and IMAGES in feeds:
             rows = np.asarray(feeds[IMAGES])
@@ -133,36 +201,86 @@ class GridVisionBundle(VisionBundle):
             feeds[DEEPSTACK] = np.ascontiguousarray(deep)
         return feeds
 
+    def render_chat(self, messages: list[dict[str, Any]], thinking: bool | None = None) -> str:
+        """Bundle.render_chat, whose messages may also hold {"type": "video"} parts."""
+        if self.video_token is None:
+            return super().render_chat(messages, thinking)
+        messages = check_messages(messages, parts=True, videos=True)
+        for i, m in enumerate(messages):
+            for text in texts(m["content"]):
+                self.policy.check(text, f"message {i} ({m['role']})")
+        text = Template(self.path, self.meta["chat"]).render(messages, thinking)
+        self.eos |= set(self.meta["chat"].get("end_of_turn", []))
+        return text
+
     def encode_chat(
         self,
         messages: list[dict[str, Any]],
         thinking: bool | None = None,
         images: np.ndarray | None = None,
     ) -> list[int]:
-        """The conversation's token ids, each picture's image token repeated once per
-        feature row of it: `images` are the pictures' features (image_features), in
-        the order of the conversation's image parts."""
-        ids = super().encode_chat(messages, thinking)
+        """The conversation's token ids, each picture's image token (each video's video
+        token) repeated once per feature row of it: `images` are the pictures' and
+        videos' features (image_features, video_features, media_features), in the order
+        of the conversation's image and video parts."""
+        checked = check_messages(messages, parts=True, videos=self.video_token is not None)
+        for i, m in enumerate(checked):
+            for name in ("<|video_pad|>", self.image_placeholder):
+                if any(name in t for t in texts(m["content"])):
+                    raise BundleError(
+                        f"message {i} ({m['role']}) writes {name!r} in its text; give each "
+                        'image or video as an {"type": "image"} or {"type": "video"} part'
+                    )
+        text = self.render_chat(messages, thinking)
+        text = text.replace(self.image_placeholder, self.image_sequence)
+        ids = list(self.tokenizer.encode(text, add_special_tokens=False).ids)
         grids = list(getattr(images, "grids", []))
-        token = self.image_token
-        if ids.count(token) != len(grids):  # type: ignore[arg-type]
+        videos = list(getattr(images, "videos", [False] * len(grids)))
+        marks = (self.image_token, self.video_token)
+        said = ["video" if t == self.video_token else "image" for t in ids if t in marks]
+        given = ["video" if v else "image" for v in videos]
+        if said != given:
             raise BundleError(
-                f"the conversation has {ids.count(token)} image parts but "  # type: ignore[arg-type]
-                f"{len(grids)} pictures' features were given; this bundle's pictures are "
-                "each their own size, so give encode_chat the features of its pictures "
-                "(image_features) as images="
+                f"the conversation has {said.count('image')} image and {said.count('video')} "
+                f"video parts ({', '.join(said) or 'none'}) but the features given are of "
+                f"{given.count('image')} pictures and {given.count('video')} videos; this "
+                "bundle's pictures are each their own size, so give encode_chat the features "
+                "of its pictures and videos (image_features, video_features, in the parts' "
+                "order) as images="
             )
         out: list[int] = []
         for t in ids:
-            out.extend([t] * tokens_of(grids.pop(0), self.merge) if t == token else [t])
+            out.extend([t] * tokens_of(grids.pop(0), self.merge) if t in marks else [t])
         return out
 
-    def ask(self, text: str, images: Sequence[Path | str] = ()) -> tuple[list[int], np.ndarray]:
-        """VisionBundle.ask: the images' features first, which decide their tokens."""
+    def ask(
+        self,
+        text: str,
+        images: Sequence[Path | str] = (),
+        videos: Sequence[Sequence[Path | str]] = (),
+    ) -> tuple[list[int], np.ndarray]:
+        """VisionBundle.ask: the images' (then the videos') features first, which decide
+        their tokens; a video is its frames' image files."""
         parts: list[dict[str, str]] = [{"type": "image"} for _ in images]
+        parts += [{"type": "video"} for _ in videos]
         parts.append({"type": "text", "text": text})
-        features = self.image_features(images)
+        features = self.media_features(images, videos)
         return self.encode_chat([{"role": "user", "content": parts}], images=features), features
+
+    def _as_images(self, ids: np.ndarray) -> np.ndarray:
+        """`ids` with each video token as the image token: the decoder's graph writes
+        feature rows at image tokens (module docstring)."""
+        if self.video_token is None or self.image_token is None:
+            return ids
+        return np.where(ids == self.video_token, self.image_token, ids)
+
+    def _check_images(self, ids: np.ndarray, images: list[np.ndarray | None]) -> None:
+        super()._check_images(self._as_images(ids), images)
+
+    def _chunk_images(
+        self, ids: np.ndarray, images: list[np.ndarray | None] | None, used: list[int]
+    ) -> np.ndarray | None:
+        return super()._chunk_images(self._as_images(ids), images, used)
 
     def rope_positions(
         self,
@@ -172,12 +290,40 @@ class GridVisionBundle(VisionBundle):
         images: Sequence[np.ndarray | None],
     ) -> np.ndarray:
         """[batch, seq, 3] M-RoPE positions of a left-padded batch (Bundle.rope_positions),
-        each row's images placed by the grids its features carry."""
+        each row's images and videos placed by the grids (and t steps) their features
+        carry. Decoding steps on from the last token's position, which get_rope_index's
+        rope delta makes the largest one + 1: a video whose t positions pass the text
+        after it is refused, not stepped on from the wrong place."""
         grids = [list(getattr(f, "grids", [])) for f in images]
+        steps = [
+            list(getattr(f, "intervals", [1.0] * len(g)))
+            for f, g in zip(images, grids, strict=True)
+        ]
+        tokens = [t for t in (self.image_token, self.video_token) if t is not None] or [-1]
         try:
-            return batch_positions(ids, mask, int(self.image_token or -1), grids, self.merge)
+            made = batch_positions(ids, mask, tokens, grids, self.merge, steps)
         except ValueError as exc:
             raise BundleError(
                 f"{exc}: give each prompt's image features as image_features made them "
                 "(they carry the pictures' grids, which place their tokens)"
             ) from None
+        if ids.shape[1] and (made.max(axis=(1, 2)) > made[:, -1].max(axis=-1)).any():
+            raise BundleError(
+                "a video's t positions pass the position of the prompt's last token, from "
+                "which this runtime steps decoding on (transformers steps from the largest): "
+                "give fewer frames or more text after the video"
+            )
+        return made
+
+
+def join(*parts: np.ndarray) -> ImageFeatures:
+    """Features of pictures and videos one after the other, their grids, marks and t steps
+    kept in that order."""
+    rows = np.concatenate([np.asarray(p) for p in parts])
+    keep = [p for p in parts if isinstance(p, ImageFeatures)]
+    return ImageFeatures(
+        rows,
+        [g for p in keep for g in p.grids],
+        [v for p in keep for v in p.videos],
+        [i for p in keep for i in p.intervals],
+    )

@@ -537,3 +537,193 @@ def tiled_canvas(
         elif diff == best_diff and area > 0.5 * tile[0] * tile[1] * cols * rows:
             best = (cols, rows)
     return best
+
+
+# ---------------------------------------------------------------- video frames
+
+# Qwen2VLVideoProcessor's class defaults (transformers' video_processing_qwen2_vl.py):
+# what a checkpoint without video_preprocessor_config.json gets under the keys of its
+# preprocessor_config.json, which transformers' AutoVideoProcessor then reads.
+VIDEO_DEFAULTS: dict[str, Any] = {
+    **COMMON,
+    "size": {"shortest_edge": 128 * 28 * 28, "longest_edge": 28 * 28 * 768},
+    "image_mean": OPENAI_CLIP_MEAN,
+    "image_std": OPENAI_CLIP_STD,
+    "patch_size": 14,
+    "temporal_patch_size": 2,
+    "merge_size": 2,
+}
+# Video containers: kiln decodes none (no codec library at run time); frames come as
+# image files, which a user extracts first (ffmpeg -i clip.mp4 -vf fps=2 frame_%03d.png).
+CONTAINERS = (".mp4", ".mov", ".mkv", ".webm", ".avi", ".m4v", ".mpg", ".mpeg", ".flv", ".wmv")
+# A video's frames without their clip's timing are taken at transformers' default
+# (VideoMetadata.sampled_fps without an fps): what second_per_grid_ts is computed from.
+DEFAULT_FPS = 24.0
+
+
+def video_pixel_values(
+    videos: Sequence[Sequence[Path]], config: dict[str, Any]
+) -> dict[str, np.ndarray]:
+    """The model inputs for videos given as their frames' image files, as transformers
+    5.24's Qwen2VLVideoProcessor makes them of the same frames (a list of pictures a
+    video; do_sample_frames off, its default: every frame is kept): each video's
+    `pixel_values_videos` patches [t * h * w, C * T * P * P] concatenated, and
+    `video_grid_thw` [videos, 3] int64. Its steps, which are torchvision's, not the
+    image processor's PIL ones:
+
+      smart_resize of the frames' (shared) size within the pixel budget, then
+      torch.nn.functional.interpolate(uint8, bicubic, antialias=True): PIL's kernel
+      (a = -0.5) with torch's int16 fixed-point weights, width first, each pass
+      rounded and clamped to uint8 (resize_uint8; no pass where a side is unchanged);
+      rescale and normalize fused as (x - mean * 255) / (std * 255) in float32;
+      frames grouped by temporal_patch_size, the last frame repeated to fill a group.
+    """
+    opts = video_settings(config)
+    patches, grids = [], []
+    for frames in videos:
+        made, grid = _video(frames, opts)
+        patches.append(made)
+        grids.append(grid)
+    return {
+        "pixel_values_videos": np.concatenate(patches),
+        "video_grid_thw": np.array(grids, dtype=np.int64),
+    }
+
+
+def video_settings(config: dict[str, Any]) -> dict[str, Any]:
+    """A Qwen2-VL-style checkpoint's video processor settings: its processor config over
+    Qwen2VLVideoProcessor's defaults, min/max_pixels over size as its __init__ does; a
+    BundleError for other processors (Qwen3-VL's video processor samples frames by
+    timestamps and writes them into the text: not reproduced)."""
+    if family(config) != "Qwen2VLImageProcessor":
+        raise BundleError(
+            f"video input applies to Qwen2-VL and Qwen2.5-VL bundles; this one's processor "
+            f"is {config.get('image_processor_type')!r}"
+        )
+    if config.get("processor_class") not in (None, "Qwen2VLProcessor", "Qwen2_5_VLProcessor"):
+        raise BundleError(
+            f"video input applies to Qwen2-VL and Qwen2.5-VL bundles; {config['processor_class']} "
+            "(Qwen3-VL's) adds each frame group's timestamp to the text, which this runtime "
+            "does not reproduce"
+        )
+    merged = {**VIDEO_DEFAULTS, **{k: v for k, v in config.items() if v is not None}}
+    size = dict(merged["size"])
+    if "min_pixels" in merged:
+        size["shortest_edge"] = merged["min_pixels"]
+    if "max_pixels" in merged:
+        size["longest_edge"] = merged["max_pixels"]
+    merged["size"] = size
+    if merged["resample"] != BICUBIC or not (merged["do_rescale"] and merged["do_normalize"]):
+        raise BundleError(
+            "preprocessor_config.json: video frames are reproduced for bicubic resizing with "
+            "rescale and normalize on (Qwen2-VL's settings)"
+        )
+    return merged
+
+
+def video_frames(paths: Sequence[Path]) -> list[Image.Image]:
+    """A video's frames from their image files: at least two, each an image file (not a
+    video container: kiln decodes none), all of one size."""
+    containers = [p for p in paths if Path(p).suffix.lower() in CONTAINERS]
+    if containers:
+        raise BundleError(
+            f"{containers[0]} is a video container; kiln decodes no video containers: give "
+            "the video as its frames' image files (e.g. ffmpeg -i clip.mp4 -vf fps=2 "
+            "frame_%03d.png, then video=frame_001.png,frame_002.png,...)"
+        )
+    if len(paths) < 2:
+        raise BundleError(
+            f"a video needs at least 2 frames and {len(paths)} was given; a single picture "
+            "is an image (image=FILE)"
+        )
+    frames = [load(p) for p in paths]
+    sizes = {f.size for f in frames}
+    if len(sizes) > 1:
+        first = frames[0].size
+        other = next(i for i, f in enumerate(frames) if f.size != first)
+        raise BundleError(
+            f"a video's frames are of one size: {paths[0]} is {first[0]}x{first[1]} but "
+            f"{paths[other]} is {frames[other].size[0]}x{frames[other].size[1]}"
+        )
+    return frames
+
+
+def _video(paths: Sequence[Path], opts: dict[str, Any]) -> tuple[np.ndarray, tuple[int, int, int]]:
+    """One video's patches and (t, h, w) grid (video_pixel_values)."""
+    patch, merge, group = opts["patch_size"], opts["merge_size"], opts["temporal_patch_size"]
+    frames = np.stack([np.moveaxis(np.asarray(f), -1, 0) for f in video_frames(paths)])
+    size = opts["size"]
+    height, width = smart_resize(
+        frames.shape[2], frames.shape[3], patch * merge, size["shortest_edge"], size["longest_edge"]
+    )
+    frames = resize_uint8(frames, height, width)
+    mean = np.asarray(opts["image_mean"], np.float32) * np.float32(1 / opts["rescale_factor"])
+    std = np.asarray(opts["image_std"], np.float32) * np.float32(1 / opts["rescale_factor"])
+    values = (frames.astype(np.float32) - mean.reshape(-1, 1, 1)) / std.reshape(-1, 1, 1)
+    if pad := -len(values) % group:
+        values = np.concatenate([values, np.repeat(values[-1:], pad, 0)])
+    channels = values.shape[1]
+    grid_t, grid_h, grid_w = len(values) // group, height // patch, width // patch
+    blocks = values.reshape(
+        grid_t, group, channels, grid_h // merge, merge, patch, grid_w // merge, merge, patch
+    ).transpose(0, 3, 6, 4, 7, 2, 1, 5, 8)  # Qwen2VLVideoProcessor.patchify's permute
+    flat = blocks.reshape(grid_t * grid_h * grid_w, channels * group * patch * patch)
+    return np.ascontiguousarray(flat), (grid_t, grid_h, grid_w)
+
+
+def resize_uint8(pixels: np.ndarray, height: int, width: int) -> np.ndarray:
+    """[..., H, W] uint8 pixels resized as torch.nn.functional.interpolate resizes uint8
+    (mode bicubic, antialias, corners unaligned; what torchvision's resize calls for
+    uint8 bicubic on a CPU): the width pass, then the height pass, each skipped where
+    that side is unchanged."""
+    if pixels.shape[-1] != width:
+        pixels = _resize_axis(pixels, -1, width)
+    if pixels.shape[-2] != height:
+        pixels = _resize_axis(pixels, -2, height)
+    return pixels
+
+
+def _resize_axis(pixels: np.ndarray, axis: int, size: int) -> np.ndarray:
+    """One antialiased bicubic pass along `axis`: PIL's taps and normalized weights (in
+    float64), quantized to int16 at the largest precision whose largest weight fits
+    (torch's _compute_index_ranges_int16_weights), summed in integers from half a unit,
+    shifted back and clamped."""
+    moved = np.moveaxis(pixels, axis, -1).astype(np.int64)
+    taps, precision = _int16_taps(moved.shape[-1], size)
+    out = np.empty((*moved.shape[:-1], size), np.int64)
+    for i, (start, weights) in enumerate(taps):
+        out[..., i] = (moved[..., start : start + len(weights)] * weights).sum(-1)
+    out = np.clip((out + (1 << (precision - 1))) >> precision, 0, 255).astype(np.uint8)
+    return np.moveaxis(out, -1, axis)
+
+
+def _int16_taps(source: int, size: int) -> tuple[list[tuple[int, np.ndarray]], int]:
+    """Each output pixel's first source index and int16 weights, and their precision."""
+    scale = source / size
+    support = 2.0 * scale if scale >= 1 else 2.0  # bicubic's 4 taps, widened to antialias
+    inverse = 1 / scale if scale >= 1 else 1.0
+    found, largest = [], 0.0
+    for i in range(size):
+        center = scale * (i + 0.5)
+        start = max(int(center - support + 0.5), 0)
+        stop = min(int(center + support + 0.5), source)
+        weights = _cubic((np.arange(start, stop) - center + 0.5) * inverse)
+        weights = weights / weights.sum()
+        found.append((start, weights))
+        largest = max(largest, float(weights.max()))
+    precision = 0
+    while precision < 22 and int(0.5 + largest * (1 << (precision + 1))) < (1 << 15):
+        precision += 1
+    taps = []
+    for start, weights in found:
+        scaled = weights * (1 << precision)
+        taps.append((start, np.trunc(scaled + np.where(scaled < 0, -0.5, 0.5)).astype(np.int64)))
+    return taps, precision
+
+
+def _cubic(x: np.ndarray, a: float = -0.5) -> np.ndarray:
+    """The bicubic kernel PIL and torch's antialiased resize use (a = -0.5)."""
+    x = np.abs(x)
+    near = ((a + 2) * x - (a + 3)) * x * x + 1
+    far = (((x - 5) * x + 8) * x - 4) * a
+    return np.where(x < 1, near, np.where(x < 2, far, 0.0))

@@ -9,7 +9,8 @@ kiln computes them here, at run time, for the grids the processor makes.
 
   rope_positions   one prompt's (t, h, w) positions, as Qwen2_5_VLModel.get_rope_index
                    gives them: text tokens count on in all three, an image's tokens take
-                   its merged grid's (t, h, w) indices offset by where the image starts,
+                   its merged grid's (t, h, w) indices offset by where the image starts
+                   (a video's t index scaled by its time interval, then truncated),
                    and the text after it resumes at that offset + max(h, w) / merge.
                    Decoding continues from the largest position + 1 (get_rope_index's
                    rope delta): the prompt's last token is text, so its position is that
@@ -41,17 +42,29 @@ def tokens_of(grid: Grid, merge: int) -> int:
     return t * (h // merge) * (w // merge)
 
 
-def rope_positions(ids: Sequence[int], token: int, grids: Sequence[Grid], merge: int) -> np.ndarray:
-    """[3, len(ids)] positions of one unpadded prompt whose runs of `token` are the images
-    of `grids`, in order (ValueError where a run's length is not its grid's tokens)."""
+def rope_positions(
+    ids: Sequence[int],
+    token: int | Sequence[int],
+    grids: Sequence[Grid],
+    merge: int,
+    intervals: Sequence[float] | None = None,
+) -> np.ndarray:
+    """[3, len(ids)] positions of one unpadded prompt whose runs of `token` (or of any of
+    several: an image's and a video's) are the pictures and videos of `grids`, in order
+    (ValueError where a run's length is not its grid's tokens). `intervals`: each one's
+    temporal step (get_rope_index's time_interval: 1 for a picture; for a Qwen2.5-VL
+    video tokens_per_second * second_per_grid_t), float32 products truncated as
+    transformers' .long() truncates them; all 1 when not given."""
     row = np.asarray(ids, np.int64)
     out = np.empty((3, len(row)), np.int64)
     pending = list(grids)
+    steps = list(intervals) if intervals is not None else [1.0] * len(pending)
+    vision = np.isin(row, np.asarray(token, np.int64).reshape(-1))
     current, i = 0, 0
     while i < len(row):
         j = i
-        image = row[i] == token
-        while j < len(row) and (row[j] == token) == image:
+        image = bool(vision[i])
+        while j < len(row) and vision[j] == image and (not image or row[j] == row[i]):
             j += 1
         if not image:
             out[:, i:j] = np.arange(current, current + j - i)
@@ -60,13 +73,15 @@ def rope_positions(ids: Sequence[int], token: int, grids: Sequence[Grid], merge:
             if not pending:
                 raise ValueError(f"image tokens at {i}:{j} but no image grid left for them")
             t, h, w = pending.pop(0)
+            step = np.float32(steps.pop(0))
             lt, lh, lw = t, h // merge, w // merge
             if j - i != lt * lh * lw:
                 raise ValueError(
                     f"the image tokens at {i}:{j} are {j - i}, but the grid {(t, h, w)} "
                     f"makes {lt * lh * lw}"
                 )
-            tt, hh, ww = np.meshgrid(np.arange(lt), np.arange(lh), np.arange(lw), indexing="ij")
+            times = (np.arange(lt, dtype=np.float32) * step).astype(np.int64)
+            tt, hh, ww = np.meshgrid(times, np.arange(lh), np.arange(lw), indexing="ij")
             out[:, i:j] = np.stack([tt, hh, ww]).reshape(3, -1) + current
             current += max(h, w) // merge
         i = j
@@ -76,14 +91,21 @@ def rope_positions(ids: Sequence[int], token: int, grids: Sequence[Grid], merge:
 
 
 def batch_positions(
-    ids: np.ndarray, mask: np.ndarray, token: int, grids: Sequence[Sequence[Grid]], merge: int
+    ids: np.ndarray,
+    mask: np.ndarray,
+    token: int | Sequence[int],
+    grids: Sequence[Sequence[Grid]],
+    merge: int,
+    intervals: Sequence[Sequence[float] | None] | None = None,
 ) -> np.ndarray:
     """[batch, seq, 3] positions of a left-padded batch (`mask` 1 at real tokens; a
-    padding position is 0, which its mask hides), row r's images of grids[r]."""
+    padding position is 0, which its mask hides), row r's images of grids[r] (and their
+    temporal steps intervals[r], rope_positions)."""
     out = np.zeros((*ids.shape, 3), np.int64)
     for row in range(ids.shape[0]):
         real = mask[row, -ids.shape[1] :].astype(bool)
-        out[row, real] = rope_positions(ids[row, real], token, grids[row], merge).T
+        steps = intervals[row] if intervals is not None else None
+        out[row, real] = rope_positions(ids[row, real], token, grids[row], merge, steps).T
     return out
 
 

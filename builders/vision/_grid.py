@@ -219,6 +219,14 @@ def feeds(model: Any, grids: list[tuple[int, int, int]], seed: int = 0) -> dict[
     }
 
 
+def per_second(model: Any) -> int:
+    """Qwen2.5-VL's tokens_per_second (0 for the others: Qwen2-VL steps a video's t
+    positions by 1, and Qwen3-VL writes timestamps into the text instead)."""
+    if model.config.model_type != "qwen2_5_vl":
+        return 0
+    return int(model.config.vision_config.tokens_per_second)
+
+
 def window_size(config: Any) -> int:
     """The tower's window in pixels; a windowless tower's (Qwen2-VL) is one merged unit,
     whose window inputs its graph does not take."""
@@ -302,6 +310,9 @@ def export(request: Request, writer: Writer, model: Any, opset: int) -> dict[str
             # Qwen3-VL's: its learned positions' grid side, and its DeepStack levels
             **({"position_grid": position_grid(model)} if position_grid(model) else {}),
             **({"deepstack_levels": deepstack(model)} if deepstack(model) else {}),
+            # Qwen2.5-VL's: a video's t positions step by this * seconds per frame group
+            # (get_rope_index; runtime/grid_vlm.py video_patches)
+            **({"tokens_per_second": per_second(model)} if per_second(model) else {}),
         },
         "hidden_size": int(model.config.get_text_config(decoder=True).hidden_size),
         "tokens_per_image": 0,  # per picture: t * h * w / merge^2 of its grid

@@ -44,6 +44,7 @@ def generate(
     min_length: int = 0,
     num_beams: int = 1,
     image: str | None = None,
+    video: str | None = None,
 ) -> None:
     import runtime
     from runtime import BundleError, Sampler
@@ -69,6 +70,7 @@ def generate(
     earlier = _messages(messages) if messages else []
     clips = _clips(audio) if audio else []
     pictures = _pictures(image) if image else []
+    videos = _videos(video) if video else []
 
     names = selected(recipe) if recipe else []
     if len(names) != 1:
@@ -78,12 +80,13 @@ def generate(
     asked = chat
     if chat is None:  # a chat model chats unless told otherwise (its recipe says it has one)
         chat = task == VLM or (task == "text-generation" and catalog().recipe(name).validation.chat)
-    if pictures and task != VLM:
-        raise KilnError.one(
-            f"image applies to image-text-to-text recipes; {name} is a {task} recipe",
-            variables.at("image"),
-            "drop image, or name a vision-language recipe",
-        )
+    for media, kind in ((pictures, "image"), (videos, "video")):
+        if media and task != VLM:
+            raise KilnError.one(
+                f"{kind} applies to image-text-to-text recipes; {name} is a {task} recipe",
+                variables.at(kind),
+                f"drop {kind}, or name a vision-language recipe",
+            )
     if task == VLM and not chat:
         raise KilnError.one(
             "a vision-language recipe answers chat turns only (its images are placed by the "
@@ -133,8 +136,8 @@ def generate(
         decoding = replace(decoding, min_new_tokens=min_new_tokens, min_length=min_length)
         if chat:
             think = None if thinking is None else thinking == "1"
-            turns = _conversation(system, earlier, prompt, len(pictures))
-            features = _features(bundle, turns, pictures)
+            turns = _conversation(system, earlier, prompt, len(pictures), len(videos))
+            features = _features(bundle, turns, pictures, videos)
             _chat(bundle, turns, think, max_new_tokens, sampler, stats, decoding, features)
             return
         budget = max_new_tokens or PLAIN
@@ -258,35 +261,41 @@ def _messages(messages: str) -> list[dict[str, Any]]:
 
     data = variables.read_json("messages", messages)
     try:
-        return check_messages(data, messages, parts=True)
+        return check_messages(data, messages, parts=True, videos=True)
     except BundleError as exc:
         raise KilnError.one(str(exc), variables.at("messages")) from None
 
 
 def _conversation(
-    system: str | None, earlier: list[dict[str, Any]], prompt: str | None, images: int = 0
+    system: str | None,
+    earlier: list[dict[str, Any]],
+    prompt: str | None,
+    images: int = 0,
+    videos: int = 0,
 ) -> list[dict[str, Any]]:
     """The turns so far: the system message, a messages file's turns, then the prompt.
-    `images` given beside a messages file without image parts, or a prompt, go with
-    the first user turn that follows, as image parts before its text."""
+    `images` (`videos`) given beside a messages file without image (video) parts, or a
+    prompt, go with the first user turn that follows, as image parts, then video parts,
+    before its text."""
     turns: list[dict[str, Any]] = []
     if system:
         turns.append({"role": "system", "content": system})
     turns += earlier
     if prompt:
         turns.append({"role": "user", "content": prompt})
-    if images and not any(_image_parts(t) for t in turns):
-        user = next((t for t in turns if t["role"] == "user"), None)
-        if user is not None:
-            text = user["content"]
-            parts = text if isinstance(text, list) else [{"type": "text", "text": text}]
-            user["content"] = [{"type": "image"} for _ in range(images)] + parts
+    for kind, count in (("video", videos), ("image", images)):  # images end up first
+        if count and not any(_image_parts(t, kind) for t in turns):
+            user = next((t for t in turns if t["role"] == "user"), None)
+            if user is not None:
+                text = user["content"]
+                parts = text if isinstance(text, list) else [{"type": "text", "text": text}]
+                user["content"] = [{"type": kind} for _ in range(count)] + parts
     return turns
 
 
-def _image_parts(turn: dict[str, Any]) -> int:
+def _image_parts(turn: dict[str, Any], kind: str = "image") -> int:
     content = turn["content"]
-    return sum(p["type"] == "image" for p in content) if isinstance(content, list) else 0
+    return sum(p["type"] == kind for p in content) if isinstance(content, list) else 0
 
 
 def _pictures(image: str) -> list[Path]:
@@ -298,21 +307,95 @@ def _pictures(image: str) -> list[Path]:
     return [variables.file_of("image", p, limit=variables.MAX_IMAGE_BYTES) for p in parts]
 
 
-def _features(bundle: Any, turns: list[dict[str, Any]], pictures: list[Path]) -> Any:
-    """A vision-language bundle's image features for the conversation's image parts
-    (None for other bundles); as many images as parts, or a located error."""
+def _videos(video: str) -> list[list[Path]]:
+    """The frames of `video=FRAME,FRAME,...` (videos separated by ';'), each resolved
+    and refused like an image file; a video container, or a video of one frame, is
+    refused here, before a bundle is built (runtime/images.py refuses the rest: a file
+    that is no image, frames of mixed sizes)."""
+    from kiln.commands.variables import at
+
+    videos = []
+    for clip in video.split(";"):
+        parts = [p.strip() for p in clip.split(",")]
+        if not all(parts):
+            raise KilnError.one(f"video={video!r} names an empty file", at("video"))
+        for part in parts:
+            if Path(part).suffix.lower() in CONTAINERS:
+                raise KilnError.one(
+                    f"{part} is a video container; kiln decodes no video containers",
+                    at("video"),
+                    "give the frames as image files: ffmpeg -i clip.mp4 -vf fps=2 "
+                    "frame_%03d.png, then video=frame_001.png,frame_002.png,...",
+                )
+        if len(parts) < 2:
+            raise KilnError.one(
+                f"a video needs at least 2 frames; video= gives {len(parts)}",
+                at("video"),
+                "give 2 or more frames, or the picture as image=FILE",
+            )
+        videos.append(
+            [variables.file_of("video", p, limit=variables.MAX_IMAGE_BYTES) for p in parts]
+        )
+    return videos
+
+
+# Video containers (runtime/images.py CONTAINERS, repeated: kiln imports no runtime here)
+CONTAINERS = (".mp4", ".mov", ".mkv", ".webm", ".avi", ".m4v", ".mpg", ".mpeg", ".flv", ".wmv")
+
+
+def _features(
+    bundle: Any,
+    turns: list[dict[str, Any]],
+    pictures: list[Path],
+    clips: list[list[Path]] | None = None,
+) -> Any:
+    """A vision-language bundle's image (and video) features for the conversation's
+    image parts and then its video parts (None for other bundles); as many images and
+    videos as parts, or a located error."""
     from runtime.vlm import VisionBundle
 
     if not isinstance(bundle, VisionBundle):
         return None
-    parts = sum(_image_parts(t) for t in turns)
-    if parts != len(pictures):
+    clips = clips or []
+    for kind, given, what in (("image", pictures, "files"), ("video", clips, "videos")):
+        parts = sum(_image_parts(t, kind) for t in turns)
+        if parts != len(given):
+            raise KilnError.one(
+                f"the conversation has {parts} {kind} parts and {kind}= gives {len(given)} {what}",
+                variables.at(kind),
+                f"give one {'file' if kind == 'image' else 'video'} per {kind} part, in order",
+            )
+    if not clips:
+        return bundle.image_features(pictures)
+    from runtime.grid_vlm import GridVisionBundle
+
+    if not isinstance(bundle, GridVisionBundle):
         raise KilnError.one(
-            f"the conversation has {parts} image parts and image= gives {len(pictures)} files",
-            variables.at("image"),
-            "give one file per image part, in order",
+            f"video applies to Qwen2-VL-style recipes (their vision program takes frame "
+            f"groups); this bundle is run by {type(bundle).__name__}",
+            variables.at("video"),
+            "drop video, or name tiny-qwen2.5-vl or tiny-qwen2-vl",
         )
-    return bundle.image_features(pictures)
+    return _in_part_order(bundle, turns, pictures, clips)
+
+
+def _in_part_order(
+    bundle: Any, turns: list[dict[str, Any]], pictures: list[Path], clips: list[list[Path]]
+) -> Any:
+    """The features of the pictures and videos in the order of the conversation's parts
+    (each kind in its own order), as encode_chat takes them."""
+    from runtime.grid_vlm import join
+
+    kinds = [
+        p["type"]
+        for t in turns
+        if isinstance(t["content"], list)
+        for p in t["content"]
+        if p["type"] in ("image", "video")
+    ]
+    images = iter(bundle.image_features([p]) for p in pictures)
+    videos = iter(bundle.video_features([c]) for c in clips)
+    return join(*(next(images) if k == "image" else next(videos) for k in kinds))
 
 
 def _chat(

@@ -398,6 +398,16 @@ RUN = Verb(
             "of a messages file in order",
             metavar="FILE,FILE,...",
         ),
+        Var(
+            "video",
+            str,
+            None,
+            "a Qwen2-VL or Qwen2.5-VL recipe's video as its frames' image files, in order, "
+            "comma-separated (2 or more, of one size; no video containers: extract frames "
+            "first); videos separated by ';'. Asked about with the prompt after any images, "
+            'or given to the {"type": "video"} parts of a messages file in order',
+            metavar="FRAME,FRAME,...",
+        ),
     ),
     "Generate with a recipe's bundle: `doit run recipe=NAME prompt=...` "
     "(`chat=1` for a conversation).",

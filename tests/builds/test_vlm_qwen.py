@@ -29,6 +29,7 @@ import numpy as np
 import pytest
 from conftest import (
     CIRCLE,
+    PICTURES,
     ROOT,
     SQUARE,
     STRIPES,
@@ -296,3 +297,178 @@ def test_the_inductor_programs_take_3d_positions_and_give_the_onnxruntime_logits
 
 def test_the_inductor_bundle_keeps_each_rows_pictures_and_positions(compiled: Any) -> None:
     check_pictures_survive_batches_and_chunks(compiled)
+
+
+# ---------------------------------------------------------------- video as frames
+
+# A 4-frame video of shipped pictures, each made 100 x 60 (PNG): the video processor
+# resizes frames to 112 x 56 (4 x 8 patches), groups them in twos (t = 2): 16 tokens.
+VIDEO_SOURCES = ("circle_64x48.png", "square_200x120.jpg", "stripes_37x91.png", "gray_50x70.png")
+
+
+@pytest.fixture(scope="module")
+def frames(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    from PIL import Image
+
+    folder = tmp_path_factory.mktemp("frames")
+    made = []
+    for i, name in enumerate(VIDEO_SOURCES):
+        path = folder / f"frame_{i}.png"
+        Image.open(PICTURES / name).convert("RGB").resize((100, 60)).save(path)
+        made.append(path)
+    return made
+
+
+def _video_reference(processor: Any, frames: list[Path]) -> dict[str, Any]:
+    """transformers' Qwen2VLVideoProcessor's pixel_values_videos and video_grid_thw for
+    the frames given as pictures. Where torchvision is missing (transformers' video
+    processors import it, and no CPU build of it for torch 2.13 installs here), the
+    processor's own steps replayed with the torch calls it makes: smart_resize,
+    torchvision's resize of uint8 bicubic on a CPU (its F.interpolate, antialiased),
+    the fused (x - mean * 255) / (std * 255), and patchify's view and permute."""
+    import importlib.util
+
+    import torch
+    from PIL import Image
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import smart_resize
+
+    pictures = [Image.open(f).convert("RGB") for f in frames]
+    if importlib.util.find_spec("torchvision") and getattr(processor, "video_processor", None):
+        out = processor.video_processor(videos=[pictures], return_tensors="pt")
+        return {k: out[k] for k in ("pixel_values_videos", "video_grid_thw")}
+    config = processor.image_processor  # the video processor reads the same settings
+    patch, merge, group = config.patch_size, config.merge_size, config.temporal_patch_size
+    video = torch.from_numpy(np.stack([np.asarray(p) for p in pictures])).permute(0, 3, 1, 2)
+    size = config.size  # min_pixels and max_pixels, as the video processor reads them
+    height, width = smart_resize(
+        video.shape[2], video.shape[3], patch * merge, size["shortest_edge"], size["longest_edge"]
+    )
+    video = torch.nn.functional.interpolate(
+        video.contiguous(), size=[height, width], mode="bicubic", antialias=True
+    )
+    mean = torch.tensor(config.image_mean) * (1.0 / config.rescale_factor)
+    std = torch.tensor(config.image_std) * (1.0 / config.rescale_factor)
+    video = video.to(torch.float32).sub_(mean.view(-1, 1, 1)).div_(std.view(-1, 1, 1))[None]
+    b, t, c = video.shape[:3]
+    gt, gh, gw = t // group, height // patch, width // patch
+    patches = video.view(b, gt, group, c, gh // merge, merge, patch, gw // merge, merge, patch)
+    patches = patches.permute(0, 1, 4, 7, 5, 8, 3, 2, 6, 9)
+    flat = patches.reshape(b, gt * gh * gw, c * group * patch * patch)
+    return {"pixel_values_videos": flat[0], "video_grid_thw": torch.tensor([[gt, gh, gw]])}
+
+
+def _video_encoded(hf: tuple[Any, Any], frames: list[Path], text: str) -> Any:
+    """The processor's input_ids, mm_token_type_ids and second_per_grid_ts for one user
+    turn of a video and `text`: its own chat template and its own <|video_pad|>
+    expansion, fed the video processor's output (_video_reference)."""
+    from PIL import Image
+    from transformers import BatchFeature
+    from transformers.video_utils import VideoMetadata
+
+    processor, _ = hf
+    reference = _video_reference(processor, frames)
+
+    class Frames:  # the video processor's output, as Qwen2_5_VLProcessor reads it
+        merge_size = processor.image_processor.merge_size
+        temporal_patch_size = processor.image_processor.temporal_patch_size
+        model_input_names = ("pixel_values_videos", "video_grid_thw")
+
+        def __call__(self, videos: Any, **kwargs: Any) -> Any:
+            metadata = [VideoMetadata(total_num_frames=len(frames))]  # no fps: 24
+            return BatchFeature({**reference, "video_metadata": metadata})
+
+    parts = [{"type": "video"}, {"type": "text", "text": text}]
+    chat = processor.apply_chat_template(
+        [{"role": "user", "content": parts}], add_generation_prompt=True
+    )
+    before = getattr(processor, "video_processor", None)
+    processor.video_processor = Frames()
+    try:
+        pictures = [Image.open(f).convert("RGB") for f in frames]
+        return processor(text=chat, videos=[pictures], return_tensors="pt"), reference
+    finally:
+        processor.video_processor = before
+
+
+def test_a_video_of_frames_gives_transformers_pixels_ids_positions_and_logits(
+    bundle: Any, hf: tuple[Any, Any], frames: list[Path]
+) -> None:
+    """Four frames: pixels within 1e-6 (bit for bit) of the video processor's, ids the
+    processor's (16 <|video_pad|>), positions get_rope_index's with the video's
+    second_per_grid_ts, and the logits at every position transformers' (so the vision
+    program takes t = 2 grids as the tower does)."""
+    import torch
+
+    from runtime import images
+    from runtime.mrope import rope_positions
+
+    _, model = hf
+    encoded, reference = _video_encoded(hf, frames, "What happens?")
+    made = images.video_pixel_values([frames], bundle.processor)
+    assert made["video_grid_thw"].tolist() == reference["video_grid_thw"].tolist() == [[2, 4, 8]]
+    pixels = made["pixel_values_videos"] - reference["pixel_values_videos"].numpy()
+    assert np.abs(pixels).max() < 1e-6
+    ids, features = bundle.ask("What happens?", videos=[frames])
+    assert ids == encoded["input_ids"][0].tolist()
+    assert ids.count(bundle.video_token) == 16 and features.grids == [(2, 4, 8)]
+    theirs_positions, _ = model.model.get_rope_index(
+        encoded["input_ids"],
+        encoded["mm_token_type_ids"],
+        video_grid_thw=encoded["video_grid_thw"],
+        second_per_grid_ts=encoded["second_per_grid_ts"],
+    )
+    tokens = [bundle.image_token, bundle.video_token]
+    ours = rope_positions(ids, tokens, features.grids, bundle.merge, features.intervals)
+    assert np.array_equal(ours, theirs_positions[:, 0].numpy())
+    with torch.no_grad():
+        theirs = model(**encoded).logits[0].numpy()
+    assert np.abs(bundle.logits(ids, features) - theirs).max() < 1e-4
+    # a picture and a video in one turn: the features follow the parts' order
+    both, joined = bundle.ask("What happens?", [CIRCLE], [frames])
+    assert joined.videos == [False, True] and len(joined) == 4 + 16
+    assert bundle.generate_images([(both, joined)], 3).tokens[0]
+
+
+def test_a_video_is_refused_where_it_cannot_be_read(bundle: Any, frames: list[Path]) -> None:
+    from runtime import BundleError
+
+    for given, said in (
+        ([frames[0]], "at least 2 frames"),
+        ([frames[0], CIRCLE], "of one size"),
+        ([frames[0], ROOT / "README.md"], "is not a PNG, JPEG"),
+        ([frames[0], frames[0].with_name("clip.mp4")], "kiln decodes no video containers"),
+    ):
+        with pytest.raises(BundleError, match=said):
+            bundle.video_features([given])
+
+
+def test_doit_run_answers_about_a_video_of_frames(qwen: World, frames: list[Path]) -> None:
+    video = "video=" + ",".join(str(f) for f in frames)
+    out = qwen.doit("run", f"recipe={RECIPE}", video, "prompt=What happens?", "max_new_tokens=4")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip()
+    for given, said in (
+        (f"video={frames[0]}", "a video needs at least 2 frames"),
+        (f"video={frames[0]},clip.mp4", "kiln decodes no video containers"),
+        (f"video={frames[0]},{frames[0].with_name('gone.png')}", "gone.png"),
+    ):
+        out = qwen.doit("run", f"recipe={RECIPE}", given, "prompt=What happens?")
+        assert out.returncode != 0 and said in out.stdout + out.stderr, out.stdout + out.stderr
+        assert "Traceback" not in out.stdout + out.stderr
+
+
+def test_qwen2_vls_video_steps_t_by_one_and_gives_transformers_logits(
+    qwen: World, frames: list[Path]
+) -> None:
+    """Qwen2-VL's windowless tower on the t = 2 grid, and its video t positions stepping
+    by 1 (it has no tokens_per_second): the processor's ids, transformers' logits."""
+    import torch
+
+    bundle = _opened(qwen, QWEN2)
+    hf2 = _transformers(qwen, "qwen2_vl")
+    encoded, _ = _video_encoded(hf2, frames, "What happens?")
+    ids, features = bundle.ask("What happens?", videos=[frames])
+    assert ids == encoded["input_ids"][0].tolist() and features.intervals == [1.0]
+    with torch.no_grad():
+        theirs = hf2[1](**encoded).logits[0].numpy()
+    assert np.abs(bundle.logits(ids, features) - theirs).max() < 1e-4
