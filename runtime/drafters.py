@@ -8,6 +8,8 @@ runtime/speculative.py to verify; none of them decides what is committed.
     with the embedding of token t+1 (spec_decoding_facts.md 1 and 4, pitfall 5).
     Positions computed from target features stay in its cache; chained ones are
     dropped after each round and recomputed from the target's features.
+  * AssistantDrafter (mtp with Gemma 4's assistant): one step per token at the last
+    token's position, attending to the target's own KV cache of two layers.
   * BlockDrafter (dflash, dspark): one pass over [last token, mask, ...] with the
     target's features injected as keys and values; DSpark adds its Markov head
     (sampled left to right) and its confidence cut (section 2 and 3).
@@ -189,6 +191,57 @@ class ChainDrafter:
         return drafts, _stack(qs)
 
 
+class AssistantDrafter:
+    """Gemma 4's MTP assistant, as transformers' generate runs it
+    (SinglePositionMultiTokenCandidateGenerator): every step sits at the last token's
+    position p, reads [that token, a hidden row] and attends to the target's own cached
+    keys and values of two layers (positions 0..p-1, all committed); the first step's
+    row is the target's at p-1, later ones the step's own output. No cache to roll back."""
+
+    def __init__(self, bundle: Any) -> None:
+        self.session = _session(bundle, "drafter")
+        layers = bundle.meta["drafter"]["target_layers"]
+        index = {
+            (e["layer"], e["kind"]): i
+            for i, e in enumerate(bundle.meta["io"]["kv_cache"]["entries"])
+        }
+        self.reads = {
+            f"{short}_{kind}": index[(layers[f"{short}_attention"], kind)]
+            for short in ("full", "sliding")
+            for kind in ("key", "value")
+        }
+        self.target: Any = None
+
+    def bind(self, target: Any) -> None:
+        """The target whose cache the steps read (runtime/speculative.py Speculation)."""
+        self.target = target
+
+    def propose(
+        self, tokens: list[int], feats: list[np.ndarray], k: int, sampler: Sampler
+    ) -> tuple[list[int], np.ndarray | None]:
+        p = len(tokens) - 1  # == the target's cache length and len(feats)
+        past = self.target.past
+        feeds = {name: past[i].astype(np.float32) for name, i in self.reads.items()}
+        position = np.asarray([[p]], np.int64)
+        hidden, last = feats[p - 1][None, None], tokens[-1]
+        drafts, qs = [], []
+        for _ in range(k):
+            logits, hidden = self.session.run(
+                ["logits", "hidden_out"],
+                {
+                    **feeds,
+                    "input_ids": np.asarray([[last]], np.int64),
+                    "hidden": hidden.astype(np.float32),
+                    "position_ids": position,
+                },
+            )
+            last, q = _pick(logits[0, -1], sampler)
+            drafts.append(last)
+            if q is not None:
+                qs.append(q)
+        return drafts, _stack(qs)
+
+
 class OrtBlock:
     """BlockDrafter's two passes on the bundle's onnxruntime engines: the backbone with
     its explicit context cache (drafter), DSpark's heads (drafter_markov)."""
@@ -262,6 +315,8 @@ def make_drafter(bundle: Any) -> Any:
         return NgramDrafter(int(spec["ngram_min"]), int(spec["ngram_max"]))
     if variant == "draft":
         return ModelDrafter(bundle)
+    if variant == "mtp" and "target_layers" in bundle.meta["drafter"]:
+        return AssistantDrafter(bundle)
     if variant in ("eagle3", "mtp"):
         return ChainDrafter(bundle)
     if variant in ("dflash", "dspark"):

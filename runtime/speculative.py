@@ -146,6 +146,11 @@ class Speculation:
     eos: set[int]
     stats: Stats = field(default_factory=Stats)
 
+    def __post_init__(self) -> None:
+        bind = getattr(self.drafter, "bind", None)
+        if bind is not None:  # a drafter that reads the target's cache (Gemma 4's assistant)
+            bind(self.target)
+
     def _pick(self, logits: np.ndarray) -> int:
         if self.sampler.greedy:
             return int(logits.argmax())

@@ -89,6 +89,7 @@ SEED_FROM = {"kiln-tiny/llama-draft": "kiln-tiny/llama"}
 
 # Checkpoints that are not plain causal LMs: an adapter and drafters (tinyhub/drafters.py).
 COMPANIONS = (
+    "kiln-tiny/gemma4-assistant",
     "kiln-tiny/qwen3-dflash",
     "kiln-tiny/qwen3-dspark",
     "kiln-tiny/qwen3-eagle3",

@@ -14,6 +14,11 @@ sha1 of its file listing) is as deterministic as theirs:
     DeepSeek-V3 MTP module as layer num_hidden_layers (README_WEIGHTS.md names).
   * kiln-tiny/qwen3-eagle3, -dflash, -dspark: drafters for kiln-tiny/qwen3 in the
     published checkpoint formats (spec_decoding_facts.md 1-3), random weights.
+  * kiln-tiny/gemma4-assistant: a Gemma4AssistantForCausalLM for kiln-tiny/gemma4, as
+    google/gemma-4-E2B-it-assistant is for its target: a narrower decoder (hidden 32)
+    whose layers all read the target's keys and values (one sliding, one global
+    layer, the target's head shapes), between projections from and to the target's
+    width; random weights, its head tied to its embedding as the published one is.
 """
 
 from __future__ import annotations
@@ -53,6 +58,37 @@ DEEPSEEK_V3: dict[str, Any] = {
     "eos_token_id": 2,
     "pad_token_id": 0,
     "torch_dtype": "float32",
+}
+
+GEMMA4_ASSISTANT: dict[str, Any] = {
+    "architectures": ["Gemma4AssistantForCausalLM"],
+    "model_type": "gemma4_assistant",
+    "backbone_hidden_size": H,
+    "use_ordered_embeddings": False,
+    "tie_word_embeddings": True,
+    "torch_dtype": "float32",
+    "text_config": {
+        "model_type": "gemma4_text",
+        "vocab_size": VOCAB,
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_hidden_layers": 2,
+        "num_attention_heads": HEADS,
+        "num_key_value_heads": KV_HEADS,
+        "head_dim": HEAD_DIM,
+        "global_head_dim": 32,  # the target's (tinyhub/specs.py kiln-tiny/gemma4)
+        "sliding_window": 8,
+        "layer_types": ["sliding_attention", "full_attention"],
+        "hidden_size_per_layer_input": 0,
+        "vocab_size_per_layer_input": 0,
+        "num_kv_shared_layers": 2,
+        "max_position_embeddings": 512,
+        "rms_norm_eps": 1e-6,
+        "tie_word_embeddings": True,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "pad_token_id": 0,
+    },
 }
 
 _LAYER: dict[str, Any] = {
@@ -246,6 +282,16 @@ def lora_files(base_repo: str, base_revision: str) -> tuple[dict[str, Any], dict
     return adapter_config, _tensors("kiln-tiny/qwen3-lora", shapes)
 
 
+def assistant_tensors(repo: str) -> dict[str, Any]:
+    """The assistant's tensors as transformers names them; the head is tied to the
+    embedding, so the checkpoint carries the embedding only."""
+    from tinyhub import parameter_shapes
+
+    shapes = parameter_shapes(GEMMA4_ASSISTANT)
+    shapes.pop("lm_head.weight")
+    return _tensors(repo, shapes)
+
+
 def companion_files(repo: str) -> dict[str, bytes]:
     """Every file of a companion checkpoint, by path."""
     from safetensors.numpy import save
@@ -259,7 +305,9 @@ def companion_files(repo: str) -> dict[str, bytes]:
             "adapter_model.safetensors": save(tensors, metadata={"format": "pt"}),
         }
     kind = repo.rsplit("-", 1)[1]
-    if kind == "eagle3":
+    if kind == "assistant":
+        config, tensors = GEMMA4_ASSISTANT, assistant_tensors(repo)
+    elif kind == "eagle3":
         config, tensors = EAGLE3, eagle3_tensors(repo)
     elif kind == "dflash":
         config, tensors = DFLASH, _tensors(repo, dflash_shapes(dspark=False))

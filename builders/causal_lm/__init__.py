@@ -12,9 +12,10 @@ scoring.py    the shipped evaluation text, its windows and teacher-forced scores
 backends/     the engine step, one builder per backend: onnxruntime (fp32, quantized,
               and fp16|bf16 through _half.py), aoti, inductor, tensorrt; a graph (or the
               checkpoint) -> an engine
-_adapter _attention _bundle_variants _cache _capture _determinism _drafters _features _nbits
-_ort_attention _qdq _tracefix
+_adapter _assistant _attention _bundle_variants _cache _capture _determinism _drafters
+_features _nbits _ort_attention _qdq _tracefix
               private helpers (_features: the runtime features validate exercises;
+              _assistant: Gemma 4's MTP assistant as one traced drafting step;
               _determinism: the same greedy tokens in fresh processes;
               _ort_attention: attention as onnxruntime's fused kernels)
 """

@@ -68,6 +68,8 @@ def add_drafter(request: Request, writer: Writer, meta: dict[str, Any]) -> None:
         "d2t": drafter.get("d2t"),
         "mask_token_id": drafter.get("mask_token_id"),
     }
+    if drafter.get("target_layers"):  # an MTP assistant reads these layers' KV cache
+        meta["drafter"]["target_layers"] = drafter["target_layers"]
 
 
 def extend(

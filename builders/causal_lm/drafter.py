@@ -1,11 +1,14 @@
-"""drafter: export a drafter (EAGLE-3, DFlash, DSpark, or a checkpoint's MTP module)
-to onnxruntime engines, checked against our PyTorch modules (builders/causal_lm/_drafters.py).
+"""drafter: export a drafter (EAGLE-3, DFlash, DSpark, a checkpoint's MTP module, or
+Gemma 4's MTP assistant) to onnxruntime engines, checked against our PyTorch modules
+(builders/causal_lm/_drafters.py; the assistant's are transformers', _assistant.py).
 
 Inputs: 'checkpoint' (the drafter's weights; for MTP the model's own checkpoint) and
 'target' (the target checkpoint: its embed_tokens / lm_head, which EAGLE-3, DFlash
 and MTP share). Outputs, described in drafter.json for the bundle:
 
   drafter.onnx   the draft layer(s) with an explicit KV cache (runtime/drafters.py)
+                 (the assistant's: one step over the target's cached keys and
+                 values of the layers drafter.json "target_layers" names)
   fc.onnx        EAGLE-3's fusion of three target layers
   markov.onnx    DSpark's Markov and confidence heads
   d2t.npy        EAGLE-3's draft->target vocabulary offsets, when the vocabularies differ
@@ -359,6 +362,66 @@ def mtp(
     return {"engines": {"drafter": "drafter.onnx"}, "mtp_layers": n}
 
 
+ASSISTANT_IO = (
+    [
+        "input_ids",
+        "hidden",
+        "position_ids",
+        "full_key",
+        "full_value",
+        "sliding_key",
+        "sliding_value",
+    ],
+    ["logits", "hidden_out"],
+)
+
+
+def _assistant_example(target: Any, length: int) -> tuple[Any, ...]:
+    """One step's inputs over `length` target positions: each attention type's keys
+    and values shaped as the target's own cache (observed from one forward)."""
+    import torch
+
+    g = torch.Generator().manual_seed(length)
+    with torch.no_grad():
+        out = target(torch.ones(1, length, dtype=torch.long), return_shared_kv_states=True)
+    kv = out.shared_kv_states
+    shapes = [t.shape for kind in ("full_attention", "sliding_attention") for t in kv[kind]]
+    return (
+        torch.randint(0, target.config.vocab_size, (1, 1), generator=g),
+        torch.randn(1, 1, target.config.hidden_size, generator=g),
+        torch.tensor([[length]]),
+        *[torch.randn(*shape, generator=g) for shape in shapes],
+    )
+
+
+def assistant(
+    request: Request, writer: Writer, opts: Options, checkpoint: Path, target: Path
+) -> dict[str, Any]:
+    """Gemma 4's MTP assistant, a companion checkpoint (builders/causal_lm/_assistant.py)."""
+    from transformers import AutoModelForCausalLM, Gemma4AssistantForCausalLM
+
+    from builders.causal_lm._assistant import AssistantStep, store_layers
+
+    model = AutoModelForCausalLM.from_pretrained(target, attn_implementation="eager").eval()
+    helper = Gemma4AssistantForCausalLM.from_pretrained(checkpoint).eval()
+    helper.config.get_text_config()._attn_implementation = "eager"
+    if helper.config.backbone_hidden_size != model.config.hidden_size:
+        raise request.error(
+            f"the assistant was trained on a target of width {helper.config.backbone_hidden_size}; "
+            f"this target's is {model.config.hidden_size}",
+            "pair the assistant with the Gemma 4 checkpoint it was released for",
+        )
+    embed = model.get_input_embeddings()
+    module = AssistantStep(helper, embed.weight.detach(), float(embed.scalar_embed_scale)).eval()
+    raw = writer.path("drafter.raw.onnx")
+    dynamic = {n: {2: "length"} for n in ASSISTANT_IO[0][3:]}
+    _export(module, _assistant_example(model, 5), raw, ASSISTANT_IO, dynamic, opts.opset)
+    # checked past the sliding window, where the two attention types see different keys
+    check = _assistant_example(model, 3 * module.window)
+    _engine(request, module, raw, writer.path("drafter.onnx"), ASSISTANT_IO[0], check)
+    return {"engines": {"drafter": "drafter.onnx"}, "target_layers": store_layers(model.config)}
+
+
 def build(request: Request, writer: Writer) -> None:
     import onnxruntime as ort
 
@@ -369,7 +432,9 @@ def build(request: Request, writer: Writer) -> None:
     tcfg = json.loads((tckpt / "config.json").read_text())
     state = read_tensors(ckpt)
     request.log(f"exporting the {opts.variant} drafter to onnxruntime engines")
-    if opts.variant == "mtp":
+    if cfg.get("architectures") == ["Gemma4AssistantForCausalLM"]:
+        meta = assistant(request, writer, opts, ckpt, tckpt)
+    elif opts.variant == "mtp":
         meta = mtp(request, writer, opts, ckpt, state)
     else:
         target = state if ckpt == tckpt else read_tensors(tckpt)

@@ -34,6 +34,11 @@ class Architecture(Strict):
     status: Literal["not-in-release", "not-built"] | None = Field(
         None, description="Why there is no tiny recipe: the release lacks it, or not built."
     )
+    companion_in: str | None = Field(
+        None,
+        description="For a checkpoint that is no standalone model (an MTP assistant): the "
+        "execution-variant recipe that builds it as a companion of its target.",
+    )
     reason: str = Field("", description="The exact reason, for status entries.")
     task: Literal[TASKS] | None = Field(  # type: ignore[valid-type]
         None,

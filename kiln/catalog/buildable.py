@@ -49,6 +49,7 @@ USES: dict[str, tuple[str, ...]] = {
     "eagle3": ("draft",),
     "dflash": ("draft",),
     "dspark": ("draft",),
+    "mtp": ("draft",),  # an MTP assistant (Gemma 4's); without one, the model's own heads
 }
 
 # What each task's validate step measures (builders/<family>/validate.py); pinned

@@ -460,8 +460,11 @@ def _variant_steps(
     kind = variants.drafter_kind(recipe)
     if kind is None or variants.engine_drafter(recipe.build, kind) != "none":
         return [], {}  # none, or the target's engine holds it
-    source = fetch if kind == "mtp" else companions["draft"]
-    at = (recipe.model if kind == "mtp" else recipe.companions["draft"]).label
+    # MTP drafts with the checkpoint's own heads, or with an MTP assistant companion
+    # (Gemma 4's, which transformers' generate takes as assistant_model)
+    own = kind == "mtp" and "draft" not in recipe.companions
+    source = fetch if own else companions["draft"]
+    at = (recipe.model if own else recipe.companions["draft"]).label
     drafter = _step(
         "drafter",
         f"drafter {kind} {at}",

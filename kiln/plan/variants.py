@@ -8,12 +8,16 @@ Pure data about variants, used by kiln/plan/__init__.py; no I/O and no heavy imp
   ngram     -                 plain                    -                 runtime/ngram.py
   lora      adapter           adapter merged           -                 one token / forward
   mtp       -                 + post-norm hidden       drafter (mtp)     runtime/drafters.py
+            draft**           + post-norm hidden       drafter (mtp)     runtime/drafters.py
   eagle3    draft (drafter)   + 3 layers' hidden       drafter (eagle3)  runtime/drafters.py
   dflash    draft (drafter)   + target layers' hidden  drafter (dflash)  runtime/drafters.py
   dspark    draft (drafter)   + target layers' hidden  drafter (dspark)  runtime/drafters.py
 
 * build.mtp_engines: an ordinary build of a checkpoint with MTP weights builds the base
   engine only; the option adds the MTP engine (and the hidden output it reads).
+** Gemma 4's MTP assistant (Gemma4AssistantForCausalLM) is a companion checkpoint, as
+  transformers' generate takes it (assistant_model); it also reads the target's cached
+  keys and values (builders/causal_lm/_assistant.py).
 
 On the inductor backend a dflash/dspark drafter is no step of its own: the target's
 engine step takes the drafter's checkpoint and holds its programs beside the target's,

@@ -38,7 +38,7 @@ class Row:
     family: str
     tiny: Cell | None
     real: tuple[Cell, ...]
-    status: str  # "tiny" when a tiny recipe exists, else the yaml's status
+    status: str  # "tiny" when a tiny recipe exists, "companion", else the yaml's status
     reason: str
     modality: str  # what it takes as input: text, image+text, audio
 
@@ -64,7 +64,7 @@ def _cell(cat: Catalog, recipe: str) -> Cell:
 def _modality(cat: Catalog, a: architectures.Architecture) -> str:
     """What the architecture takes as input: its recipes' (by their task), else the
     table's task for it, else text."""
-    tasks = {cat.recipes[n].task for n in (a.tiny, *a.real) if n in cat.recipes}
+    tasks = {cat.recipes[n].task for n in (a.tiny, a.companion_in, *a.real) if n in cat.recipes}
     if tasks:
         return ", ".join(sorted({modality(t) for t in tasks}))
     return modality(a.task) if a.task else TEXT
@@ -74,13 +74,18 @@ def rows(cat: Catalog) -> list[Row]:
     table = architectures.load(cat.paths.root)
     out = []
     for a in table.architectures:
+        tiny = a.tiny or a.companion_in  # a companion's verdict is its variant recipe's
         out.append(
             Row(
                 architecture=a.name,
                 family=a.family,
-                tiny=_cell(cat, a.tiny) if a.tiny else None,
+                tiny=_cell(cat, tiny) if tiny else None,
                 real=tuple(_cell(cat, r) for r in a.real),
-                status="tiny" if a.tiny else (a.status or "not-built"),
+                status="tiny"
+                if a.tiny
+                else "companion"
+                if a.companion_in
+                else (a.status or "not-built"),
                 reason=a.reason,
                 modality=_modality(cat, a),
             )

@@ -78,6 +78,10 @@ DRAFT = {"repo": "kiln-tiny/qwen3", "revision": "8c0453fc635cbc01885554be7a5f6b7
         ),
         ({"execution": {"variant": "mtp"}}, "mtp-needs-mtp-architecture"),
         (
+            {"execution": {"variant": "mtp"}, "companions": {"draft": DRAFT}},
+            "mtp-assistant-needs-gemma4",
+        ),
+        (
             {"execution": {"variant": "dspark"}, "model.architecture": "GptOssForCausalLM"},
             "drafter-needs-supported-architecture",
         ),
