@@ -16,6 +16,8 @@ else in kiln knows which backend built an engine.
                all-reduces (build.tensor_parallel)
   _images      inductor's image-text-to-text engine: the prefill program that merges
                image features, the decoder's weights alone, the refusal of Gemma 3
+  _drafter     inductor's DFlash/DSpark drafter: the target programs' captured hidden
+               states, and the drafter's own programs in the same engine
   _kernels     inductor's kernels: the programs compiled (autotuned on CUDA) on the
                build host in a fresh process, the Inductor cache that makes, and a
                second process's load from it alone (runtime/kernels.py)
