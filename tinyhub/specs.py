@@ -77,8 +77,8 @@ def breadth_specs(base: dict[str, Any]) -> dict[str, dict[str, Any]]:
         },
         # Gemma 4's text decoder as gemma-4-E2B has it: per-layer embeddings (PLE), wider
         # global heads (global_head_dim) with proportional partial rope, soft-capped
-        # logits. Its KV-shared layers are left out (num_kv_shared_layers 0): they cache
-        # nothing, which kiln's export refuses (catalog/architectures.yaml says so).
+        # logits, and KV-shared layers last (they attend to the keys and values of the
+        # last earlier layer of their type and cache nothing).
         "kiln-tiny/gemma4": {
             **common,
             "architectures": ["Gemma4ForCausalLM"],
@@ -87,9 +87,10 @@ def breadth_specs(base: dict[str, Any]) -> dict[str, dict[str, Any]]:
             "global_head_dim": 32,
             "hidden_size_per_layer_input": 8,
             "vocab_size_per_layer_input": 512,
-            "num_kv_shared_layers": 0,
+            "num_hidden_layers": 4,
+            "num_kv_shared_layers": 2,
             "final_logit_softcapping": 30.0,
-            "layer_types": ["sliding_attention", "full_attention"],
+            "layer_types": ["sliding_attention", "full_attention"] * 2,
         },
         "kiln-tiny/phi3": {
             **common,

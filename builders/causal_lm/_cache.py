@@ -13,6 +13,10 @@ applied by the attention mask, which transformers builds from absolute positions
 so the numbers are the reference's; only memory grows past the window. A cache that
 crops itself would freeze its crop point into the traced graph.
 
+Gemma 4's KV-shared layers cache nothing: within a forward they attend to the keys
+and values the last earlier layer of their type returned from the cache (past and new
+alike), so only the layers before them are carried.
+
 DSA layers (DeepseekV32, GlmMoeDsa) cache indexer keys as well: not carried yet,
 so they are unsupported here too.
 
@@ -45,7 +49,10 @@ def observe(request: Request, model: Any) -> list[dict[str, Any]]:
     with torch.no_grad():
         out = model(input_ids=ids, cache=cache, use_cache=True)
     entries = []
+    shared = _kv_shared(model)
     for i, layer in enumerate(out.past_key_values.layers):
+        if i in shared:
+            continue  # reads an earlier layer's keys and values within the forward
         for kind, tensor in (("key", layer.keys), ("value", layer.values)):
             if tensor is None or tensor.dim() != 4 or tensor.shape[SEQ_AXIS] != 3:
                 raise request.unsupported(
@@ -65,6 +72,16 @@ def observe(request: Request, model: Any) -> list[dict[str, Any]]:
                 }
             )
     return entries
+
+
+def _kv_shared(model: Any) -> set[int]:
+    """Layers that cache nothing: Gemma 4's KV-shared layers attend to the keys and values
+    the last earlier layer of their type computed in the same forward
+    (Gemma4TextConfig.kv_sharing_modes "reuse"), so the graph carries no cache for them."""
+    config = model.config.get_text_config()
+    shared = getattr(config, "num_kv_shared_layers", 0)
+    modes = getattr(config, "kv_sharing_modes", None) if shared else None
+    return {i for i, mode in enumerate(modes or []) if mode == "reuse"}
 
 
 def _refuse_indexed(request: Request, cache: Any, model: Any) -> None:

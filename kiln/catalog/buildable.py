@@ -124,7 +124,7 @@ EVAL_POSITIONS: dict[str, int] = {
     "kiln-tiny/exaone4@91b298d": 4623,
     "kiln-tiny/gemma3@7137be1": 4623,
     "kiln-tiny/gemma3-vlm@556a910": 4623,
-    "kiln-tiny/gemma4@f58120b": 4623,
+    "kiln-tiny/gemma4@a45f90b": 4623,
     "kiln-tiny/glm-moe-dsa@4138afa": 4623,
     "kiln-tiny/glm4-moe@bbcec97": 4623,
     "kiln-tiny/gpt-oss@679e2e9": 4623,
