@@ -411,6 +411,13 @@ def assistant(
             f"this target's is {model.config.hidden_size}",
             "pair the assistant with the Gemma 4 checkpoint it was released for",
         )
+    if helper.config.use_ordered_embeddings:
+        raise request.unsupported(
+            "the assistant's head is centroid-masked (use_ordered_embeddings: "
+            "Gemma4AssistantMaskedEmbedder scores the top centroid_intermediate_top_k of "
+            "num_centroids token clusters and sets every other token below their minimum); "
+            "kiln's assistant step exports the plain tied head only"
+        )
     embed = model.get_input_embeddings()
     module = AssistantStep(helper, embed.weight.detach(), float(embed.scalar_embed_scale)).eval()
     raw = writer.path("drafter.raw.onnx")
