@@ -135,6 +135,12 @@ class GridVisionBundle(VisionBundle):
 
         if self.video_token is None:
             raise BundleError("this bundle's tokenizer has no <|video_pad|>: it takes no video")
+        if self.side or self.levels:
+            raise BundleError(
+                "video input applies to Qwen2-VL and Qwen2.5-VL bundles; Qwen3-VL's processor "
+                "writes each frame group's timestamp into the text and samples frames by fps, "
+                "which this runtime does not reproduce"
+            )
         opts = images.video_settings(self.processor)
         made = images.video_pixel_values([[Path(p) for p in v] for v in videos], self.processor)
         grids = [(int(t), int(h), int(w)) for t, h, w in made["video_grid_thw"]]

@@ -188,3 +188,12 @@ def test_the_bundle_runs_without_torch_or_transformers_models(world: World) -> N
         "False",
         "[]",
     ]
+
+
+def test_a_video_is_refused_with_what_qwen3_vl_would_need(bundle: Any) -> None:
+    """Qwen3-VL's processor writes each frame group's timestamp into the text (and its
+    video processor samples frames by fps): not reproduced, so refused, not guessed."""
+    from runtime import BundleError
+
+    with pytest.raises(BundleError, match="Qwen3-VL's processor writes each frame group"):
+        bundle.video_features([[CIRCLE, CIRCLE]])

@@ -63,3 +63,29 @@ def test_vision_inputs_are_vision_utils_tensors() -> None:
     windows = vision_inputs([(1, 4, 6)], 2, 56, 14)
     assert windows["window_index"].tolist() == [0, 1, 3, 4, 2, 5]
     assert np.bincount(windows["window_segments"]).tolist() == [16, 8]
+
+
+VIDEO = 517  # the tiny Qwen2.5-VL's <|video_pad|>
+# words, a 2 x 4 picture (2 tokens), a word, a video of 4 frame groups of 4 x 4 patches
+# (4 * 2 * 2 = 16 tokens), words
+MEDIA = [3, 4, 514, IMAGE, IMAGE, 515, 7, 514, *[VIDEO] * 16, 515, 8, 9]
+MEDIA_GRIDS = [(1, 2, 4), (4, 4, 4)]
+# get_rope_index's positions for MEDIA with second_per_grid_ts 2 / 24 (frames without a
+# clip's fps: transformers' 24) and tokens_per_second 4: the t step is float32(4 * 1/12)
+# = 0.333..., the video's t indices truncate to 0, 0, 0, 1
+VIDEO_GOLDEN = [
+    [0, 1, 2, 3, 3, 5, 6, 7, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 9, 9, 9, 9, 10, 11, 12],
+    [0, 1, 2, 3, 3, 5, 6, 7, 8, 8, 9, 9, 8, 8, 9, 9, 8, 8, 9, 9, 8, 8, 9, 9, 10, 11, 12],
+    [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 10, 11, 12],
+]
+
+
+def test_a_videos_t_positions_step_by_its_interval_truncated() -> None:
+    step = float(np.float32(4) * np.float32(2 / 24))
+    ours = rope_positions(MEDIA, [IMAGE, VIDEO], MEDIA_GRIDS, 2, [1.0, step])
+    assert ours.tolist() == VIDEO_GOLDEN
+    # at 2 s a group (step 2.0) the t indices run to 14, past the last token's 12, as
+    # get_rope_index's too: the bundle refuses such a prompt (runtime/grid_vlm.py)
+    wide = rope_positions(MEDIA, [IMAGE, VIDEO], MEDIA_GRIDS, 2, [1.0, 2.0])
+    assert wide[0, 8:24].tolist() == [8] * 4 + [10] * 4 + [12] * 4 + [14] * 4
+    assert wide.max() == 14 > wide[:, -1].max() == 12

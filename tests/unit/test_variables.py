@@ -138,3 +138,17 @@ def test_chat_reuses_its_prefix_only_where_that_gives_a_cold_runs_tokens() -> No
             assert not reuses_exactly(meta), path.stem
         if not reuses_exactly(meta):  # refused: not tried, not failed
             assert proof is None, (path.stem, proof)
+
+
+def test_a_video_is_its_frames_image_files_and_never_a_container() -> None:
+    from kiln.commands.run import _videos
+
+    frames = "builders/data/images/circle_64x48.png,builders/data/images/square_200x120.jpg"
+    assert [len(v) for v in _videos(f"{frames};{frames}")] == [2, 2]
+    for given, said in (
+        ("clip.mp4", "kiln decodes no video containers"),
+        ("builders/data/images/circle_64x48.png", "a video needs at least 2 frames"),
+        ("builders/data/images/circle_64x48.png,,x.png", "names an empty file"),
+    ):
+        with pytest.raises(KilnError, match=said):
+            _videos(given)
