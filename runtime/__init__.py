@@ -19,7 +19,8 @@ builders or tasks: a bundle runs on a machine that never built it.
   inductor.py     InductorEngine: FX graphs, carried kernels, static KV cache, CUDA graphs
   graphs.py       an engine's programs as plain FX graphs (JSON + safetensors), read back as built
   inductor_vlm.py InductorVisionBundle: VisionBundle whose decoder is the inductor engine
-                  (InductorGridVisionBundle: GridVisionBundle's pictures and positions)
+                  (InductorGridVisionBundle, InductorCropsVisionBundle: the grid and crops
+                  bundles' pictures and positions)
   sharded.py      a tensor-parallel bundle: N rank processes over their weight shards, in step
   kernels.py      an inductor engine's compiled kernels, keyed by host, put in Inductor's cache
   encoder.py      EncoderBundle: loading and right padding shared by classify and embed
@@ -100,6 +101,7 @@ VISION_RUNNERS: dict[str, str] = {
 # A layout's runner on an engine backend whose runner replaces the variant's.
 VISION_BACKEND_RUNNERS: dict[tuple[str, str], str] = {
     ("grid", "inductor"): "runtime.inductor_vlm:InductorGridVisionBundle",
+    ("crops", "inductor"): "runtime.inductor_vlm:InductorCropsVisionBundle",
 }
 _PUBLIC = {
     "Bundle": "runtime.causal_lm",

@@ -381,6 +381,8 @@ class InductorEngine:
         self.features = (
             [t.zeros(shape, dtype=self.dtype, device=self.device)] if self.chunk and shape else []
         )
+        if self.features and self.program.get("image_rows"):  # and how many are written
+            self.features.append(t.zeros((), dtype=t.long, device=self.device))
         self.verify_in = self._inputs(self.verify_len) if self.verify_len else []
 
     def _drafter_inputs(self, weights: dict[str, Any]) -> dict[str, list[Any]]:
@@ -494,6 +496,8 @@ class InductorEngine:
             buffer.zero_()
             if rows:
                 buffer[:rows].copy_(t.from_numpy(np.ascontiguousarray(features)))
+            if len(self.features) > 1:  # how many rows are the chunk's (image_rows)
+                self.features[1].fill_(rows)
         with t.inference_mode():
             if self.verify_len and ids.shape[1] == self.verify_len:
                 for dst, src in zip(self.verify_in, args, strict=True):

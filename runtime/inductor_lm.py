@@ -132,11 +132,15 @@ class InductorBundle(Bundle):
         per_row: list[np.ndarray | None] | None = None
         if images is not None and len(images):
             counts = self._image_counts(ids)[:, -1]
-            if int(counts.sum()) != len(images):
+            # One sequence's image tokens past its rows are ones it generated, text as a
+            # decode step fed them (Bundle.logits checks the prompt's): the program
+            # merges only the rows written (image_rows, backends/_images.py).
+            made = rows == 1 and int(counts.sum()) > len(images)
+            if int(counts.sum()) != len(images) and not made:
                 raise BundleError(
                     f"{int(counts.sum())} image tokens but {len(images)} image feature rows"
                 )
-            per_row = list(np.split(images, np.cumsum(counts)[:-1]))
+            per_row = [images] if rows == 1 else list(np.split(images, np.cumsum(counts)[:-1]))
         if not past:
             self.engine.reset()
         ids, visible, positions = self._rows(ids, mask, positions)

@@ -16,7 +16,10 @@ InductorGridVisionBundle is the same over a grid vision program and an M-RoPE de
 (Qwen2-VL, Qwen2.5-VL; bundle.json vision.layout "grid"): GridVisionBundle's pictures,
 each its own grid and token count, and its [B, T, 3] positions, which the programs take
 as they are (program.json position_axes 3) and the decode step advances by one on all
-three axes, as runtime/causal_lm.py steps them.
+three axes, as runtime/causal_lm.py steps them. InductorCropsVisionBundle is the same
+over a crops vision program (Idefics3; vision.layout "crops"): CropsVisionBundle's
+pictures, each cut into its own number of crops and expanded to its own sequence, before
+the ordinary decoder.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from runtime.causal_lm import Generation
+from runtime.crops_vlm import CropsVisionBundle
 from runtime.grid_vlm import GridVisionBundle
 from runtime.inductor_lm import InductorBundle
 from runtime.sampling import Sampler
@@ -51,3 +55,8 @@ class InductorGridVisionBundle(InductorVisionBundle, GridVisionBundle):
     """An inductor vision-language bundle of a grid vision program and an M-RoPE decoder:
     GridVisionBundle's pictures and positions, InductorVisionBundle's decoder (the
     module docstring)."""
+
+
+class InductorCropsVisionBundle(InductorVisionBundle, CropsVisionBundle):
+    """An inductor vision-language bundle of a crops vision program: CropsVisionBundle's
+    pictures and sequences, InductorVisionBundle's decoder (the module docstring)."""

@@ -9,12 +9,13 @@ picture's own sequence of markers, crop positions and image tokens. So on top of
 test_vlm.py checks for LLaVA, this checks what a fixed-size model never exercises: two
 pictures of different crop counts in one prompt expand to the processor's ids and give
 transformers' logits, and batches, chunked prefill and `doit run` keep each row's
-pictures.
+pictures. Its decoder on the inductor backend (tiny-idefics3-inductor, built in the same
+call) passes the same gates and gives the onnxruntime bundle's logits and tokens where
+the pictures' crops span its 8-token prefill windows.
 """
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from pathlib import Path
@@ -28,6 +29,7 @@ from conftest import (
     SQUARE,
     STRIPES,
     World,
+    alone,
     bundle_dir,
     check_fp32_vlm_record,
     check_pictures_survive_batches_and_chunks,
@@ -39,13 +41,14 @@ from conftest import (
 pytestmark = heavy
 
 RECIPE = "tiny-idefics3"
+INDUCTOR = "tiny-idefics3-inductor"
 QUESTION = "What is in the picture?"
 
 
 @pytest.fixture(scope="module")
 def idefics3(tmp_path_factory: pytest.TempPathFactory, hub: Path) -> World:
-    world = make_world(tmp_path_factory.mktemp(RECIPE), hub, [RECIPE])
-    world.doit("build", f"recipe={RECIPE}", "publish=1", check=True)
+    world = make_world(tmp_path_factory.mktemp(RECIPE), hub, [RECIPE, INDUCTOR])
+    world.doit("build", f"recipe={RECIPE},{INDUCTOR}", "publish=1", check=True)
     return world
 
 
@@ -62,8 +65,9 @@ def _turn(pictures: int, text: str) -> list[dict[str, Any]]:
     return [{"role": "user", "content": parts}]
 
 
-def test_tiny_idefics3_passes_every_gate_with_its_crops_read(idefics3: World) -> None:
-    record = idefics3.manifest(RECIPE)["evidence"][-1]
+@pytest.mark.parametrize("recipe", [RECIPE, INDUCTOR])
+def test_each_passes_every_gate_with_its_crops_read(idefics3: World, recipe: str) -> None:
+    record = idefics3.manifest(recipe)["evidence"][-1]
     check_fp32_vlm_record(record)
 
 
@@ -131,14 +135,29 @@ def test_doit_run_answers_about_pictures_of_their_own_crop_counts(idefics3: Worl
     assert "stats: ordinary: 5 tokens" in out.stdout
 
 
-def test_doit_check_refuses_it_on_inductor(tmp_path: Path, hub: Path) -> None:
-    """The inductor bundle's runner expands one sequence for every picture, so kiln
-    does not build crops there yet: doit check says so, at the recipe's backend."""
-    world = make_world(tmp_path, hub, (RECIPE,))
-    build = {"backend": "inductor", "max_batch_size": 2, "prefill_chunk_len": 8}
-    recipe = {"schema_version": 1, "extends": RECIPE, "description": "crops", "build": build}
-    (world.root / "recipes" / "zz-crops.yaml").write_text(json.dumps(recipe))
-    out = world.doit("check")
-    said = out.stderr + out.stdout
-    assert out.returncode == 1 and "recipes/zz-crops.yaml" in said
-    assert "build -> backend: Idefics3ForConditionalGeneration's pictures are cut" in said
+@pytest.fixture(scope="module")
+def compiled(idefics3: World) -> Any:
+    """The inductor bundle of the same checkpoint."""
+    import runtime
+    from runtime.inductor_vlm import InductorCropsVisionBundle
+
+    return runtime.open(bundle_dir(idefics3, INDUCTOR), expect=InductorCropsVisionBundle)
+
+
+def test_the_inductor_bundle_gives_the_onnxruntime_logits_and_tokens(
+    compiled: Any, bundle: Any
+) -> None:
+    """Two pictures of different crop counts (3 and 5 crops of 4 tokens) across 8-token
+    prefill windows: the onnxruntime bundle's ids, logits at every position (itself
+    transformers', above) and greedy tokens."""
+    features = compiled.image_features([STRIPES, SQUARE])
+    ids = compiled.encode_chat(_turn(2, "Compare them."), images=features)
+    theirs = bundle.image_features([STRIPES, SQUARE])
+    assert ids == bundle.encode_chat(_turn(2, "Compare them."), images=theirs)
+    assert features.grids == theirs.grids and len(ids) > 2 * compiled.engine.chunk
+    assert np.abs(compiled.logits(ids, features) - bundle.logits(ids, features)).max() < 1e-4
+    assert alone(compiled, (ids, features)) == alone(bundle, (ids, features))
+
+
+def test_the_inductor_bundle_keeps_each_rows_pictures(compiled: Any) -> None:
+    check_pictures_survive_batches_and_chunks(compiled)

@@ -91,9 +91,11 @@ def test_the_bundle_says_what_runs_where(vlm: World) -> None:
             for name in ("prefill.pt2", "decode.pt2")
         }
     assert program["image_features"] == [2 * 8, 64]  # batch x chunk rows, zero-padded
+    assert program["image_rows"]  # and how many of them a chunk's image tokens fill
     assert not any(name.startswith("model.vision_tower") for name in program["weights"])
     prefill, decode = ([n for n in nodes if n.op == "placeholder"] for nodes in inputs.values())
-    assert list(prefill[-1].meta["val"].shape) == [16, 64] and len(prefill) == len(decode) + 1
+    assert [list(n.meta["val"].shape) for n in prefill[-2:]] == [[16, 64], []]
+    assert len(prefill) == len(decode) + 2
 
 
 def test_logits_with_an_image_equal_the_onnxruntime_bundles(pair: tuple[Any, Any]) -> None:

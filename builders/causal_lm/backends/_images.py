@@ -2,7 +2,7 @@
 which the prefill chunk also takes the vision program's features.
 
     prefill.pt2  (weights..., input_ids [B, T], position_ids, slots, mask, *cache,
-                  image_features [B * T, hidden]) -> logits [B, T, vocab]
+                  image_features [B * T, hidden], image_rows []) -> logits [B, T, vocab]
     decode.pt2   as a text engine's: a generated token is text (an image token
                  generated keeps its own embedding, as in the ONNX graph)
 
@@ -10,11 +10,11 @@ The features are merged inside the program by the ONNX export's own
 merge_image_features (builders/causal_lm/export.py): the k-th image token of the chunk,
 row by row, takes feature row k. The input's shape is static, as the programs' are: a
 chunk of B x T tokens holds at most B * T image tokens, so the runtime writes the rows
-of the chunk's own image tokens first and zeros after them (runtime/inductor.py). Every
-image token the runtime feeds a chunk has its row (runtime/causal_lm.py checks a
-prompt's image tokens against its features), so a zero row is read only by the
-engine's filler rows, which repeat the first row past the caller's batch and are
-never returned.
+of the chunk's own image tokens first and zeros after them, and says in image_rows how
+many it wrote (runtime/inductor.py). An image token past those rows keeps its own
+embedding, as the ONNX graph's merge keeps one past its features: a teacher-forced
+sequence whose generated tokens include the image token (the tiny Idefics3 generates
+<image>) reads them as text, as its decode steps fed them.
 
 The vision program stays the ONNX one run by onnxruntime in fp32 (builders/vision/,
 bundle.json vision.engine), on its CPU provider for a GPU target too (the GPU host has
@@ -90,8 +90,9 @@ def text_weights(model: Any, names: list[str], weights: list[Any]) -> tuple[list
 
 
 def with_images(model: Any, token: int) -> Any:
-    """The model as (input_ids, image_features, **forward's keywords) -> its output, the
-    features merged at `token` into the token embeddings (merge_image_features)."""
+    """The model as (input_ids, image_features, image_rows, **forward's keywords) -> its
+    output, the first image_rows features merged at `token` into the token embeddings
+    (merge_image_features), the image tokens past them left as their own embeddings."""
     import torch
 
     from builders.causal_lm.export import merge_image_features
@@ -101,10 +102,16 @@ def with_images(model: Any, token: int) -> Any:
             super().__init__()
             setattr(self, INNER, model)
 
-        def forward(self, input_ids: Any, image_features: Any, **kwargs: Any) -> Any:
+        def forward(
+            self, input_ids: Any, image_features: Any, image_rows: Any, **kwargs: Any
+        ) -> Any:
             inner = getattr(self, INNER)
             embeds = inner.get_input_embeddings()(input_ids)
-            merged = merge_image_features(input_ids, embeds, image_features, token)
+            is_image = input_ids == token
+            count = torch.cumsum(is_image.reshape(-1).long(), 0).reshape(input_ids.shape)
+            # the image tokens past the rows written are the chunk's last: not merged
+            fed = torch.where(is_image & (count > image_rows), -1, input_ids)
+            merged = merge_image_features(fed, embeds, image_features, token)
             return inner(inputs_embeds=merged, **kwargs)
 
     return WithImages().eval()

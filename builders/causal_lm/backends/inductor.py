@@ -137,6 +137,7 @@ def build(request: Request, writer: Writer) -> None:
     if "image_token_id" in meta:  # the prefill program's image_features (_images.py)
         shape = ["rows", "hidden"]
         info["inputs"].append({"name": "image_features", "dtype": "float32", "shape": shape})
+        info["inputs"].append({"name": "image_rows", "dtype": "int64", "shape": []})
     writer.write_json("io.json", {**meta, **info})
     writer.write_json("engine.json", engine)
 
@@ -245,6 +246,7 @@ def engine_files(
     if token is not None:  # the prefill program's last input (_images.py)
         rows = opts.max_batch_size * opts.prefill_chunk_len
         program_meta["image_features"] = [rows, _images.hidden_size(model)]
+        program_meta["image_rows"] = True  # and how many of them are the chunk's
         program_meta |= {"position_axes": 3} if axes == 3 else {}
     if world > 1:  # the ranks' group, as the programs name it, and what each holds part of
         program_meta |= {
@@ -318,8 +320,8 @@ def _programs(
 ) -> dict[str, bytes]:
     """decode.pt2, and prefill.pt2 and verify.pt2 where asked: `step` exported. With
     `images` (the step that takes image features, their width, and the position axes),
-    the prefill program is that step, its features [B * T, width] one more input; with
-    3 position axes (M-RoPE) every program's positions are [B, T, 3]."""
+    the prefill program is that step, its features [B * T, width] and their count two
+    more inputs; with 3 position axes (M-RoPE) every program's positions are [B, T, 3]."""
     import torch
 
     programs = {"decode.pt2": 1}
@@ -338,7 +340,8 @@ def _programs(
         if images is not None and file == "prefill.pt2":
             exported = images[0]
             rows = opts.max_batch_size * tokens
-            example += (torch.zeros(rows, images[1], dtype=dtype, device=device),)
+            features = torch.zeros(rows, images[1], dtype=dtype, device=device)
+            example += (features, torch.tensor(rows, device=device))
         with torch.no_grad():
             program = torch.export.export(exported, example, strict=False)
         program._example_inputs = None  # save would store them: the weights again
@@ -640,7 +643,7 @@ def _step_module(
             weights, (ids, positions, slots, visible, *cache) = args[:count], args[count:]
             tokens: dict[str, Any] = {"input_ids": ids}
             if image_token is not None:
-                *cache, tokens["image_features"] = cache
+                *cache, tokens["image_features"], tokens["image_rows"] = cache
             cols = torch.arange(visible.shape[1], device=ids.device)
             causal = (cols[None, :] <= slots[:, None]) & visible[:, None, :].bool()
             seen = (causal | (cols[None, :] == slots[:, None]))[:, None]  # [B, 1, T, L]
