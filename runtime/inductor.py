@@ -278,7 +278,14 @@ class InductorEngine:
         if self.device == "cuda":  # the mode's options, with CUDA_OPTIONS
             options |= {k: v for k, v in CUDA_OPTIONS.items() if hasattr(t._inductor.config, k)}
         attention = self._attention() if name == "decode" else contextlib.nullcontext()
-        alone = t._inductor.config.patch({} if compile_here else {"compile_threads": 1})
+        # the CPU's vector ISA from its flags (runtime/kernels.py keys the kernels by
+        # them), not from Inductor's probe, which compiles and loads a test program in
+        # every process and, when that fails under a loaded host's contention, settles
+        # on a lesser ISA: other C++, another cache key, a load that "compiled afresh"
+        patches: dict[str, Any] = {"cpp.vec_isa_ok": True}
+        if not compile_here:
+            patches["compile_threads"] = 1
+        alone = t._inductor.config.patch(patches)
         # not donate_graph_module (torch 2.13): a donated graph is another cache key
         # than its copy (a tiny-llama engine compiled from copies missed all 4 graphs)
         with t.inference_mode(), attention, alone:
