@@ -6,16 +6,23 @@ one run (issue 40).
 
 The recipe's bundle is built through kiln as `doit run` builds it (ensure_bundle:
 every step the bundle needs, in this process, in the default store, so a built bundle
-is reused; no reference, validate or manifest). The anchor is the recipe's fetched
-checkpoint in transformers (LlavaForConditionalGeneration for tiny-llava,
-Gemma3ForConditionalGeneration for tiny-gemma3-vlm, Qwen2_5_VLForConditionalGeneration
-for tiny-qwen2.5-vl, Idefics3ForConditionalGeneration for tiny-idefics3), fp32, eager
-attention, loaded and driven as
-builders/vlm/reference.py does: the checkpoint's processor (backend "pil";
-builders/common/hf.py load_processor) and chat template, then `generate`. Both sides run at
-`--threads` CPU threads (torch.set_num_threads; the bundle's decoder and vision
-sessions). What is timed, per round, with the image file read from disk inside every
-timed region on both sides:
+is reused; no reference, validate or manifest). Any image-text-to-text recipe runs:
+the ONNX ones (tiny-llava, tiny-gemma3-vlm, tiny-qwen2-vl, tiny-qwen2.5-vl, tiny-qwen3-vl,
+tiny-idefics3, tiny-internvl) and the inductor ones (tiny-llava-inductor,
+tiny-qwen2.5-vl-inductor, tiny-idefics3-inductor), each opened by runtime.open as its
+bundle.json says (the vision layout and the decoder's backend pick the runner, e.g.
+InductorGridVisionBundle). The anchor is the recipe's fetched checkpoint in
+transformers, the class its config.json names (architectures[0]:
+LlavaForConditionalGeneration, Gemma3ForConditionalGeneration,
+Qwen2VLForConditionalGeneration, Qwen2_5_VLForConditionalGeneration,
+Qwen3VLForConditionalGeneration, Idefics3ForConditionalGeneration,
+InternVLForConditionalGeneration; an inductor recipe's is its onnxruntime sibling's, the
+same checkpoint), as AutoModelForImageTextToText makes it (a different class is
+refused), fp32, eager attention, loaded and driven as builders/vlm/reference.py does:
+the checkpoint's processor (backend "pil"; builders/common/hf.py load_processor) and chat
+template, then `generate`. Both sides run at `--threads` CPU threads
+(torch.set_num_threads; the bundle's decoder and vision sessions). What is timed, per
+round, with the image file read from disk inside every timed region on both sides:
 
   * time to first token: the bundle's whole path, VisionBundle.ask (image read,
     preprocessing to pixel values, the vision program, the chat template and the
@@ -30,7 +37,16 @@ timed region on both sides:
     same count (printed). Decode tokens/s is (new tokens - 1) over the time from the
     prefill's logits to the last token's logits, stamped by a logits processor on each
     side (the bundle's sampler, an HF LogitsProcessor); the whole call's seconds are
-    printed too.
+    printed too. On an inductor bundle greedy decoding runs on the device loop
+    (InductorVisionBundle.generate_images), which takes no sampler: there EOS leaves the
+    bundle's stop set (bundle.eos emptied after each ask, so it runs to `--new-tokens`)
+    but is not masked, and decode tokens/s is (new tokens - 1) over Generation.seconds less
+    Generation.first_token_seconds (the call's start to the first token's choice): the
+    same span, stamped by the runtime. Whether the tokens match HF's is printed.
+
+The stages of the first token follow the bundle's vision layout (bundle.json
+vision.layout, VISION_STAGES): one fixed picture (pixels, the vision program), "grid"
+(patches and grids; Qwen2-VL, Qwen2.5-VL, Qwen3-VL) or "crops" (Idefics3, InternVL).
 
 Each round runs both measurements on both sides, the sides' order alternating round by
 round (bundle first, then HF first); one warm-up round is not counted. Prints the
@@ -46,11 +62,13 @@ Timings on a shared 2-core machine move run to run: compare the sides of one run
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
@@ -60,6 +78,23 @@ sys.path.insert(0, str(ROOT))
 
 IMAGE = ROOT / "builders" / "data" / "images" / "circle_64x48.png"
 QUESTION = "What is in the picture?"
+
+# bundle.json vision.layout (None: one fixed-size picture) -> how the first token's
+# first two stages run on the bundle: the pictures' inputs from the files, then the
+# vision program on them (runtime/vlm.py, grid_vlm.py, crops_vlm.py)
+Prepare = Callable[[Any, list[Path]], Any]
+Vision = Callable[[Any, Any], Any]
+VISION_STAGES: dict[str | None, tuple[Prepare, Vision]] = {
+    None: (
+        lambda b, files: b.pixels(files),
+        lambda b, pixels: b.vision.run(["image_features"], {"pixel_values": pixels})[0],
+    ),
+    "grid": (lambda b, files: b.patches(files), lambda b, made: b.run_vision(*made)),
+    "crops": (lambda b, files: b.crops(files), lambda b, made: b.run_vision(made)),
+}
+# bundle.json engines.main.backend whose greedy decoding runs on its own loop, which
+# takes no sampler (the module docstring: EOS left out of the stop set, not masked)
+DEVICE_LOOP = frozenset({"inductor"})
 
 
 def build(recipe: str) -> tuple[Path, Path]:
@@ -97,11 +132,15 @@ def bundle_side(path: Path, threads: int, image: Path, question: str, n: int, eo
     from _eos import NoEos
 
     import runtime
-    from runtime.crops_vlm import CropsVisionBundle
-    from runtime.grid_vlm import GridVisionBundle
     from runtime.vlm import VisionBundle
 
     bundle = runtime.open(path, threads=threads, expect=VisionBundle)
+    layout = bundle.meta["vision"].get("layout")
+    if layout not in VISION_STAGES:
+        known = list(VISION_STAGES)
+        raise SystemExit(f"{path}: vision layout {layout!r}; this bench knows {known}")
+    prepare, vision = VISION_STAGES[layout]
+    device_loop = bundle.meta["engines"]["main"]["backend"] in DEVICE_LOOP
 
     def first_token() -> tuple[float, int]:
         start = time.perf_counter()
@@ -110,30 +149,23 @@ def bundle_side(path: Path, threads: int, image: Path, question: str, n: int, eo
         return time.perf_counter() - start, out.tokens[0][0]
 
     def decode() -> tuple[float, float, list[int]]:
-        sampler = NoEos(eos=frozenset(eos) | frozenset(bundle.eos))
+        sampler = None if device_loop else NoEos(eos=frozenset(eos) | frozenset(bundle.eos))
         start = time.perf_counter()
         ids, feats = bundle.ask(question, [image])
+        if device_loop:  # runs to n tokens (EOS not masked: the module docstring); after
+            bundle.eos = set()  # ask, whose chat template adds the end of turn back
         out = bundle.generate_images([(ids, feats)], n, sampler)
         seconds = time.perf_counter() - start
+        if sampler is None:
+            return seconds, out.seconds - out.first_token_seconds, out.tokens[0]
         return seconds, sampler.stamps[-1] - sampler.stamps[0], out.tokens[0]
-
-    grid = isinstance(bundle, GridVisionBundle)  # pictures of their own grids (Qwen2.5-VL)
-    crops = isinstance(bundle, CropsVisionBundle)  # pictures cut into crops (Idefics3)
 
     def stages() -> dict[str, float]:
         """Each stage of the first token alone: seconds."""
         t0 = time.perf_counter()
-        if grid:
-            pixels = bundle.patches([image])
-        else:
-            pixels = bundle.crops([image]) if crops else bundle.pixels([image])
+        made = prepare(bundle, [image])
         t1 = time.perf_counter()
-        if grid:
-            feats = bundle.run_vision(*pixels)
-        elif crops:
-            feats = bundle.run_vision(pixels)
-        else:
-            feats = bundle.vision.run(["image_features"], {"pixel_values": pixels})[0]
+        feats = vision(bundle, made)
         t2 = time.perf_counter()
         parts = [{"type": "image"}, {"type": "text", "text": question}]
         turn = [{"role": "user", "content": parts}]  # as ask() does
@@ -163,6 +195,9 @@ def hf_side(checkpoint: Path, threads: int, image: Path, question: str, n: int) 
     processor = load_processor(checkpoint)
     tokenizer = processor.tokenizer
     model = load_causal_lm(checkpoint, IMAGE_TEXT)
+    anchor = json.loads((checkpoint / "config.json").read_text())["architectures"][0]
+    if type(model).__name__ != anchor:
+        raise SystemExit(f"{checkpoint}: {IMAGE_TEXT} made {type(model).__name__}, not {anchor}")
     eos = model.generation_config.eos_token_id
     eos_ids = [eos] if isinstance(eos, int) else list(eos or [])
     end = tokenizer.convert_tokens_to_ids(tokenizer.eos_token)  # the template's end of turn
@@ -281,17 +316,20 @@ def main() -> None:
     vision = bundle.meta["vision"]["engine"]
     prompt = bundle.ask(args.question, [args.image])[0]
     prompt_len, image_tokens = len(prompt), prompt.count(bundle.image_token)
+    device_loop = "HF only (the bundle's device loop: EOS not a stop, not masked)"
+    masked = device_loop if engine["backend"] in DEVICE_LOOP else "both sides"
     print(f"{args.recipe}: one image ({args.image.name}), question {args.question!r}, CPU")
     print(f"host: {host()}")
     print(f"versions: {versions()}")
     print(
-        f"bundle: decoder {engine['backend']} {engine['provider']}, vision {vision['backend']} "
+        f"bundle: {type(bundle).__name__}, decoder {engine['backend']} "
+        f"{engine.get('provider', engine.get('device', ''))}, vision {vision['backend']} "
         f"{vision['provider']}; HF: {type(model).__name__} fp32 eager; "
         f"{args.threads} threads each; {args.rounds} rounds (+1 warm-up), medians"
     )
     print(
         f"prompt: {prompt_len} tokens ({image_tokens} image tokens); "
-        f"decode: {n} new tokens greedy, EOS masked on both sides"
+        f"decode: {n} new tokens greedy, EOS masked on {masked}"
     )
     print()
     print(f"{'':34}{'bundle':>12}{'HF':>12}{'ratio':>10}")
