@@ -147,6 +147,20 @@ def make_world(
     return World(root=root, hub=hub, store=base / "store")
 
 
+def built_world(factory: pytest.TempPathFactory, hub: Path, *recipes: str) -> World:
+    """A world of these recipes, built and published in one `doit build` (a module's
+    fixture: the first recipe names its folder)."""
+    world = make_world(factory.mktemp(recipes[0]), hub, recipes)
+    world.doit("build", f"recipe={','.join(recipes)}", "publish=1", check=True)
+    return world
+
+
+def picture_turn(pictures: int, text: str) -> list[dict[str, Any]]:
+    """One user turn of `pictures` image parts, then the text."""
+    parts = [{"type": "image"} for _ in range(pictures)] + [{"type": "text", "text": text}]
+    return [{"role": "user", "content": parts}]
+
+
 @pytest.fixture(scope="session")
 def hub(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One hub mirror for the whole session (it is read-only once written)."""

@@ -30,11 +30,12 @@ from conftest import (
     STRIPES,
     World,
     alone,
+    built_world,
     bundle_dir,
     check_fp32_vlm_record,
     check_pictures_survive_batches_and_chunks,
     heavy,
-    make_world,
+    picture_turn,
     two_images,
 )
 
@@ -47,9 +48,7 @@ QUESTION = "What is in the picture?"
 
 @pytest.fixture(scope="module")
 def idefics3(tmp_path_factory: pytest.TempPathFactory, hub: Path) -> World:
-    world = make_world(tmp_path_factory.mktemp(RECIPE), hub, [RECIPE, INDUCTOR])
-    world.doit("build", f"recipe={RECIPE},{INDUCTOR}", "publish=1", check=True)
-    return world
+    return built_world(tmp_path_factory, hub, RECIPE, INDUCTOR)
 
 
 @pytest.fixture(scope="module")
@@ -58,11 +57,6 @@ def bundle(idefics3: World) -> Any:
     from runtime.crops_vlm import CropsVisionBundle
 
     return runtime.open(bundle_dir(idefics3, RECIPE), expect=CropsVisionBundle)
-
-
-def _turn(pictures: int, text: str) -> list[dict[str, Any]]:
-    parts = [{"type": "image"} for _ in range(pictures)] + [{"type": "text", "text": text}]
-    return [{"role": "user", "content": parts}]
 
 
 @pytest.mark.parametrize("recipe", [RECIPE, INDUCTOR])
@@ -96,11 +90,13 @@ def test_two_pictures_of_different_crop_counts_are_the_processors_ids_and_logits
     checkpoint = next(p.parent for p in idefics3.store.rglob("checkpoint/config.json"))
     processor = AutoProcessor.from_pretrained(checkpoint, backend="pil")
     model = AutoModelForImageTextToText.from_pretrained(checkpoint, attn_implementation="eager")
-    text = processor.apply_chat_template(_turn(2, "Compare them."), add_generation_prompt=True)
+    text = processor.apply_chat_template(
+        picture_turn(2, "Compare them."), add_generation_prompt=True
+    )
     pictures = [Image.open(p).convert("RGB") for p in (STRIPES, SQUARE)]
     encoded = processor(images=pictures, text=text, return_tensors="pt")
     features = bundle.image_features([STRIPES, SQUARE])
-    ids = bundle.encode_chat(_turn(2, "Compare them."), images=features)
+    ids = bundle.encode_chat(picture_turn(2, "Compare them."), images=features)
     assert ids == encoded["input_ids"][0].tolist()
     assert ids.count(bundle.image_token) == len(features) == 12 + 20
     assert "<row_2_col_1>" in bundle.tokenizer.decode(ids, skip_special_tokens=False)
@@ -151,9 +147,9 @@ def test_the_inductor_bundle_gives_the_onnxruntime_logits_and_tokens(
     prefill windows: the onnxruntime bundle's ids, logits at every position (itself
     transformers', above) and greedy tokens."""
     features = compiled.image_features([STRIPES, SQUARE])
-    ids = compiled.encode_chat(_turn(2, "Compare them."), images=features)
+    ids = compiled.encode_chat(picture_turn(2, "Compare them."), images=features)
     theirs = bundle.image_features([STRIPES, SQUARE])
-    assert ids == bundle.encode_chat(_turn(2, "Compare them."), images=theirs)
+    assert ids == bundle.encode_chat(picture_turn(2, "Compare them."), images=theirs)
     assert features.grids == theirs.grids and len(ids) > 2 * compiled.engine.chunk
     assert np.abs(compiled.logits(ids, features) - bundle.logits(ids, features)).max() < 1e-4
     assert alone(compiled, (ids, features)) == alone(bundle, (ids, features))

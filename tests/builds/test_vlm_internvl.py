@@ -27,11 +27,13 @@ from conftest import (
     SQUARE,
     STRIPES,
     World,
+    built_world,
     bundle_dir,
     check_fp32_vlm_record,
     check_pictures_survive_batches_and_chunks,
     heavy,
     make_world,
+    picture_turn,
 )
 
 pytestmark = heavy
@@ -42,9 +44,7 @@ QUESTION = "What is in the picture?"
 
 @pytest.fixture(scope="module")
 def internvl(tmp_path_factory: pytest.TempPathFactory, hub: Path) -> World:
-    world = make_world(tmp_path_factory.mktemp(RECIPE), hub, (RECIPE,))
-    world.doit("build", f"recipe={RECIPE}", "publish=1", check=True)
-    return world
+    return built_world(tmp_path_factory, hub, RECIPE)
 
 
 @pytest.fixture(scope="module")
@@ -53,11 +53,6 @@ def bundle(internvl: World) -> Any:
     from runtime.crops_vlm import CropsVisionBundle
 
     return runtime.open(bundle_dir(internvl, RECIPE), expect=CropsVisionBundle)
-
-
-def _turn(pictures: int, text: str) -> list[dict[str, Any]]:
-    parts = [{"type": "image"} for _ in range(pictures)] + [{"type": "text", "text": text}]
-    return [{"role": "user", "content": parts}]
 
 
 def test_tiny_internvl_passes_every_gate_with_its_tiles_read(internvl: World) -> None:
@@ -78,7 +73,9 @@ def test_two_pictures_of_different_tile_counts_are_the_processors_pixels_ids_and
     processor = load_processor(checkpoint)
     assert type(processor).__mro__[1].__name__ == "InternVLProcessor"
     model = AutoModelForImageTextToText.from_pretrained(checkpoint, attn_implementation="eager")
-    text = processor.apply_chat_template(_turn(2, "Compare them."), add_generation_prompt=True)
+    text = processor.apply_chat_template(
+        picture_turn(2, "Compare them."), add_generation_prompt=True
+    )
     pictures = [Image.open(p).convert("RGB") for p in (STRIPES, SQUARE)]
     encoded = processor(images=pictures, text=text, return_tensors="pt")
     # 4 tiles of the stripes then 7 of the square, on transformers' one tile axis
@@ -87,7 +84,7 @@ def test_two_pictures_of_different_tile_counts_are_the_processors_pixels_ids_and
     ours = np.concatenate([made["pixel_values"][0, :4], made["pixel_values"][1, :7]])
     assert np.abs(ours - encoded["pixel_values"].numpy()).max() <= 1e-6
     features = bundle.image_features([STRIPES, SQUARE])
-    ids = bundle.encode_chat(_turn(2, "Compare them."), images=features)
+    ids = bundle.encode_chat(picture_turn(2, "Compare them."), images=features)
     assert ids == encoded["input_ids"][0].tolist()
     assert ids.count(bundle.image_token) == len(features) == (4 + 7) * 4
     said = bundle.tokenizer.decode(ids, skip_special_tokens=False)

@@ -35,11 +35,11 @@ from conftest import (
     STRIPES,
     World,
     alone,
+    built_world,
     bundle_dir,
     check_fp32_vlm_record,
     check_pictures_survive_batches_and_chunks,
     heavy,
-    make_world,
     two_images,
 )
 
@@ -53,9 +53,7 @@ QUESTION = "What is in the picture?"
 
 @pytest.fixture(scope="module")
 def qwen(tmp_path_factory: pytest.TempPathFactory, hub: Path) -> World:
-    world = make_world(tmp_path_factory.mktemp(RECIPE), hub, [RECIPE, QWEN2, INDUCTOR])
-    world.doit("build", f"recipe={RECIPE},{QWEN2},{INDUCTOR}", "publish=1", check=True)
-    return world
+    return built_world(tmp_path_factory, hub, RECIPE, QWEN2, INDUCTOR)
 
 
 def _opened(world: World, recipe: str) -> Any:

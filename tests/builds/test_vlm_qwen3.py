@@ -26,11 +26,11 @@ from conftest import (
     SQUARE,
     STRIPES,
     World,
+    built_world,
     bundle_dir,
     check_fp32_vlm_record,
     check_pictures_survive_batches_and_chunks,
     heavy,
-    make_world,
 )
 
 pytestmark = heavy
@@ -41,9 +41,7 @@ QUESTION = "What is in the picture?"
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory, hub: Path) -> World:
-    world = make_world(tmp_path_factory.mktemp(RECIPE), hub, (RECIPE,))
-    world.doit("build", f"recipe={RECIPE}", "publish=1", check=True)
-    return world
+    return built_world(tmp_path_factory, hub, RECIPE)
 
 
 @pytest.fixture(scope="module")
