@@ -516,9 +516,11 @@ def test_modality_is_read_off_the_task_and_filters_the_catalog_and_the_matrix(
     assert built == [
         "gemma3forconditionalgeneration",
         "idefics3forconditionalgeneration",
+        "internvlforconditionalgeneration",
         "llavaforconditionalgeneration",
         "qwen2_5_vlforconditionalgeneration",
         "qwen2vlforconditionalgeneration",
+        "qwen3vlforconditionalgeneration",
     ]
     assert "taking <strong>image+text</strong> input" in page
     assert 'aria-current="page">image+text</a>' in page  # the filter says where it is
