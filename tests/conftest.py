@@ -155,6 +155,22 @@ def built_world(factory: pytest.TempPathFactory, hub: Path, *recipes: str) -> Wo
     return world
 
 
+def run_on_picture(world: World, recipe: str, picture: Path, new: int) -> str:
+    """`doit run recipe=... image=PICTURE prompt=... stats=1` for `new` tokens, as a user
+    asks about a picture; its stdout, after the run exited 0 with that many tokens."""
+    out = world.doit(
+        "run",
+        f"recipe={recipe}",
+        f"image={picture}",
+        "prompt=What is in the picture?",
+        f"max_new_tokens={new}",
+        "stats=1",
+    )
+    assert out.returncode == 0, out.stderr
+    assert f"stats: ordinary: {new} tokens" in out.stdout
+    return out.stdout
+
+
 def picture_turn(pictures: int, text: str) -> list[dict[str, Any]]:
     """One user turn of `pictures` image parts, then the text."""
     parts = [{"type": "image"} for _ in range(pictures)] + [{"type": "text", "text": text}]

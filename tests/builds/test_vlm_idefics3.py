@@ -36,6 +36,7 @@ from conftest import (
     check_pictures_survive_batches_and_chunks,
     heavy,
     picture_turn,
+    run_on_picture,
     two_images,
 )
 
@@ -119,16 +120,7 @@ def test_pictures_without_their_grids_are_refused(bundle: Any) -> None:
 
 
 def test_doit_run_answers_about_pictures_of_their_own_crop_counts(idefics3: World) -> None:
-    out = idefics3.doit(
-        "run",
-        f"recipe={RECIPE}",
-        f"image={STRIPES}",
-        f"prompt={QUESTION}",
-        "max_new_tokens=5",
-        "stats=1",
-    )
-    assert out.returncode == 0, out.stderr
-    assert "stats: ordinary: 5 tokens" in out.stdout
+    run_on_picture(idefics3, RECIPE, STRIPES, 5)
 
 
 @pytest.fixture(scope="module")

@@ -34,6 +34,7 @@ from conftest import (
     heavy,
     make_world,
     picture_turn,
+    run_on_picture,
 )
 
 pytestmark = heavy
@@ -114,16 +115,7 @@ def test_the_bundle_runs_without_torch_or_transformers_models(internvl: World) -
 
 
 def test_doit_run_answers_about_a_picture_of_its_own_tile_count(internvl: World) -> None:
-    out = internvl.doit(
-        "run",
-        f"recipe={RECIPE}",
-        f"image={STRIPES}",
-        f"prompt={QUESTION}",
-        "max_new_tokens=5",
-        "stats=1",
-    )
-    assert out.returncode == 0, out.stderr
-    assert "stats: ordinary: 5 tokens" in out.stdout
+    run_on_picture(internvl, RECIPE, STRIPES, 5)
 
 
 def test_doit_check_refuses_it_on_inductor(tmp_path: Path, hub: Path) -> None:
