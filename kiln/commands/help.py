@@ -92,7 +92,8 @@ def _row(v: Var) -> tuple[str, str, str, str]:
 def _wrapped(lead: str, text: str, width: int) -> list[str]:
     """`text` after `lead`, wrapped to `width`, continuation lines under its start."""
     room = max(width - len(lead), 30)
-    parts = textwrap.wrap(text, room) or [""]
+    # whole words only: a name like Qwen2.5-VL or comma-separated never splits at its hyphen
+    parts = textwrap.wrap(text, room, break_on_hyphens=False, break_long_words=False) or [""]
     return [lead + parts[0], *(" " * len(lead) + p for p in parts[1:])]
 
 

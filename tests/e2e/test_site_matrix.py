@@ -578,9 +578,11 @@ def test_the_matrix_marks_image_input_rows_and_filters_them_by_input(laptop: Loa
     assert sorted(r.inner_text().replace("\n", "") for r in rows) == [
         "Gemma3ForConditionalGeneration",
         "Idefics3ForConditionalGeneration",
+        "InternVLForConditionalGeneration",
         "LlavaForConditionalGeneration",
         "Qwen2VLForConditionalGeneration",
         "Qwen2_5_VLForConditionalGeneration",
+        "Qwen3VLForConditionalGeneration",
     ]
     current = other.locator("nav.matrix-filters a[aria-current=page]").all()
     assert [a.inner_text() for a in current] == ["ordinary", "any", "image+text"]
