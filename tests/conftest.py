@@ -171,6 +171,25 @@ def run_on_picture(world: World, recipe: str, picture: Path, new: int) -> str:
     return out.stdout
 
 
+def grid_bundle_without_torch(bundle: Path, question: str) -> list[str]:
+    """A grid VLM bundle asked about the circle and the square in a fresh process:
+    onnxruntime, numpy, Pillow, tokenizers (and transformers' chat template renderer, as
+    every chat bundle: runtime/chat.py), no torch and no model code. Prints the new
+    tokens' count, the features' shape and grids, whether torch was imported and the
+    transformers model modules that were (split into words)."""
+    code = (
+        "import sys, runtime\n"
+        f"b = runtime.open({str(bundle)!r})\n"
+        f"ids, feats = b.ask({question!r}, [{str(CIRCLE)!r}, {str(SQUARE)!r}])\n"
+        "out = b.generate_images([(ids, feats)], 4)\n"
+        "models = [m for m in sys.modules if m.startswith('transformers.models.')]\n"
+        "print(len(out.tokens[0]), feats.shape, feats.grids, 'torch' in sys.modules, models)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.split()
+
+
 def picture_turn(pictures: int, text: str) -> list[dict[str, Any]]:
     """One user turn of `pictures` image parts, then the text."""
     parts = [{"type": "image"} for _ in range(pictures)] + [{"type": "text", "text": text}]

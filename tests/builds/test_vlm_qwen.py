@@ -20,8 +20,6 @@ positions as the 1-D ones.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +37,7 @@ from conftest import (
     bundle_dir,
     check_fp32_vlm_record,
     check_pictures_survive_batches_and_chunks,
+    grid_bundle_without_torch,
     heavy,
     two_images,
 )
@@ -110,19 +109,10 @@ def test_each_passes_every_gate_with_its_images_read(qwen: World, recipe: str) -
 def test_the_bundle_runs_without_torch_or_transformers_models(qwen: World) -> None:
     """onnxruntime, numpy, Pillow, tokenizers (and transformers' chat template renderer,
     as every chat bundle: runtime/chat.py), no torch and no model code."""
-    code = (
-        "import sys, runtime\n"
-        f"b = runtime.open({str(bundle_dir(qwen, RECIPE))!r})\n"
-        f"ids, feats = b.ask({QUESTION!r}, [{str(CIRCLE)!r}, {str(SQUARE)!r}])\n"
-        "out = b.generate_images([(ids, feats)], 4)\n"
-        "models = [m for m in sys.modules if m.startswith('transformers.models.')]\n"
-        "print(len(out.tokens[0]), feats.shape, feats.grids, 'torch' in sys.modules, models)\n"
-    )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
-    assert done.returncode == 0, done.stderr
+    words = grid_bundle_without_torch(bundle_dir(qwen, RECIPE), QUESTION)
     # 64 x 48 -> 56 x 56 pixels: 4 x 4 patches, 4 tokens; 200 x 120 -> 140 x 84: 10 x 6, 15
-    assert done.stdout.split()[:3] == ["4", "(19,", "64)"]
-    assert done.stdout.split()[3:] == ["[(1,", "4,", "4),", "(1,", "6,", "10)]", "False", "[]"]
+    assert words[:3] == ["4", "(19,", "64)"]
+    assert words[3:] == ["[(1,", "4,", "4),", "(1,", "6,", "10)]", "False", "[]"]
 
 
 def test_two_pictures_of_different_grids_are_placed_as_transformers_places_them(

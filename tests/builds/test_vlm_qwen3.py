@@ -13,8 +13,6 @@ chunks, which feed no rows, still give transformers' logits and tokens.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +20,6 @@ import numpy as np
 import pytest
 from conftest import (
     CIRCLE,
-    ROOT,
     SQUARE,
     STRIPES,
     World,
@@ -30,6 +27,7 @@ from conftest import (
     bundle_dir,
     check_fp32_vlm_record,
     check_pictures_survive_batches_and_chunks,
+    grid_bundle_without_torch,
     heavy,
 )
 
@@ -161,19 +159,10 @@ def test_batches_and_chunked_prefill_keep_each_rows_pictures_and_deepstack(bundl
 def test_the_bundle_runs_without_torch_or_transformers_models(world: World) -> None:
     """onnxruntime, numpy, Pillow, tokenizers (and transformers' chat template renderer,
     as every chat bundle: runtime/chat.py), no torch and no model code."""
-    code = (
-        "import sys, runtime\n"
-        f"b = runtime.open({str(bundle_dir(world, RECIPE))!r})\n"
-        f"ids, feats = b.ask({QUESTION!r}, [{str(CIRCLE)!r}, {str(SQUARE)!r}])\n"
-        "out = b.generate_images([(ids, feats)], 4)\n"
-        "models = [m for m in sys.modules if m.startswith('transformers.models.')]\n"
-        "print(len(out.tokens[0]), feats.shape, feats.grids, 'torch' in sys.modules, models)\n"
-    )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
-    assert done.returncode == 0, done.stderr
+    words = grid_bundle_without_torch(bundle_dir(world, RECIPE), QUESTION)
     # 64 x 48 -> 64 x 64 pixels: 4 x 4 patches, 4 tokens; 200 x 120 -> 160 x 96: 10 x 6, 15;
     # each token's row is its merged features and its 2 DeepStack levels' (3 x 64)
-    assert done.stdout.split() == [
+    assert words == [
         "4",
         "(19,",
         "192)",
