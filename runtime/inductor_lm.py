@@ -33,7 +33,7 @@ from runtime.format import BundleError
 from runtime.inductor import BLOCK, InductorEngine
 from runtime.inductor_drafter import InductorBlock
 from runtime.sampling import Sampler
-from runtime.speculative import Drafter, SpeculativeBundle, Target
+from runtime.speculative import Drafter, Speculation, SpeculativeBundle, Target
 
 
 class InductorBundle(Bundle):
@@ -257,12 +257,14 @@ class InductorTarget(Target):
 
     def extend(self, ids: list[int]) -> tuple[np.ndarray, np.ndarray | None]:
         """Feed `ids` after the cache; their logits [n, V]. A feed shorter than the
-        verify program (fewer drafts) that has as many committed tokens before it
-        runs as one verify call that starts inside them: it rewrites those slots with
-        the tokens and positions they hold, so the cache means what it meant."""
+        verify program (fewer drafts, or none) that has as many committed tokens
+        before it runs as one verify call that starts inside them: it rewrites those
+        slots with the tokens and positions they hold, so the cache means what it
+        meant, and every token after the prompt gets its logits from the verify
+        program's arithmetic (generate_plain's too)."""
         bundle = cast(InductorBundle, self.bundle)
         n, window = len(ids), bundle.engine.verify_len
-        back = window - n if 1 < n < window and self.length >= window - n else 0
+        back = window - n if 0 < n < window and self.length >= window - n else 0
         feed = self.fed[self.length - back : self.length] + list(ids)
         start = self.length - back
         width = start + len(feed)
@@ -294,8 +296,15 @@ class InductorTarget(Target):
 
 class InductorSpeculativeBundle(SpeculativeBundle, InductorBundle):
     """A drafting bundle of the inductor backend (ngram, dflash, dspark):
-    SpeculativeBundle's rounds, verified through the device cache; generate_plain is
-    InductorBundle's greedy loop on the device (what speculation must reproduce)."""
+    SpeculativeBundle's rounds, verified through the device cache. generate_plain, what
+    speculation must reproduce, is the target alone through the same target and so
+    the same programs: the prompt as a round's prefill, then one token a round, each
+    in a verify call. In half precision the verify program (k + 1 rows) and the
+    decode program (one row) round differently, and where the target's top two
+    logits are that close the two greedy paths part for that reason alone
+    (spec_decoding_facts.md section 5); compared through one program, any difference
+    left is the speculation's. (Bundle quality against the fp32 reference is judged on
+    the decode path by the statistical gates, as for the ordinary variant.)"""
 
     def target(self) -> Target:
         return InductorTarget(self)
@@ -307,6 +316,22 @@ class InductorSpeculativeBundle(SpeculativeBundle, InductorBundle):
             return BlockDrafter(self, InductorBlock(self.engine))
         return super().drafter()
 
+    def generate_plain(
+        self, prompts: list[list[int]], max_new_tokens: int, sampler: Sampler | None = None
+    ) -> Generation:
+        """Greedy: the rounds with no drafts (the class docstring); sampling: the
+        device loop's."""
+        sampler = sampler or Sampler()
+        if not sampler.greedy:
+            return InductorBundle.generate(self, prompts, max_new_tokens, sampler)
+        started, out, steps = time.perf_counter(), [], 0
+        for prompt in prompts:
+            self._check_length(len(prompt), max_new_tokens)
+            alone = Speculation(self.target(), _NoDrafts(), 0, sampler, self.eos)
+            out.append(alone.run(prompt, max_new_tokens))
+            steps += alone.stats.verify_forwards
+        return Generation(out, steps, time.perf_counter() - started)
+
     def generate(
         self,
         prompts: list[list[int]],
@@ -315,11 +340,19 @@ class InductorSpeculativeBundle(SpeculativeBundle, InductorBundle):
         *,
         suppress: tuple[int, ...] = (),
     ) -> Generation:
-        """SpeculativeBundle.generate; `suppress` is the device greedy loop's
-        (generate_plain's) alone."""
+        """SpeculativeBundle.generate; `suppress` is the device greedy loop's alone."""
         if suppress:
             raise BundleError("suppress applies to target-only greedy decoding, not to drafting")
         return SpeculativeBundle.generate(self, prompts, max_new_tokens, sampler)
+
+
+class _NoDrafts:
+    """The drafter of generate_plain's rounds: never asked (they draft 0 tokens)."""
+
+    def propose(
+        self, tokens: list[int], feats: list[np.ndarray], k: int, sampler: Sampler
+    ) -> tuple[list[int], np.ndarray | None]:
+        raise AssertionError("a round of target-only greedy asked for drafts")
 
 
 def _window_rows(

@@ -7,7 +7,8 @@ then stores that folder in engine.zip under `kernels/`, with `kernels.json`: the
 key below and what the build measured. A load installs those files into this host's
 Inductor cache (on CUDA the engine's own pinned folder, /tmp/kiln-inductor-<16 hex>,
 the compile's path: `pinned_folder`; on CPU `cache_folder`: TORCHINDUCTOR_CACHE_DIR
-when set, else $XDG_CACHE_HOME/kiln/inductor/<host key digest>/<engine digest>/), where
+when set, else a folder of the load's own, $XDG_CACHE_HOME/kiln/inductor/<host key
+digest>/<engine digest>.<random>/, removed at exit), where
 the compile that follows finds every graph (Inductor's FX-graph and AOTAutograd caches, with the
 generated C++ libraries on CPU and the Triton binaries on CUDA): the kernels, and the
 autotuned choices among them, are the build's.
@@ -32,6 +33,7 @@ on stderr.
 
 from __future__ import annotations
 
+import atexit
 import functools
 import hashlib
 import json
@@ -39,6 +41,7 @@ import os
 import platform
 import re
 import secrets
+import shutil
 import sys
 import tempfile
 import zipfile
@@ -175,12 +178,15 @@ def pinned_folder(name: str) -> Path:
 
 def cache_folder(key: dict[str, str], engine: str | None = None) -> Path:
     """This process's Inductor cache: TORCHINDUCTOR_CACHE_DIR when set (then it is
-    used as it is), else one per host key under the user's cache, and in it one per
-    engine (`engine`: `digest`), set for Inductor. An engine's own folder holds its
-    files only, as a CUDA engine's pinned folder does: engines loaded side by side
-    (doit's forked workers validate bundles at once) never read or write each other's
-    cache entries; under `doit -n 2` tiny-llama-inductor's validate once found 4 graphs
-    compiled afresh in the folder all engines shared."""
+    used as it is), else one per host key under the user's cache, and in it, for an
+    engine's load (`engine`: `digest`), a folder of this load's own, named by the
+    engine, removed when the process exits; set for Inductor. A load's folder holds
+    the engine's files and what this process writes, nothing another process reads
+    or writes: under `doit -n 2` tiny-llama-inductor's validate once found 4 graphs
+    compiled afresh in the folder all engines shared, and with a folder per engine,
+    tiny-qwen2.5-vl-inductor's validate found graphs compiled afresh while a
+    benchmark process loaded the same engine from it. (A CUDA engine's pinned folder
+    cannot be private: its path is the compile's.)"""
     given = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
     if given and given not in _SET:  # the user's (a folder set here is the last engine's)
         return Path(given)
@@ -188,7 +194,9 @@ def cache_folder(key: dict[str, str], engine: str | None = None) -> Path:
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
     folder = base / "kiln" / "inductor" / digest
     if engine:
-        folder = folder / engine
+        folder.mkdir(parents=True, exist_ok=True)
+        folder = Path(tempfile.mkdtemp(prefix=f"{engine}.", dir=folder))
+        atexit.register(shutil.rmtree, folder, True)
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(folder)
     _SET.add(str(folder))
     return folder

@@ -79,7 +79,8 @@ METRICS: dict[str, str] = {
     "decode_tokens_per_s": "Generated tokens per second of the bundle's greedy decode "
     "(informative; timings on shared machines are noisy).",
     "speculative_match_rate": "Speculative variants: fraction of the bundle's target-only greedy "
-    "tokens that greedy decoding with drafting reproduces, token for token (lossless is 1.0).",
+    "tokens that greedy decoding with drafting reproduces, token for token (lossless is 1.0); on "
+    "the inductor backend both run through the verify program.",
     "acceptance_rate": "Speculative variants: accepted drafted tokens / drafted tokens, over the "
     "validation prompts' greedy decode (a diagnostic, not a speed).",
     "tokens_per_forward": "Speculative variants: tokens committed per target verify forward "

@@ -66,7 +66,7 @@ def test_a_pinned_folder_is_a_kiln_inductor_name_under_the_root(
             kernels.pinned_folder(bad)
 
 
-def test_each_cpu_engine_loads_from_a_folder_of_its_own_unless_the_user_names_one(
+def test_each_cpu_engine_load_gets_a_folder_of_its_own_unless_the_user_names_one(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
@@ -74,8 +74,11 @@ def test_each_cpu_engine_loads_from_a_folder_of_its_own_unless_the_user_names_on
     key = {"torch": "2.13.0+cpu", "device": "cpu"}
     first = kernels.cache_folder(key, "a" * 16)
     second = kernels.cache_folder(key, "b" * 16)  # the same process, another engine
-    assert first.parent == second.parent and first != second
-    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(second)
+    again = kernels.cache_folder(key, "a" * 16)  # the first engine, loaded again
+    assert first.parent == second.parent == again.parent
+    assert len({first, second, again}) == 3 and all(f.is_dir() for f in (first, again))
+    assert first.name.startswith("a" * 16 + ".") and second.name.startswith("b" * 16 + ".")
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(again)
     assert first.is_relative_to(tmp_path / "kiln" / "inductor")
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "mine"))
     assert kernels.cache_folder(key, "c" * 16) == tmp_path / "mine"
