@@ -33,8 +33,8 @@ digest, one per compute (--computes, default the shape's):
                                     the target's embedding and head copied; at fewer than 8
                                     --layers, 1 layer reading [layers // 2]: 2.4 B values,
                                     4.8 GB bf16, at 36): the half-precision gates and
-                                    lossless speculation (half-precision-dspark, written
-                                    into the catalog's thresholds/); its acceptance is
+                                    lossless speculation (thresholds/half-precision-
+                                    speculative.yaml); its acceptance is
                                     recorded, not gated: a seeded drafter accepts little
 
 Then `KILN_ROOT=DIR/catalog KILN_STORE=DIR/store doit -f dodo.py build recipe=NAME`
@@ -395,34 +395,11 @@ def write_dspark(folder: Path, shape: Shape, layers: int, workers: int) -> str:
     )
 
 
-def dspark_thresholds(catalog: Path) -> None:
-    """thresholds/half-precision-dspark.yaml in the catalog: half-precision's gates and
-    lossless speculation; acceptance is recorded, not gated (a seeded drafter's)."""
-    import yaml
-
-    base = yaml.safe_load((ROOT / "thresholds" / "half-precision.yaml").read_text())
-    base["description"] = (
-        "half-precision.yaml's gates, and speculation lossless: greedy output with the "
-        "drafter equals the target's alone (bench/shape.py's seeded DSpark drafter, whose "
-        "acceptance is recorded, not gated)."
-    )
-    base["gates"].append(
-        {
-            "metric": "speculative_match_rate",
-            "direction": "higher",
-            "threshold": 1.0,
-            "why": "Speculative decoding is lossless; greedy output equals target-only greedy.",
-        }
-    )
-    text = yaml.safe_dump(base, sort_keys=False, width=88)
-    (catalog / "thresholds" / "half-precision-dspark.yaml").write_text(text)
-
-
 THRESHOLDS = {
     "fp32": "fp32-exact",
     "bf16": "half-precision",
     "fp8": "quantized-fp8",
-    "bf16-dspark": "half-precision-dspark",
+    "bf16-dspark": "half-precision-speculative",
 }
 
 
@@ -518,7 +495,6 @@ def main() -> None:
             parser.error("bf16-dspark: the DSpark drafter is written for --shape qwen3-8b")
         drafts = catalog / "checkpoints" / f"{shape.name}-dspark"
         drafter = write_dspark(drafts, shape, args.layers, args.workers)
-        dspark_thresholds(catalog)
         size = sum(p.stat().st_size for p in drafts.iterdir()) / 1e6
         print(f"{drafts}: {size:.0f} MB, sha256 {drafter}")
     for compute in computes:
