@@ -48,8 +48,13 @@ The stages of the first token follow the bundle's vision layout (bundle.json
 vision.layout, VISION_STAGES): one fixed picture (pixels, the vision program), "grid"
 (patches and grids; Qwen2-VL, Qwen2.5-VL, Qwen3-VL) or "crops" (Idefics3, InternVL).
 
-Each round runs both measurements on both sides, the sides' order alternating round by
-round (bundle first, then HF first); one warm-up round is not counted. Prints the
+With --processes one (the default for an onnxruntime decoder), each round runs both
+measurements on both sides in this process, the sides' order alternating round by
+round (bundle first, then HF first); one warm-up round is not counted. With --processes
+two (the default for an inductor decoder: transformers' model in the same process
+stalled the engine's prefill by ~1.4 s at 2 threads, bench/results/vlm_*_inductor_*),
+each side runs its rounds in a fresh process of its own (this script, --side), HF's
+first, the other side's process gone. Prints the
 medians, the ratios (time to first token bundle/HF: <= 1 meets issue 40's target;
 decode tokens/s bundle/HF: > 1 is the bundle faster) and whether the greedy tokens are
 identical. Then each side alone, 4 x `--rounds` calls back to back (no idle gap and
@@ -257,6 +262,112 @@ def hf_side(checkpoint: Path, threads: int, image: Path, question: str, n: int) 
     return model, eos_ids, first_token, decode, stages
 
 
+def measure(first: Any, decode: Any, stages: Any, rounds: int) -> dict[str, Any]:
+    """One side's rounds in this process, with no other side's work between its calls:
+    a warm-up, `rounds` x (first token, decode), then `alone`."""
+    first()
+    decode()
+    out: dict[str, Any] = {k: [] for k in ("ttft", "call", "rate", "firsts", "tokens")}
+    for _ in range(rounds):
+        seconds, token = first()
+        out["ttft"].append(seconds)
+        out["firsts"].append(token)
+        seconds, decoding, new = decode()
+        out["call"].append(seconds)
+        out["rate"].append((len(new) - 1) / decoding)
+        out["tokens"].append(new)
+    return out | alone(first, stages, rounds)
+
+
+def alone(first: Any, stages: Any, rounds: int) -> dict[str, Any]:
+    """4 x `rounds` first tokens back to back (after one more), then as many stage
+    breakdowns: {"alone": seconds, "stages": {stage: seconds}}."""
+    first()
+    out: dict[str, Any] = {"alone": [first()[0] for _ in range(4 * rounds)], "stages": {}}
+    for _ in range(4 * rounds):
+        for k, v in stages().items():
+            out["stages"].setdefault(k, []).append(v)
+    return out
+
+
+def interleaved(sides: dict[str, tuple[Any, Any, Any]], rounds: int) -> dict[str, Any]:
+    """Both sides in this process, round by round, their order alternating (round 0
+    warms up), then each side `alone`."""
+    names = ("bundle", "hf")
+    out: dict[str, Any] = {
+        s: {k: [] for k in ("ttft", "call", "rate", "firsts", "tokens")} for s in names
+    }
+    for r in range(rounds + 1):
+        order = names if r % 2 else names[::-1]
+        for side in order:
+            seconds, token = sides[side][0]()
+            if r:
+                out[side]["ttft"].append(seconds)
+                out[side]["firsts"].append(token)
+        for side in order:
+            seconds, decoding, new = sides[side][1]()
+            if r:
+                out[side]["call"].append(seconds)
+                out[side]["rate"].append((len(new) - 1) / decoding)
+                out[side]["tokens"].append(new)
+    for side in names:
+        out[side] |= alone(sides[side][0], sides[side][2], rounds)
+    return out
+
+
+def describe_bundle(bundle: Any, args: argparse.Namespace) -> dict[str, Any]:
+    engine = bundle.meta["engines"]["main"]
+    vision = bundle.meta["vision"]["engine"]
+    prompt = bundle.ask(args.question, [args.image])[0]
+    return {
+        "class": type(bundle).__name__,
+        "backend": engine["backend"],
+        "where": engine.get("provider", engine.get("device", "")),
+        "vision": f"{vision['backend']} {vision['provider']}",
+        "prompt": len(prompt),
+        "image_tokens": prompt.count(bundle.image_token),
+    }
+
+
+def child(side: str, args: argparse.Namespace, eos: list[int]) -> dict[str, Any]:
+    """`side` measured by this script in a fresh process of its own (--side); its
+    result, read back from the JSON file it writes."""
+    import subprocess
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        result = Path(tmp) / f"{side}.json"
+        command = [sys.executable, __file__, "--side", side, "--result", str(result)]
+        command += ["--recipe", args.recipe, "--image", str(args.image)]
+        command += ["--question", args.question, "--new-tokens", str(args.new_tokens)]
+        command += ["--rounds", str(args.rounds), "--threads", str(args.threads)]
+        command += ["--eos", ",".join(map(str, eos))]
+        done = subprocess.run(command, check=False)
+        if done.returncode:
+            raise SystemExit(f"the {side} side's process exited {done.returncode}")
+        found: dict[str, Any] = json.loads(result.read_text())
+        return found
+
+
+def one_side(args: argparse.Namespace) -> None:
+    """--side: one side alone in this process; its measurements into --result."""
+    path, checkpoint = build(args.recipe)
+    n = args.new_tokens
+    if args.side == "hf":
+        model, eos, first, decode, stages = hf_side(
+            checkpoint, args.threads, args.image, args.question, n
+        )
+        about: dict[str, Any] = {"class": type(model).__name__, "eos": eos}
+    else:
+        eos = [int(x) for x in args.eos.split(",") if x]
+        bundle, first, decode, stages = bundle_side(
+            path, args.threads, args.image, args.question, n, eos
+        )
+        about = describe_bundle(bundle, args)
+    measured = measure(first, decode, stages, args.rounds)
+    args.result.write_text(json.dumps({"about": about, **measured}))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--recipe", default="tiny-llava")
@@ -265,70 +376,76 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument(
+        "--processes",
+        choices=("auto", "one", "two"),
+        default="auto",
+        help="one: both sides in this process, rounds interleaved; two: each side in a "
+        "fresh process of its own, HF's first (transformers' model beside an Inductor "
+        "engine stalls its prefill); auto: two for an inductor decoder, else one",
+    )
+    parser.add_argument("--side", choices=("bundle", "hf"), help=argparse.SUPPRESS)
+    parser.add_argument("--result", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--eos", default="", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.side:
+        return one_side(args)
     n = args.new_tokens
 
     path, checkpoint = build(args.recipe)
-    model, eos, hf_first, hf_decode, hf_stages = hf_side(
-        checkpoint, args.threads, args.image, args.question, n
-    )
-    bundle, b_first, b_decode, b_stages = bundle_side(
-        path, args.threads, args.image, args.question, n, eos
-    )
-    names = ("bundle", "hf")
-    first = {"bundle": b_first, "hf": hf_first}
-    decode = {"bundle": b_decode, "hf": hf_decode}
-    ttft: dict[str, list[float]] = {s: [] for s in names}
-    call: dict[str, list[float]] = {s: [] for s in names}
-    rate: dict[str, list[float]] = {s: [] for s in names}
-    firsts: dict[str, set[int]] = {s: set() for s in names}
-    tokens: dict[str, list[list[int]]] = {s: [] for s in names}
-    for r in range(args.rounds + 1):  # round 0 warms up
-        order = names if r % 2 else names[::-1]
-        for side in order:
-            seconds, token = first[side]()
-            if r:
-                ttft[side].append(seconds)
-                firsts[side].add(token)
-        for side in order:
-            seconds, decoding, new = decode[side]()
-            if r:
-                call[side].append(seconds)
-                rate[side].append((len(new) - 1) / decoding)
-                tokens[side].append(new)
-    # each side alone, its calls back to back (the other side's threads and caches
-    # not in between): the first token, then its stages
-    alone: dict[str, list[float]] = {s: [] for s in names}
-    stage: dict[str, dict[str, list[float]]] = {"bundle": {}, "hf": {}}
-    for side, run in (("bundle", b_stages), ("hf", hf_stages)):
-        first[side]()
-        alone[side] = [first[side]()[0] for _ in range(4 * args.rounds)]
-        for _ in range(4 * args.rounds):
-            for k, v in run().items():
-                stage[side].setdefault(k, []).append(v)
+    backend = json.loads((path / "bundle.json").read_text())["engines"]["main"]["backend"]
+    processes = args.processes
+    if processes == "auto":
+        processes = "two" if backend in DEVICE_LOOP else "one"
+    if processes == "two":
+        got = {"hf": child("hf", args, [])}
+        got["bundle"] = child("bundle", args, got["hf"]["about"]["eos"])
+        about, model_class = got["bundle"]["about"], got["hf"]["about"]["class"]
+    else:
+        model, eos, hf_first, hf_decode, hf_stages = hf_side(
+            checkpoint, args.threads, args.image, args.question, n
+        )
+        bundle, b_first, b_decode, b_stages = bundle_side(
+            path, args.threads, args.image, args.question, n, eos
+        )
+        sides = {"bundle": (b_first, b_decode, b_stages), "hf": (hf_first, hf_decode, hf_stages)}
+        got = interleaved(sides, args.rounds)
+        about, model_class = describe_bundle(bundle, args), type(model).__name__
+    report(args, got, about, model_class, processes)
 
-    med = {k: {s: statistics.median(v[s]) for s in names} for k, v in
-           (("ttft", ttft), ("call", call), ("rate", rate))}  # fmt: skip
+
+def report(
+    args: argparse.Namespace,
+    got: dict[str, Any],
+    about: dict[str, Any],
+    model_class: str,
+    processes: str,
+) -> None:
+    names = ("bundle", "hf")
+    n = args.new_tokens
+    med = {k: {s: statistics.median(got[s][k]) for s in names} for k in ("ttft", "call", "rate")}
+    tokens = {s: got[s]["tokens"] for s in names}
+    firsts = {s: set(got[s]["firsts"]) for s in names}
     counts = {s: sorted({len(t) for t in tokens[s]}) for s in names}
     same_runs = all(a == b for a, b in zip(tokens["bundle"], tokens["hf"], strict=True))
     stable = all(t == tokens[s][0] for s in names for t in tokens[s])
-    engine = bundle.meta["engines"]["main"]
-    vision = bundle.meta["vision"]["engine"]
-    prompt = bundle.ask(args.question, [args.image])[0]
-    prompt_len, image_tokens = len(prompt), prompt.count(bundle.image_token)
     device_loop = "HF only (the bundle's device loop: EOS not a stop, not masked)"
-    masked = device_loop if engine["backend"] in DEVICE_LOOP else "both sides"
+    masked = device_loop if about["backend"] in DEVICE_LOOP else "both sides"
+    how = (
+        "each side in a fresh process of its own, HF's first"
+        if processes == "two"
+        else "both sides in one process, rounds interleaved"
+    )
     print(f"{args.recipe}: one image ({args.image.name}), question {args.question!r}, CPU")
     print(f"host: {host()}")
     print(f"versions: {versions()}")
     print(
-        f"bundle: {type(bundle).__name__}, decoder {engine['backend']} "
-        f"{engine.get('provider', engine.get('device', ''))}, vision {vision['backend']} "
-        f"{vision['provider']}; HF: {type(model).__name__} fp32 eager; "
-        f"{args.threads} threads each; {args.rounds} rounds (+1 warm-up), medians"
+        f"bundle: {about['class']}, decoder {about['backend']} {about['where']}, vision "
+        f"{about['vision']}; HF: {model_class} fp32 eager; {args.threads} threads each; "
+        f"{args.rounds} rounds (+1 warm-up), medians; {how}"
     )
     print(
-        f"prompt: {prompt_len} tokens ({image_tokens} image tokens); "
+        f"prompt: {about['prompt']} tokens ({about['image_tokens']} image tokens); "
         f"decode: {n} new tokens greedy, EOS masked on {masked}"
     )
     print()
@@ -352,12 +469,12 @@ def main() -> None:
         f"{'new tokens generated':34}{'/'.join(map(str, counts['bundle'])):>12}"
         f"{'/'.join(map(str, counts['hf'])):>12}"
     )
-    a = {s: statistics.median(alone[s]) for s in names}
+    a = {s: statistics.median(got[s]["alone"]) for s in names}
     print(
         f"{'first token, each side alone (ms)':34}{a['bundle'] * 1e3:12.2f}{a['hf'] * 1e3:12.2f}"
         f"{a['bundle'] / a['hf']:9.3f}x  bundle/HF ({4 * args.rounds} calls back to back)"
     )
-    spread = {s: (min(ttft[s]) * 1e3, max(ttft[s]) * 1e3) for s in names}
+    spread = {s: (min(got[s]["ttft"]) * 1e3, max(got[s]["ttft"]) * 1e3) for s in names}
     print(
         f"time to first token range (ms): bundle {spread['bundle'][0]:.2f}-"
         f"{spread['bundle'][1]:.2f}, HF {spread['hf'][0]:.2f}-{spread['hf'][1]:.2f}"
@@ -373,7 +490,7 @@ def main() -> None:
     print()
     print("where the first token goes (each side alone, each stage timed alone, median ms):")
     for side in names:
-        for k, v in stage[side].items():
+        for k, v in got[side]["stages"].items():
             print(f"  {side:7}{k:44}{statistics.median(v) * 1e3:9.2f}")
 
 
