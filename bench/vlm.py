@@ -48,13 +48,14 @@ The stages of the first token follow the bundle's vision layout (bundle.json
 vision.layout, VISION_STAGES): one fixed picture (pixels, the vision program), "grid"
 (patches and grids; Qwen2-VL, Qwen2.5-VL, Qwen3-VL) or "crops" (Idefics3, InternVL).
 
-With --processes one (the default for an onnxruntime decoder), each round runs both
-measurements on both sides in this process, the sides' order alternating round by
-round (bundle first, then HF first); one warm-up round is not counted. With --processes
-two (the default for an inductor decoder: transformers' model in the same process
-stalled the engine's prefill by ~1.4 s at 2 threads, bench/results/vlm_*_inductor_*),
-each side runs its rounds in a fresh process of its own (this script, --side), HF's
-first, the other side's process gone. Prints the
+With --processes one (the default), each round runs both measurements on both sides in
+this process, the sides' order alternating round by round (bundle first, then HF
+first); one warm-up round is not counted. With --processes two, each side runs its
+rounds in a fresh process of its own (this script, --side), HF's first, the other
+side's process gone. On the idle host the two gave the inductor rows alike (LLaVA
+0.90x and 0.91x; Idefics3 0.72x in one process, 1.76x in two:
+bench/results/vlm_all_2026-12-06.txt); the 4-5x seen before came from a host loaded
+by builds, where the bundle's prefill stalled in a process of its own too. Prints the
 medians, the ratios (time to first token bundle/HF: <= 1 meets issue 40's target;
 decode tokens/s bundle/HF: > 1 is the bundle faster) and whether the greedy tokens are
 identical. Then each side alone, 4 x `--rounds` calls back to back (no idle gap and
@@ -378,11 +379,10 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument(
         "--processes",
-        choices=("auto", "one", "two"),
-        default="auto",
+        choices=("one", "two"),
+        default="one",
         help="one: both sides in this process, rounds interleaved; two: each side in a "
-        "fresh process of its own, HF's first (transformers' model beside an Inductor "
-        "engine stalls its prefill); auto: two for an inductor decoder, else one",
+        "fresh process of its own, HF's first",
     )
     parser.add_argument("--side", choices=("bundle", "hf"), help=argparse.SUPPRESS)
     parser.add_argument("--result", type=Path, help=argparse.SUPPRESS)
@@ -393,10 +393,7 @@ def main() -> None:
     n = args.new_tokens
 
     path, checkpoint = build(args.recipe)
-    backend = json.loads((path / "bundle.json").read_text())["engines"]["main"]["backend"]
     processes = args.processes
-    if processes == "auto":
-        processes = "two" if backend in DEVICE_LOOP else "one"
     if processes == "two":
         got = {"hf": child("hf", args, [])}
         got["bundle"] = child("bundle", args, got["hf"]["about"]["eos"])
