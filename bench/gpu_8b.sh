@@ -28,7 +28,10 @@
 # recipe speculating with bench/shape.py's seeded DSpark drafter at Qwen3-8B's geometry,
 # qwen3-8b-shape-inductor-bf16-dspark-<target>, built at batch 1 and validated: lossless
 # against the target's greedy tokens, acceptance recorded; no bench stage; unset, the
-# job is what it was). On a CPU host the same job runs in the foreground, at a reduced size:
+# job is what it was), PROFILE (1: before the first recipe's build, its bundle alone and
+# bench/probes/load_profile.py on it, one process: where the load goes, the 8B bundle's
+# first load took 165 s; the build after it reuses that bundle). On a CPU host the same
+# job runs in the foreground, at a reduced size:
 #   TARGET=cpu LAYERS=2 JOBS=1 MAXB=2 CHUNK=32 BATCH=2 NEW=8 PYTHON=.venv/bin/python \
 #     WORK=/tmp/k8cpu OUT=/tmp/k8cpu bash bench/gpu_8b.sh job
 # (fp8 ends unsupported-here there: no fp8 tensor cores; its quantize step still runs).
@@ -92,6 +95,17 @@ job)
   ckpt=$WORK/catalog/checkpoints/qwen3-8b-shape
   for c in $computes; do
     r=qwen3-8b-shape-inductor-$c-$target
+    if [ "${PROFILE:-0}" = 1 ] && [ "$c" = "${computes%% *}" ]; then
+      # the first recipe's bundle alone (no reference, no validate), then where its load
+      # goes (bench/probes/load_profile.py), before validate opens it in 5 processes
+      watch "bundle $r" timeout "${BUILD_SECONDS:-1500}" $py -c \
+        "import sys; from kiln.commands.build import ensure_bundle; ensure_bundle(sys.argv[1])" \
+        "$r" >"$out/bundle_$c.log" 2>&1
+      grep -E "^\.|done in|kernel files|rror" "$out/bundle_$c.log" | tail -12
+      watch "load $r" timeout 900 $py bench/probes/load_profile.py --recipe "$r" --runs 1 \
+        >"$out/load_$c.txt" 2>&1
+      grep -v Warning "$out/load_$c.txt" | tail -30
+    fi
     watch "build $r" timeout "${BUILD_SECONDS:-1500}" $py -m doit -n "${JOBS:-2}" -f dodo.py \
       build recipe="$r" allow_quality_fail=1 publish=1 >"$out/build_$c.log" 2>&1
     echo "doit exit $?"
