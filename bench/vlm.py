@@ -263,23 +263,6 @@ def hf_side(checkpoint: Path, threads: int, image: Path, question: str, n: int) 
     return model, eos_ids, first_token, decode, stages
 
 
-def measure(first: Any, decode: Any, stages: Any, rounds: int) -> dict[str, Any]:
-    """One side's rounds in this process, with no other side's work between its calls:
-    a warm-up, `rounds` x (first token, decode), then `alone`."""
-    first()
-    decode()
-    out: dict[str, Any] = {k: [] for k in ("ttft", "call", "rate", "firsts", "tokens")}
-    for _ in range(rounds):
-        seconds, token = first()
-        out["ttft"].append(seconds)
-        out["firsts"].append(token)
-        seconds, decoding, new = decode()
-        out["call"].append(seconds)
-        out["rate"].append((len(new) - 1) / decoding)
-        out["tokens"].append(new)
-    return out | alone(first, stages, rounds)
-
-
 def alone(first: Any, stages: Any, rounds: int) -> dict[str, Any]:
     """4 x `rounds` first tokens back to back (after one more), then as many stage
     breakdowns: {"alone": seconds, "stages": {stage: seconds}}."""
@@ -292,9 +275,10 @@ def alone(first: Any, stages: Any, rounds: int) -> dict[str, Any]:
 
 
 def interleaved(sides: dict[str, tuple[Any, Any, Any]], rounds: int) -> dict[str, Any]:
-    """Both sides in this process, round by round, their order alternating (round 0
-    warms up), then each side `alone`."""
-    names = ("bundle", "hf")
+    """The sides (name -> first token, decode, stages) in this process, round by round,
+    their order alternating (round 0 warms up), then each side `alone`: one side is
+    measured with no other's work between its calls."""
+    names = tuple(sides)
     out: dict[str, Any] = {
         s: {k: [] for k in ("ttft", "call", "rate", "firsts", "tokens")} for s in names
     }
@@ -365,7 +349,7 @@ def one_side(args: argparse.Namespace) -> None:
             path, args.threads, args.image, args.question, n, eos
         )
         about = describe_bundle(bundle, args)
-    measured = measure(first, decode, stages, args.rounds)
+    measured = interleaved({args.side: (first, decode, stages)}, args.rounds)[args.side]
     args.result.write_text(json.dumps({"about": about, **measured}))
 
 
