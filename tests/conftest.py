@@ -171,16 +171,20 @@ def run_on_picture(world: World, recipe: str, picture: Path, new: int) -> str:
     return out.stdout
 
 
-def grid_bundle_without_torch(bundle: Path, question: str) -> list[str]:
-    """A grid VLM bundle asked about the circle and the square in a fresh process:
+def bundle_without_torch(
+    bundle: Path, question: str, pictures: tuple[Path, ...] | None = None
+) -> list[str]:
+    """A grid or crops VLM bundle asked about `pictures` in a fresh process:
     onnxruntime, numpy, Pillow, tokenizers (and transformers' chat template renderer, as
     every chat bundle: runtime/chat.py), no torch and no model code. Prints the new
     tokens' count, the features' shape and grids, whether torch was imported and the
-    transformers model modules that were (split into words)."""
+    transformers model modules that were (split into words). `pictures`: the circle and
+    the square unless given."""
+    files = ", ".join(repr(str(p)) for p in (pictures or (CIRCLE, SQUARE)))
     code = (
         "import sys, runtime\n"
         f"b = runtime.open({str(bundle)!r})\n"
-        f"ids, feats = b.ask({question!r}, [{str(CIRCLE)!r}, {str(SQUARE)!r}])\n"
+        f"ids, feats = b.ask({question!r}, [{files}])\n"
         "out = b.generate_images([(ids, feats)], 4)\n"
         "models = [m for m in sys.modules if m.startswith('transformers.models.')]\n"
         "print(len(out.tokens[0]), feats.shape, feats.grids, 'torch' in sys.modules, models)\n"

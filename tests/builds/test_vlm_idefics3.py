@@ -16,8 +16,6 @@ the pictures' crops span its 8-token prefill windows.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -25,13 +23,13 @@ import numpy as np
 import pytest
 from conftest import (
     CIRCLE,
-    ROOT,
     SQUARE,
     STRIPES,
     World,
     alone,
     built_world,
     bundle_dir,
+    bundle_without_torch,
     check_fp32_vlm_record,
     check_pictures_survive_batches_and_chunks,
     heavy,
@@ -67,18 +65,9 @@ def test_each_passes_every_gate_with_its_crops_read(idefics3: World, recipe: str
 
 
 def test_the_bundle_runs_without_torch_or_transformers_models(idefics3: World) -> None:
-    code = (
-        "import sys, runtime\n"
-        f"b = runtime.open({str(bundle_dir(idefics3, RECIPE))!r})\n"
-        f"ids, feats = b.ask({QUESTION!r}, [{str(CIRCLE)!r}, {str(STRIPES)!r}])\n"
-        "out = b.generate_images([(ids, feats)], 4)\n"
-        "models = [m for m in sys.modules if m.startswith('transformers.models.')]\n"
-        "print(len(out.tokens[0]), feats.shape, feats.grids, 'torch' in sys.modules, models)\n"
-    )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
-    assert done.returncode == 0, done.stderr
+    words = bundle_without_torch(bundle_dir(idefics3, RECIPE), QUESTION, (CIRCLE, STRIPES))
     # 5 crops of 4 tokens for the circle (2 x 2 + the global view), 3 for the stripes
-    assert done.stdout.split() == ["4", "(32,", "64)", "[(2,", "2),", "(2,", "1)]", "False", "[]"]
+    assert words == ["4", "(32,", "64)", "[(2,", "2),", "(2,", "1)]", "False", "[]"]
 
 
 def test_two_pictures_of_different_crop_counts_are_the_processors_ids_and_logits(

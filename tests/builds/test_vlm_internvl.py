@@ -15,20 +15,18 @@ prefill and `doit run` keep each row's pictures.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 from conftest import (
-    ROOT,
     SQUARE,
     STRIPES,
     World,
     built_world,
     bundle_dir,
+    bundle_without_torch,
     check_fp32_vlm_record,
     check_pictures_survive_batches_and_chunks,
     heavy,
@@ -100,18 +98,9 @@ def test_batches_and_chunked_prefill_keep_each_rows_pictures(bundle: Any) -> Non
 
 
 def test_the_bundle_runs_without_torch_or_transformers_models(internvl: World) -> None:
-    code = (
-        "import sys, runtime\n"
-        f"b = runtime.open({str(bundle_dir(internvl, RECIPE))!r})\n"
-        f"ids, feats = b.ask({QUESTION!r}, [{str(STRIPES)!r}])\n"
-        "out = b.generate_images([(ids, feats)], 4)\n"
-        "models = [m for m in sys.modules if m.startswith('transformers.models.')]\n"
-        "print(len(out.tokens[0]), feats.shape, feats.grids, 'torch' in sys.modules, models)\n"
-    )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
-    assert done.returncode == 0, done.stderr
+    words = bundle_without_torch(bundle_dir(internvl, RECIPE), QUESTION, (STRIPES,))
     # the stripes' 3 x 1 tiles and thumbnail, 4 tokens each
-    assert done.stdout.split() == ["4", "(16,", "64)", "[(3,", "1)]", "False", "[]"]
+    assert words == ["4", "(16,", "64)", "[(3,", "1)]", "False", "[]"]
 
 
 def test_doit_run_answers_about_a_picture_of_its_own_tile_count(internvl: World) -> None:

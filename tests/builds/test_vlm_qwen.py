@@ -35,9 +35,9 @@ from conftest import (
     alone,
     built_world,
     bundle_dir,
+    bundle_without_torch,
     check_fp32_vlm_record,
     check_pictures_survive_batches_and_chunks,
-    grid_bundle_without_torch,
     heavy,
     two_images,
 )
@@ -109,7 +109,7 @@ def test_each_passes_every_gate_with_its_images_read(qwen: World, recipe: str) -
 def test_the_bundle_runs_without_torch_or_transformers_models(qwen: World) -> None:
     """onnxruntime, numpy, Pillow, tokenizers (and transformers' chat template renderer,
     as every chat bundle: runtime/chat.py), no torch and no model code."""
-    words = grid_bundle_without_torch(bundle_dir(qwen, RECIPE), QUESTION)
+    words = bundle_without_torch(bundle_dir(qwen, RECIPE), QUESTION)
     # 64 x 48 -> 56 x 56 pixels: 4 x 4 patches, 4 tokens; 200 x 120 -> 140 x 84: 10 x 6, 15
     assert words[:3] == ["4", "(19,", "64)"]
     assert words[3:] == ["[(1,", "4,", "4),", "(1,", "6,", "10)]", "False", "[]"]

@@ -25,9 +25,9 @@ from conftest import (
     World,
     built_world,
     bundle_dir,
+    bundle_without_torch,
     check_fp32_vlm_record,
     check_pictures_survive_batches_and_chunks,
-    grid_bundle_without_torch,
     heavy,
 )
 
@@ -159,7 +159,7 @@ def test_batches_and_chunked_prefill_keep_each_rows_pictures_and_deepstack(bundl
 def test_the_bundle_runs_without_torch_or_transformers_models(world: World) -> None:
     """onnxruntime, numpy, Pillow, tokenizers (and transformers' chat template renderer,
     as every chat bundle: runtime/chat.py), no torch and no model code."""
-    words = grid_bundle_without_torch(bundle_dir(world, RECIPE), QUESTION)
+    words = bundle_without_torch(bundle_dir(world, RECIPE), QUESTION)
     # 64 x 48 -> 64 x 64 pixels: 4 x 4 patches, 4 tokens; 200 x 120 -> 160 x 96: 10 x 6, 15;
     # each token's row is its merged features and its 2 DeepStack levels' (3 x 64)
     assert words == [
