@@ -33,7 +33,7 @@ from runtime.format import BundleError
 from runtime.inductor import BLOCK, InductorEngine
 from runtime.inductor_drafter import InductorBlock
 from runtime.sampling import Sampler
-from runtime.speculative import Drafter, Speculation, SpeculativeBundle, Target
+from runtime.speculative import Drafter, SpeculativeBundle, Target
 
 
 class InductorBundle(Bundle):
@@ -324,13 +324,7 @@ class InductorSpeculativeBundle(SpeculativeBundle, InductorBundle):
         sampler = sampler or Sampler()
         if not sampler.greedy:
             return InductorBundle.generate(self, prompts, max_new_tokens, sampler)
-        started, out, steps = time.perf_counter(), [], 0
-        for prompt in prompts:
-            self._check_length(len(prompt), max_new_tokens)
-            alone = Speculation(self.target(), _NoDrafts(), 0, sampler, self.eos)
-            out.append(alone.run(prompt, max_new_tokens))
-            steps += alone.stats.verify_forwards
-        return Generation(out, steps, time.perf_counter() - started)
+        return self.rounds(prompts, max_new_tokens, sampler, _NoDrafts, 0)[0]
 
     def generate(
         self,

@@ -21,6 +21,7 @@ Batch one: each prompt of a batch is decoded on its own.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -220,24 +221,35 @@ class SpeculativeBundle(Bundle):
     def generate(
         self, prompts: list[list[int]], max_new_tokens: int, sampler: Sampler | None = None
     ) -> Generation:
-        sampler = sampler or Sampler()
+        generation, self.last_stats = self.rounds(
+            prompts, max_new_tokens, sampler or Sampler(), self.drafter, self.max_draft_len
+        )
+        return generation
+
+    def rounds(
+        self,
+        prompts: list[list[int]],
+        max_new_tokens: int,
+        sampler: Sampler,
+        drafter: Callable[[], Drafter],
+        k: int,
+    ) -> tuple[Generation, Stats]:
+        """Each prompt's speculation on its own, `drafter()` proposing up to k tokens a
+        round (k = 0: the target alone, one token a round)."""
         if not prompts or len(prompts) > self.max_batch_size:
             raise BundleError(
                 f"batch of {len(prompts)} prompts; this bundle serves 1 to {self.max_batch_size}"
             )
         if any(len(p) == 0 for p in prompts):
             raise BundleError("empty prompt: nothing to condition on")
-        started = time.perf_counter()
-        self.last_stats = Stats()
-        out = []
+        started, stats, out = time.perf_counter(), Stats(), []
         for prompt in prompts:
             # Rounds never draft past max_new_tokens, so this bounds every verify forward.
             self._check_length(len(prompt), max_new_tokens)
-            spec = Speculation(self.target(), self.drafter(), self.max_draft_len, sampler, self.eos)
+            spec = Speculation(self.target(), drafter(), k, sampler, self.eos)
             out.append(spec.run(prompt, max_new_tokens))
-            self.last_stats.add(spec.stats)
-        steps = self.last_stats.verify_forwards
-        return Generation(out, steps, time.perf_counter() - started)
+            stats.add(spec.stats)
+        return Generation(out, stats.verify_forwards, time.perf_counter() - started), stats
 
     @property
     def max_draft_len(self) -> int:

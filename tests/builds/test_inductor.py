@@ -421,6 +421,34 @@ def test_kernels_built_for_another_host_are_refused_unless_recompiling_is_asked(
     assert counters["inductor"]["fxgraph_cache_miss"] >= 2
 
 
+def test_a_damaged_weights_member_is_refused_not_loaded(ind: World, tmp_path: Path) -> None:
+    """The weights are read at their offset in engine.zip, not through zipfile
+    (runtime/inductor.py _read_stored): one flipped byte in them still fails the
+    member's CRC-32 and the load says which member, instead of running on it."""
+    import shutil
+    import struct
+
+    import runtime
+    from runtime.format import BundleError
+
+    copy = tmp_path / "bundle"
+    shutil.copytree(ind.artifact(BUILT, "bundle"), copy)
+    engine = copy / "engine.zip"
+    engine.chmod(0o644)
+    with zipfile.ZipFile(engine) as archive:
+        info = archive.getinfo("weights.safetensors")
+    with engine.open("r+b") as handle:
+        handle.seek(info.header_offset + 26)
+        name, extra = struct.unpack("<HH", handle.read(4))
+        middle = info.header_offset + 30 + name + extra + info.file_size // 2
+        handle.seek(middle)
+        byte = handle.read(1)[0]
+        handle.seek(middle)
+        handle.write(bytes([byte ^ 0xFF]))
+    with pytest.raises(BundleError, match=r"weights\.safetensors is truncated or corrupt"):
+        runtime.open(copy)
+
+
 def test_greedy_tokens_are_the_same_in_five_fresh_processes(ind: World) -> None:
     """The determinism feature of the validation (issue 39), on the CPU form: five
     fresh processes load the bundle and decode the validation's prompts; one distinct
