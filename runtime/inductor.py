@@ -39,7 +39,6 @@ import contextlib
 import functools
 import io
 import json
-import struct
 import sys
 import time
 import zipfile
@@ -103,7 +102,6 @@ class InductorEngine:
         self, file: Path, meta: dict[str, Any], threads: int | None, compile_here: bool = False
     ) -> None:
         import torch
-        from safetensors.torch import load
 
         self.torch = torch
         self.device = meta["provider"]
@@ -146,7 +144,7 @@ class InductorEngine:
                 installed = 0 if compile_here else kernels.install(archive, folder)
             self.kernels = {"installed": installed}
             with self._timed("weights"):
-                weights = load(_read_stored(file, archive, _weights_member(file, self.program)))
+                weights = _mapped(file, self.program)
             # the programs as FX graphs (runtime/graphs.py); the build's compile, or a
             # recompile of a bundle built before them, derives them from the .pt2 programs
             if graphs.GRAPHS in names:
@@ -554,33 +552,40 @@ class InductorEngine:
         return len(kernels), sum(us for _, us in times), times
 
 
-def _read_stored(file: Path, archive: zipfile.ZipFile, name: str) -> bytes:
-    """A member's bytes; a stored one (the weights, gigabytes at 8B) is read at its
-    offset in one call, then checked against its CRC-32. CPython's ZipExtFile.read
-    joins a member chunk by chunk: 38 s for a 6.3 GB member where this takes 4 s and
-    its check 2 s (bench/results/load_profile_8b_cpu_2026-12-06.txt)."""
-    info = archive.getinfo(name)
-    if info.compress_type != zipfile.ZIP_STORED:
-        return archive.read(info)
-    with open(file, "rb") as handle:
-        handle.seek(info.header_offset)
-        header = handle.read(_LOCAL_HEADER.size)
-        if len(header) < _LOCAL_HEADER.size or not header.startswith(b"PK\x03\x04"):
-            raise BundleError(f"{file}: {name}'s local header is damaged: rebuild the bundle")
-        *_, name_length, extra_length = _LOCAL_HEADER.unpack(header)
-        handle.seek(info.header_offset + _LOCAL_HEADER.size + name_length + extra_length)
-        data = handle.read(info.file_size)
-    if len(data) != info.file_size or zlib.crc32(data) != info.CRC:
+def _mapped(file: Path, program: dict[str, Any]) -> dict[str, Any]:
+    """The engine's weights file (this rank's, tensor-parallel), checked against the
+    CRC-32 its build recorded, then opened by safetensors: mapped, its tensors views of
+    the page cache (processes that load one bundle share one copy; a CUDA engine copies
+    them to its device). A multi-GB zip member read through CPython's
+    zipfile took 44 of a 55 s load at the 8B geometry (bench/results/
+    load_profile_8b_cpu_2026-12-06.txt)."""
+    import mmap
+
+    from safetensors import SafetensorError, safe_open
+
+    name = _weights_member(file, program)
+    path = file.parent / name
+    crcs = program.get("weights_crc32")
+    if not isinstance(crcs, dict) or name not in crcs:
         raise BundleError(
-            f"{file}: {name} is truncated or corrupt (its size or CRC-32 differs from the "
-            "archive's record): rebuild the bundle"
+            f"{file}: built before inductor engines kept their weights beside engine.zip "
+            "(issue 39's load time): rebuild the bundle (doit build recipe=NAME)"
         )
-    return data
-
-
-# a zip member's local header (APPNOTE 4.3.7): signature, 5 shorts, 3 longs, then the
-# lengths of the name and of the extra field that sit between it and the data
-_LOCAL_HEADER = struct.Struct("<4s5H3L2H")
+    try:
+        with open(path, "rb") as handle, mmap.mmap(handle.fileno(), 0, prot=mmap.PROT_READ) as m:
+            crc = zlib.crc32(m)
+    except (OSError, ValueError) as exc:  # ValueError: mmap of an empty file
+        raise BundleError(f"{path}: cannot read the engine's weights ({exc})") from None
+    if crc != crcs[name]:
+        raise BundleError(
+            f"{path}: truncated or corrupt (its CRC-32 differs from the one its build "
+            "recorded in program.json): rebuild the bundle"
+        )
+    try:
+        with safe_open(path, framework="pt", device="cpu") as weights:
+            return {n: weights.get_tensor(n) for n in weights.keys()}  # noqa: SIM118
+    except SafetensorError as exc:
+        raise BundleError(f"{path}: not a safetensors file ({exc}): rebuild the bundle") from None
 
 
 def _weights_member(file: Path, program: dict[str, Any]) -> str:

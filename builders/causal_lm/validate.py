@@ -113,7 +113,7 @@ def _quantized_on(request: Request) -> dict[str, str]:
 
 
 def shard_metrics(folder: Path) -> dict[str, float]:
-    """A tensor-parallel bundle's ranks and their shards, read from its engine file:
+    """A tensor-parallel bundle's ranks and their shards, read from its weights files:
     world_size, the largest rank's weight bytes and share of the split weights, and
     the bytes every rank holds whole (kiln.schema.METRICS); {} for an unsplit bundle."""
     import zipfile
@@ -124,7 +124,7 @@ def shard_metrics(folder: Path) -> dict[str, float]:
         return {}
     with zipfile.ZipFile(folder / engine["file"]) as archive:
         split = set(json.loads(archive.read("program.json"))["split"])
-        sizes = [_tensor_bytes(archive, f"weights.rank{r}.safetensors") for r in range(world)]
+    sizes = [_tensor_bytes(folder / f"weights.rank{r}.safetensors") for r in range(world)]
     parts = [sum(n for name, n in s.items() if name in split) for s in sizes]
     whole = sum(n for name, n in sizes[0].items() if name not in split)
     return {
@@ -135,9 +135,9 @@ def shard_metrics(folder: Path) -> dict[str, float]:
     }
 
 
-def _tensor_bytes(archive: Any, member: str) -> dict[str, int]:
-    """Each tensor's bytes in a safetensors member, from its header alone."""
-    with archive.open(member) as f:
+def _tensor_bytes(path: Path) -> dict[str, int]:
+    """Each tensor's bytes in a safetensors file, from its header alone."""
+    with path.open("rb") as f:
         length = int.from_bytes(f.read(8), "little")
         header = json.loads(f.read(length))
     return {

@@ -41,15 +41,19 @@ TIMEOUT = 3600.0
 def compile_kernels(
     request: Request, files: dict[str, bytes], engine: dict[str, Any], writer: Writer
 ) -> dict[str, Any]:
-    """Writes the engine (`files`, its members, emptied once written) as the step's
-    engine.zip, then adds the `kernels/...` members and `kernels.json` to it (appended:
+    """Writes the engine (`files`, emptied once written) as the step's weights files
+    and engine.zip, then adds the `kernels/...` members and `kernels.json` to it (appended:
     the weights are written once); what the two processes measured (engine.json's
     `kernels`; the caller writes engine.json again with it)."""
-    from builders.causal_lm.backends.inductor import write_zip
+    from builders.causal_lm.backends.inductor import WEIGHTS, write_zip
     from runtime.kernels import META, PINNED_ROOT, new_pinned
     from runtime.kernels import files as cache_files
 
+    weights = sorted(n for n in files if WEIGHTS.fullmatch(n))
+    engine["data"] = weights  # beside engine.zip; the bundle step links them with it
     folder = writer.write_json("engine.json", engine).parent
+    for name in weights:
+        writer.write_bytes(name, files.pop(name))
     write_zip(folder / "engine.zip", files)
     files.clear()  # on disk now: the weights' bytes (16 GB at 8B) leave before the children
     # CUDA: compiled in the engine's pinned folder, where every load installs them

@@ -1,7 +1,8 @@
 """inductor: portable torch.export programs over a static KV cache, which runtime/
 compiles with Inductor (and, on CUDA, replays in a CUDA graph).
 
-The engine file is one uncompressed zip (the bundle step copies one file):
+The engine is one uncompressed zip and its weights beside it, as plain safetensors
+files that a load maps rather than reads (the bundle step links all of them):
   decode.pt2           torch.export.save of one token's step
   prefill.pt2          the same step over build.prefill_chunk_len tokens (when > 0)
   verify.pt2           the same step over verify_len tokens: a drafting variant's verify
@@ -10,12 +11,14 @@ The engine file is one uncompressed zip (the bundle step copies one file):
                        a DFlash/DSpark drafter's programs (build.drafter; backends/
                        _drafter.py), whose target programs also return the hidden states
                        it reads
-  weights.safetensors  the parameters once, in the engine's dtype; with
-                       build.tensor_parallel N, weights.rank<r>.safetensors instead, rank
-                       r's shard (backends/_shards.py: column-parallel q/k/v and gate/up,
-                       row-parallel o and down, an all-reduce in the programs after each
-                       row-parallel layer, the output projection replicated)
-  program.json         what the runtime needs: names, dtype, shapes, chunk length (and for
+  weights.safetensors  (beside the zip, not in it) the parameters once, in the engine's
+                       dtype; with build.tensor_parallel N, weights.rank<r>.safetensors
+                       instead, rank r's shard (backends/_shards.py: column-parallel
+                       q/k/v and gate/up, row-parallel o and down, an all-reduce in the
+                       programs after each row-parallel layer, the output projection
+                       replicated)
+  program.json         what the runtime needs: names, dtype, shapes, chunk length, the
+                       weights files' CRC-32s (and for
                        an image-text-to-text engine the prefill's image_features shape:
                        backends/_images.py)
   kernels/, kernels.json
@@ -63,7 +66,9 @@ import contextlib
 import functools
 import io
 import json
+import re
 import zipfile
+import zlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -76,6 +81,8 @@ from builders.causal_lm.backends import Options as BaseOptions
 from builders.causal_lm.backends import _images, _shards
 
 DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
+# the weights files, written beside engine.zip (its other members are in it)
+WEIGHTS = re.compile(r"weights(\.rank\d+)?\.safetensors")
 # The CPU flags that give Inductor's CPU backend native arithmetic in a half dtype;
 # without them each op converts to fp32 and back, slower than fp32 itself.
 CPU_FLAGS = {"fp16": ("avx512_fp16", "amx_fp16"), "bf16": ("avx512_bf16", "amx_bf16")}
@@ -254,6 +261,9 @@ def engine_files(
             "group": group,
             "split": _shards.split_names(names),
         }
+    # the weights files' CRC-32s, which every load checks (runtime/inductor.py)
+    crcs = {n: zlib.crc32(b) for n, b in files.items() if WEIGHTS.fullmatch(n)}
+    program_meta["weights_crc32"] = crcs
     files["program.json"] = json.dumps(program_meta, sort_keys=True, indent=1).encode()
     return files, meta, entries
 
