@@ -16,12 +16,16 @@ import numpy as np
 from runtime.format import BundleError, default_threads, read_meta
 
 
-def session_options(threads: int | None) -> Any:
+def session_options(threads: int | None, spin: bool = True) -> Any:
+    """`spin`: the intra-op threads spin-wait for work after a run (onnxruntime's
+    default); off where another runtime's threads run next on the same cores."""
     import onnxruntime as ort
 
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # done at build
     so.intra_op_num_threads = threads or default_threads()
+    if not spin:
+        so.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return so
 
 

@@ -47,10 +47,14 @@ class VisionBundle(Bundle):
         if not isinstance(spec, dict) or self.image_token is None:
             raise BundleError(f"{path}: an image-text-to-text bundle without its vision program")
         engine = spec["engine"]
+        # Beside a decoder of another backend, the vision session's threads must not
+        # spin-wait after their run: on 2 cores they took the Inductor prefill's CPU
+        # and doubled its time to first token (bench/results/vlm_spin_2026-12-06.txt);
+        # beside an onnxruntime decoder, spinning costs nothing measurable.
+        decoder = self.meta["engines"]["main"]["backend"]
+        options = session_options(threads, spin=decoder == "onnxruntime")
         self.vision = ort.InferenceSession(
-            str(self.path / engine["file"]),
-            session_options(threads),
-            providers=[engine["provider"]],
+            str(self.path / engine["file"]), options, providers=[engine["provider"]]
         )
         self.processor: dict[str, Any] = read_json(self.path / spec["processor"])
         self.tokens_per_image = int(spec["tokens_per_image"])
