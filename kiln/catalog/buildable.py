@@ -431,28 +431,18 @@ MROPE_IMAGES = (
     "Qwen2VLForConditionalGeneration",
     "Qwen3VLForConditionalGeneration",
 )
-# Architectures whose pictures are cut into a crop count of their own, each picture its
-# own token sequence (runtime/crops_vlm.py): the inductor bundle's runner expands one
-# sequence for every picture.
-CROPS_IMAGES = ("Idefics3ForConditionalGeneration", "InternVLForConditionalGeneration")
-
-
 # The M-RoPE architectures whose decoder the inductor programs build, with positions
 # [B, T, 3] (program.json position_axes; builders/causal_lm/backends/_images.py): their
 # decoders merge image features alone (tiny-qwen2.5-vl-inductor validates it). Qwen3-VL
 # also adds DeepStack rows after its first decoder layers, which the programs do not take.
 MROPE_ON_INDUCTOR = ("Qwen2_5_VLForConditionalGeneration", "Qwen2VLForConditionalGeneration")
-# The crops architectures the inductor bundle runs (runtime/inductor_vlm.py
-# InductorCropsVisionBundle: each picture's own sequence, 1-D positions), as
-# tiny-idefics3-inductor validates.
-CROPS_ON_INDUCTOR = ("Idefics3ForConditionalGeneration",)
 
 
 def image_attention_problems(recipe: Recipe, config: dict[str, Any] | None) -> list[Problem]:
-    """An inductor image-text-to-text recipe of an architecture in BIDIRECTIONAL_IMAGES,
-    MROPE_IMAGES or CROPS_IMAGES, read from its config.json (`config`; None where this host has not
-    fetched it: the engine step then refuses the same way,
-    builders/causal_lm/backends/_images.py)."""
+    """An inductor image-text-to-text recipe of an architecture in BIDIRECTIONAL_IMAGES
+    or in MROPE_IMAGES but not MROPE_ON_INDUCTOR, read from its config.json (`config`;
+    None where this host has not fetched it: the engine step then refuses the same
+    way, builders/causal_lm/backends/_images.py)."""
     if recipe.task != "image-text-to-text" or recipe.build.backend != "inductor" or not config:
         return []
     named = config.get("architectures") or []
@@ -463,17 +453,6 @@ def image_attention_problems(recipe: Recipe, config: dict[str, Any] | None) -> l
                 f"{rotated[0]}'s decoder rotates by (t, h, w) positions (M-RoPE) and adds "
                 "vision rows beyond the merged image features (DeepStack); the inductor "
                 f"programs build M-RoPE decoders of {', '.join(MROPE_ON_INDUCTOR)} only",
-                _at("build", "backend"),
-                "use build.backend onnxruntime for this checkpoint",
-            )
-        ]
-    cut = [a for a in named if a in CROPS_IMAGES and a not in CROPS_ON_INDUCTOR]
-    if cut:
-        return [
-            Problem(
-                f"{cut[0]}'s pictures are cut into as many crops as each one's aspect "
-                "ratio asks, each picture its own token sequence; the inductor bundle's "
-                f"crops runner is validated for {', '.join(CROPS_ON_INDUCTOR)} only",
                 _at("build", "backend"),
                 "use build.backend onnxruntime for this checkpoint",
             )

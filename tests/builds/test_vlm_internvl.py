@@ -9,12 +9,13 @@ each <IMG_CONTEXT> of the chat becomes that picture's tiles' image tokens in one
 between <img> and </img>. What test_vlm_idefics3.py checks for crops, this checks for
 InternVL's tiles: two pictures of different tile counts in one prompt are the
 processor's pixel values and ids and give transformers' logits, and batches, chunked
-prefill and `doit run` keep each row's pictures.
+prefill and `doit run` keep each row's pictures. Its decoder on the inductor backend
+(tiny-internvl-inductor, built in the same world) gives the onnxruntime bundle's logits
+and tokens for the same two pictures.
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -24,13 +25,13 @@ from conftest import (
     SQUARE,
     STRIPES,
     World,
+    alone,
     built_world,
     bundle_dir,
     bundle_without_torch,
     check_fp32_vlm_record,
     check_pictures_survive_batches_and_chunks,
     heavy,
-    make_world,
     picture_turn,
     run_on_picture,
 )
@@ -38,12 +39,13 @@ from conftest import (
 pytestmark = heavy
 
 RECIPE = "tiny-internvl"
+INDUCTOR = "tiny-internvl-inductor"
 QUESTION = "What is in the picture?"
 
 
 @pytest.fixture(scope="module")
 def internvl(tmp_path_factory: pytest.TempPathFactory, hub: Path) -> World:
-    return built_world(tmp_path_factory, hub, RECIPE)
+    return built_world(tmp_path_factory, hub, RECIPE, INDUCTOR)
 
 
 @pytest.fixture(scope="module")
@@ -107,14 +109,33 @@ def test_doit_run_answers_about_a_picture_of_its_own_tile_count(internvl: World)
     run_on_picture(internvl, RECIPE, STRIPES, 5)
 
 
-def test_doit_check_refuses_it_on_inductor(tmp_path: Path, hub: Path) -> None:
-    """The inductor bundle's runner expands one sequence for every picture, so kiln
-    does not build tiles there yet: doit check says so, at the recipe's backend."""
-    world = make_world(tmp_path, hub, (RECIPE,))
-    build = {"backend": "inductor", "max_batch_size": 2, "prefill_chunk_len": 8}
-    recipe = {"schema_version": 1, "extends": RECIPE, "description": "tiles", "build": build}
-    (world.root / "recipes" / "zz-tiles.yaml").write_text(json.dumps(recipe))
-    out = world.doit("check")
-    said = out.stderr + out.stdout
-    assert out.returncode == 1 and "recipes/zz-tiles.yaml" in said
-    assert "build -> backend: InternVLForConditionalGeneration's pictures are cut" in said
+@pytest.fixture(scope="module")
+def compiled(internvl: World) -> Any:
+    """The inductor bundle of the same checkpoint."""
+    import runtime
+    from runtime.inductor_vlm import InductorCropsVisionBundle
+
+    return runtime.open(bundle_dir(internvl, INDUCTOR), expect=InductorCropsVisionBundle)
+
+
+def test_the_inductor_bundle_passes_every_gate(internvl: World) -> None:
+    check_fp32_vlm_record(internvl.manifest(INDUCTOR)["evidence"][-1])
+
+
+def test_the_inductor_bundle_gives_the_onnxruntime_logits_and_tokens(
+    compiled: Any, bundle: Any
+) -> None:
+    """Two pictures of different tile counts (3 x 1 + 1 and 2 x 3 + 1 tiles of 4 tokens)
+    across 8-token prefill windows: the onnxruntime bundle's ids, logits at every
+    position (itself transformers', above) and greedy tokens."""
+    features = compiled.image_features([STRIPES, SQUARE])
+    ids = compiled.encode_chat(picture_turn(2, "Compare them."), images=features)
+    theirs = bundle.image_features([STRIPES, SQUARE])
+    assert ids == bundle.encode_chat(picture_turn(2, "Compare them."), images=theirs)
+    assert features.grids == theirs.grids and len(ids) > 2 * compiled.engine.chunk
+    assert np.abs(compiled.logits(ids, features) - bundle.logits(ids, features)).max() < 1e-4
+    assert alone(compiled, (ids, features)) == alone(bundle, (ids, features))
+
+
+def test_the_inductor_bundle_keeps_each_rows_pictures(compiled: Any) -> None:
+    check_pictures_survive_batches_and_chunks(compiled)
