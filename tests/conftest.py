@@ -434,6 +434,21 @@ def check_pictures_survive_batches_and_chunks(bundle: Any) -> None:
         bundle.prefill_chunk_len = 0
 
 
+def check_inductor_gives_onnxruntime_outputs(compiled: Any, bundle: Any) -> None:
+    """The stripes and the square in one prompt (pictures of their own crop or tile
+    counts) across the inductor bundle's prefill windows: the onnxruntime bundle's
+    ids, logits at every position (itself transformers') and greedy tokens."""
+    import numpy as np
+
+    features = compiled.image_features([STRIPES, SQUARE])
+    ids = compiled.encode_chat(picture_turn(2, "Compare them."), images=features)
+    theirs = bundle.image_features([STRIPES, SQUARE])
+    assert ids == bundle.encode_chat(picture_turn(2, "Compare them."), images=theirs)
+    assert features.grids == theirs.grids and len(ids) > 2 * compiled.engine.chunk
+    assert np.abs(compiled.logits(ids, features) - bundle.logits(ids, features)).max() < 1e-4
+    assert alone(compiled, (ids, features)) == alone(bundle, (ids, features))
+
+
 def check_fp32_vlm_record(record: dict[str, Any]) -> None:
     """An fp32 vision-language manifest record that passed as the vlm-fp32 gates ask:
     tokens and pixels exact, logits within 1e-4, and the image read as the reference

@@ -26,11 +26,11 @@ from conftest import (
     SQUARE,
     STRIPES,
     World,
-    alone,
     built_world,
     bundle_dir,
     bundle_without_torch,
     check_fp32_vlm_record,
+    check_inductor_gives_onnxruntime_outputs,
     check_pictures_survive_batches_and_chunks,
     heavy,
     picture_turn,
@@ -125,15 +125,8 @@ def test_the_inductor_bundle_gives_the_onnxruntime_logits_and_tokens(
     compiled: Any, bundle: Any
 ) -> None:
     """Two pictures of different crop counts (3 and 5 crops of 4 tokens) across 8-token
-    prefill windows: the onnxruntime bundle's ids, logits at every position (itself
-    transformers', above) and greedy tokens."""
-    features = compiled.image_features([STRIPES, SQUARE])
-    ids = compiled.encode_chat(picture_turn(2, "Compare them."), images=features)
-    theirs = bundle.image_features([STRIPES, SQUARE])
-    assert ids == bundle.encode_chat(picture_turn(2, "Compare them."), images=theirs)
-    assert features.grids == theirs.grids and len(ids) > 2 * compiled.engine.chunk
-    assert np.abs(compiled.logits(ids, features) - bundle.logits(ids, features)).max() < 1e-4
-    assert alone(compiled, (ids, features)) == alone(bundle, (ids, features))
+    prefill windows: the onnxruntime bundle's ids, logits and greedy tokens."""
+    check_inductor_gives_onnxruntime_outputs(compiled, bundle)
 
 
 def test_the_inductor_bundle_keeps_each_rows_pictures(compiled: Any) -> None:
