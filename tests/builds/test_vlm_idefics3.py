@@ -124,8 +124,8 @@ def compiled(idefics3: World) -> Any:
 def test_the_inductor_bundle_gives_the_onnxruntime_logits_and_tokens(
     compiled: Any, bundle: Any
 ) -> None:
-    """Two pictures of different crop counts (3 and 5 crops of 4 tokens) across 8-token
-    prefill windows: the onnxruntime bundle's ids, logits and greedy tokens."""
+    """Two pictures of different crop counts (3 and 5 crops of 4 tokens) across
+    8-token prefill windows: the onnxruntime bundle's ids, logits and greedy tokens."""
     check_inductor_gives_onnxruntime_outputs(compiled, bundle)
 
 

@@ -122,13 +122,11 @@ def test_the_inductor_bundle_passes_every_gate(internvl: World) -> None:
     check_fp32_vlm_record(internvl.manifest(INDUCTOR)["evidence"][-1])
 
 
-def test_the_inductor_bundle_gives_the_onnxruntime_logits_and_tokens(
+def test_the_inductor_bundle_gives_the_onnxruntime_outputs_for_each_rows_tiles(
     compiled: Any, bundle: Any
 ) -> None:
-    """Two pictures of different tile counts (3 x 1 + 1 and 2 x 3 + 1 tiles of 4 tokens) across 8-token
-    prefill windows: the onnxruntime bundle's ids, logits and greedy tokens."""
+    """Two pictures of different tile counts (3 x 1 + 1 and 2 x 3 + 1 tiles of 4
+    tokens) across 8-token prefill windows give the onnxruntime bundle's ids, logits
+    and greedy tokens; batches and 5-token chunks keep each row's pictures."""
     check_inductor_gives_onnxruntime_outputs(compiled, bundle)
-
-
-def test_the_inductor_bundle_keeps_each_rows_pictures(compiled: Any) -> None:
     check_pictures_survive_batches_and_chunks(compiled)
