@@ -42,7 +42,8 @@ round, with the image file read from disk inside every timed region on both side
     bundle's stop set (bundle.eos emptied after each ask, so it runs to `--new-tokens`)
     but is not masked, and decode tokens/s is (new tokens - 1) over Generation.seconds less
     Generation.first_token_seconds (the call's start to the first token's choice): the
-    same span, stamped by the runtime. Whether the tokens match HF's is printed.
+    same span, stamped by the runtime. Whether the tokens match HF's is printed (for
+    the device loop, up to its first EOS: past it HF's masked choice differs by design).
 
 The stages of the first token follow the bundle's vision layout (bundle.json
 vision.layout, VISION_STAGES): one fixed picture (pixels, the vision program), "grid"
@@ -412,11 +413,10 @@ def report(
     counts = {s: sorted({len(t) for t in tokens[s]}) for s in names}
     # HF's EOS is masked; the device loop's is not a stop but is chosen where it wins,
     # so there the two agree up to the bundle's first EOS and part there by design
-    cuts = [len(t) for t in tokens["bundle"]]
-    if about["backend"] in DEVICE_LOOP:
-        cuts = [next((i for i, x in enumerate(t) if x in stops), len(t)) for t in tokens["bundle"]]
+    ends = stops if about["backend"] in DEVICE_LOOP else set()
+    cuts = [next((i for i, x in enumerate(t) if x in ends), len(t)) for t in tokens["bundle"]]
     pairs = zip(tokens["bundle"], tokens["hf"], cuts, strict=True)
-    same_runs = all(a[:k] == b[:k] and (k < n or a == b) for a, b, k in pairs)
+    same_runs = all(a[:k] == b[:k] and (k < len(a) or a == b) for a, b, k in pairs)
     upto = f" (up to the bundle's first EOS, token {min(cuts)})" if min(cuts) < n else ""
     stable = all(t == tokens[s][0] for s in names for t in tokens[s])
     device_loop = "HF only (the bundle's device loop: EOS not a stop, not masked)"
