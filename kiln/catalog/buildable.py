@@ -423,40 +423,16 @@ def _vision_language(recipe: Recipe) -> list[Problem]:
 # slots (builders/causal_lm/backends/inductor.py, Step), and their fixed-length
 # prefill windows may cut an image, whose first part would never see its last.
 BIDIRECTIONAL_IMAGES = ("Gemma3ForConditionalGeneration", "PaliGemmaForConditionalGeneration")
-# Architectures whose decoder takes (t, h, w) positions per token (M-RoPE; the ONNX
-# export's position_axes 3, runtime/grid_vlm.py): the inductor programs take them for
-# MROPE_ON_INDUCTOR's (below).
-MROPE_IMAGES = (
-    "Qwen2_5_VLForConditionalGeneration",
-    "Qwen2VLForConditionalGeneration",
-    "Qwen3VLForConditionalGeneration",
-)
-# The M-RoPE architectures whose decoder the inductor programs build, with positions
-# [B, T, 3] (program.json position_axes; builders/causal_lm/backends/_images.py): their
-# decoders merge image features alone (tiny-qwen2.5-vl-inductor validates it). Qwen3-VL
-# also adds DeepStack rows after its first decoder layers, which the programs do not take.
-MROPE_ON_INDUCTOR = ("Qwen2_5_VLForConditionalGeneration", "Qwen2VLForConditionalGeneration")
 
 
 def image_attention_problems(recipe: Recipe, config: dict[str, Any] | None) -> list[Problem]:
-    """An inductor image-text-to-text recipe of an architecture in BIDIRECTIONAL_IMAGES
-    or in MROPE_IMAGES but not MROPE_ON_INDUCTOR, read from its config.json (`config`;
-    None where this host has not fetched it: the engine step then refuses the same
-    way, builders/causal_lm/backends/_images.py)."""
+    """An inductor image-text-to-text recipe of an architecture in BIDIRECTIONAL_IMAGES,
+    read from its config.json (`config`; None where this host has not fetched it: the
+    engine step then refuses the same way, builders/causal_lm/backends/_images.py). The
+    programs take 1-D or M-RoPE positions and DeepStack rows (tiny-qwen3-vl-inductor)."""
     if recipe.task != "image-text-to-text" or recipe.build.backend != "inductor" or not config:
         return []
     named = config.get("architectures") or []
-    rotated = [a for a in named if a in MROPE_IMAGES and a not in MROPE_ON_INDUCTOR]
-    if rotated:
-        return [
-            Problem(
-                f"{rotated[0]}'s decoder rotates by (t, h, w) positions (M-RoPE) and adds "
-                "vision rows beyond the merged image features (DeepStack); the inductor "
-                f"programs build M-RoPE decoders of {', '.join(MROPE_ON_INDUCTOR)} only",
-                _at("build", "backend"),
-                "use build.backend onnxruntime for this checkpoint",
-            )
-        ]
     both = [a for a in named if a in BIDIRECTIONAL_IMAGES]
     if not both:
         return []

@@ -8,7 +8,11 @@ DeepStack: the rows of the tower's intermediate mergers, which its decoder adds 
 image tokens after its first layers (Qwen3VLTextModel._deepstack_process; here after
 layers 0 and 1 of 3). Two pictures of different grids give transformers' pixel values,
 ids and logits, and zeroed DeepStack rows would not; decode steps and text-only prefill
-chunks, which feed no rows, still give transformers' logits and tokens.
+chunks, which feed no rows, still give transformers' logits and tokens. Its decoder on
+the inductor backend (tiny-qwen3-vl-inductor, built in the same call: its prefill
+program takes each picture token's merged and DeepStack rows side by side) passes the
+same gates and gives the onnxruntime bundle's logits and tokens where pictures span
+prefill windows.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from conftest import (
     bundle_dir,
     bundle_without_torch,
     check_fp32_vlm_record,
+    check_inductor_gives_onnxruntime_outputs,
     check_pictures_survive_batches_and_chunks,
     heavy,
 )
@@ -34,12 +39,13 @@ from conftest import (
 pytestmark = heavy
 
 RECIPE = "tiny-qwen3-vl"
+INDUCTOR = "tiny-qwen3-vl-inductor"
 QUESTION = "What is in the picture?"
 
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory, hub: Path) -> World:
-    return built_world(tmp_path_factory, hub, RECIPE)
+    return built_world(tmp_path_factory, hub, RECIPE, INDUCTOR)
 
 
 @pytest.fixture(scope="module")
@@ -184,3 +190,30 @@ def test_a_video_is_refused_with_what_qwen3_vl_would_need(bundle: Any) -> None:
 
     with pytest.raises(BundleError, match="Qwen3-VL's processor writes each frame group"):
         bundle.video_features([[CIRCLE, CIRCLE]])
+
+
+@pytest.fixture(scope="module")
+def compiled(world: World) -> Any:
+    """The inductor bundle of the same checkpoint."""
+    import runtime
+    from runtime.inductor_vlm import InductorGridVisionBundle
+
+    return runtime.open(bundle_dir(world, INDUCTOR), expect=InductorGridVisionBundle)
+
+
+def test_the_inductor_programs_add_the_deepstack_rows_and_give_the_onnxruntime_outputs(
+    world: World, compiled: Any, bundle: Any
+) -> None:
+    """The inductor bundle passes the fp32 VLM gates; two pictures of different grids
+    across its 8-token prefill windows give the onnxruntime bundle's ids, logits and
+    greedy tokens, and batches and 5-token chunks keep each row's pictures; its prefill
+    reads the DeepStack rows (zeroed, its logits move as the onnxruntime bundle's do)."""
+    check_fp32_vlm_record(world.manifest(INDUCTOR)["evidence"][-1])
+    check_inductor_gives_onnxruntime_outputs(compiled, bundle)
+    check_pictures_survive_batches_and_chunks(compiled)
+    ids, features = compiled.ask("Compare them.", [SQUARE, STRIPES])
+    flat = features.copy()
+    flat[:, 64:] = 0.0  # the merged features alone
+    moved = compiled.logits(ids, flat)
+    assert np.abs(moved - bundle.logits(ids, flat)).max() < 1e-4
+    assert np.abs(moved - compiled.logits(ids, features)).max() > 1e-2

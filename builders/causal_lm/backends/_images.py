@@ -24,10 +24,14 @@ vision encoders fp32. In fp16 or bf16 the prefill program takes its features in 
 compute dtype: the runtime's copy of the fp32 rows into the program's input (on the
 device) is the one cast, at the merge (runtime/inductor.py `call`).
 
-An M-RoPE decoder (Qwen2-VL, Qwen2.5-VL: position_axes) takes its positions as
+An M-RoPE decoder (Qwen2-VL, Qwen2.5-VL, Qwen3-VL: position_axes) takes its positions as
 [B, T, 3] in every program, program.json "position_axes" 3; the step moves the triple
 first, as transformers takes it. A picture's tokens and positions vary with its grid,
-which the runtime's grid runner computes (runtime/inductor_vlm.py).
+which the runtime's grid runner computes (runtime/inductor_vlm.py). A DeepStack
+decoder (Qwen3-VL) also adds rows of the vision tower's intermediate mergers at the
+image tokens after its first layers: the prefill's feature rows are
+[B * T, (1 + levels) * hidden], each picture token's merged row and then its rows of
+each level, as the grid runner keeps them (feature_width), and the program splits them.
 
 An architecture whose image tokens attend each other both ways (Gemma 3's
 token_type_ids, builders/causal_lm/export.py bidirectional_images) is refused: the
@@ -58,12 +62,6 @@ def image_token(request: Request, model: Any) -> int:
             "inductor programs' mask is causal over slots and their fixed-length prefill "
             "windows may cut an image: build it with backend onnxruntime"
         )
-    vision = getattr(model.config, "vision_config", None)
-    if getattr(vision, "deepstack_visual_indexes", None):  # Qwen3-VL
-        raise request.unsupported(
-            f"{name}'s decoder adds DeepStack rows after its first layers, which the "
-            "inductor programs do not take: build it with backend onnxruntime"
-        )
     token = image_token_id(model)
     if token is None:
         raise request.error(f"{name}'s config has no image_token_id", "a kiln bug: report it")
@@ -92,10 +90,24 @@ def text_weights(model: Any, names: list[str], weights: list[Any]) -> tuple[list
 def with_images(model: Any, token: int) -> Any:
     """The model as (input_ids, image_features, image_rows, **forward's keywords) -> its
     output, the first image_rows features merged at `token` into the token embeddings
-    (merge_image_features), the image tokens past them left as their own embeddings."""
+    (merge_image_features), the image tokens past them left as their own embeddings. A
+    DeepStack decoder's feature rows carry each level's rows after the merged ones
+    (feature_width): the same image tokens take them, added after the decoder's first
+    layers by the ONNX export's own hooks (deepstack_hooks), which add nothing in a
+    forward that did not set them (the decode and verify programs)."""
     import torch
 
-    from builders.causal_lm.export import merge_image_features
+    from builders.causal_lm.export import (
+        deepstack_hooks,
+        deepstack_levels,
+        deepstack_rows,
+        merge_image_features,
+    )
+
+    width, levels = hidden_size(model), deepstack_levels(model)
+    added: dict[int, Any] = {}  # this forward's DeepStack rows by layer
+    if levels:
+        deepstack_hooks(model, levels, added)
 
     class WithImages(torch.nn.Module):
         def __init__(self) -> None:
@@ -111,12 +123,27 @@ def with_images(model: Any, token: int) -> Any:
             count = torch.cumsum(is_image.reshape(-1).long(), 0).reshape(input_ids.shape)
             # the image tokens past the rows written are the chunk's last: not merged
             fed = torch.where(is_image & (count > image_rows), -1, input_ids)
-            merged = merge_image_features(fed, embeds, image_features, token)
-            return inner(inputs_embeds=merged, **kwargs)
+            merged = merge_image_features(fed, embeds, image_features[:, :width], token)
+            if levels:  # [rows, levels, hidden], picked as the features are
+                deep = image_features[:, width:].reshape(-1, levels, width)
+                added.update(enumerate(deepstack_rows(fed, deep, token)))
+            try:
+                return inner(inputs_embeds=merged, **kwargs)
+            finally:
+                added.clear()
 
     return WithImages().eval()
 
 
 def hidden_size(model: Any) -> int:
-    """The width of a feature row: the decoder's hidden size."""
+    """The width of a merged feature row: the decoder's hidden size."""
     return int(model.config.get_text_config(decoder=True).hidden_size)
+
+
+def feature_width(model: Any) -> int:
+    """The width of the prefill program's feature rows: the merged row, then a DeepStack
+    decoder's (Qwen3-VL) rows of each level side by side, as the runtime's grid runner
+    keeps a picture token's rows (runtime/grid_vlm.py)."""
+    from builders.causal_lm.export import deepstack_levels
+
+    return hidden_size(model) * (1 + deepstack_levels(model))

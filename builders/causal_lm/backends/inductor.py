@@ -203,7 +203,7 @@ def engine_files(
         if token is not None:
             names, weights = _images.text_weights(model, names, weights)
             merging = _step_module(model, names, ranked, token)
-            images = (merging, _images.hidden_size(model), axes)
+            images = (merging, _images.feature_width(model), axes)
         step = _step_module(model, names, ranked, hidden=(points, seen))
         files = _programs(request, step, ranked, weights, opts, device, dtype, images)
     drafting: dict[str, Any] = {}  # program.json's "drafter"; its weights stored beside
@@ -252,7 +252,7 @@ def engine_files(
     }
     if token is not None:  # the prefill program's last input (_images.py)
         rows = opts.max_batch_size * opts.prefill_chunk_len
-        program_meta["image_features"] = [rows, _images.hidden_size(model)]
+        program_meta["image_features"] = [rows, _images.feature_width(model)]
         program_meta["image_rows"] = True  # and how many of them are the chunk's
         program_meta |= {"position_axes": 3} if axes == 3 else {}
     if world > 1:  # the ranks' group, as the programs name it, and what each holds part of
