@@ -37,6 +37,18 @@ def has_build_extra() -> bool:
 SLOW = 1800
 
 heavy = pytest.mark.skipif(not has_build_extra(), reason="needs the build extra")
+# A heavy build CI leaves to `make nightly` (pytest -m nightly with KILN_NIGHTLY=1): CI
+# must finish in 25 minutes on 2 cores. pytest_collection_modifyitems skips it elsewhere.
+nightly = pytest.mark.nightly
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if os.environ.get("KILN_NIGHTLY") == "1":
+        return
+    later = pytest.mark.skip(reason="nightly: KILN_NIGHTLY=1")
+    for item in items:
+        if item.get_closest_marker("nightly"):
+            item.add_marker(later)
 
 
 def shipped_gpu() -> str:
@@ -147,10 +159,19 @@ def make_world(
     return World(root=root, hub=hub, store=base / "store")
 
 
-def built_world(factory: pytest.TempPathFactory, hub: Path, *recipes: str) -> World:
+def built_world(
+    factory: pytest.TempPathFactory, hub: Path, *recipes: str, later: tuple[str, ...] = ()
+) -> World:
     """A world of these recipes, built and published in one `doit build` (a module's
-    fixture: the first recipe names its folder)."""
-    world = make_world(factory.mktemp(recipes[0]), hub, recipes)
+    fixture: the first recipe names its folder); `later`: recipes in its catalog that a
+    nightly test builds (build_later), sharing the store's steps."""
+    world = make_world(factory.mktemp(recipes[0]), hub, (*recipes, *later))
+    world.doit("build", f"recipe={','.join(recipes)}", "publish=1", check=True)
+    return world
+
+
+def build_later(world: World, *recipes: str) -> World:
+    """The world with these of its `later` recipes built and published too."""
     world.doit("build", f"recipe={','.join(recipes)}", "publish=1", check=True)
     return world
 

@@ -7,12 +7,10 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 from pathlib import Path
 
-import pytest
 import yaml
-from conftest import ROOT, World, heavy, make_world
+from conftest import ROOT, World, heavy, make_world, nightly
 
 from kiln import catalog
 from kiln.catalog import architectures
@@ -233,7 +231,7 @@ def test_the_ci_subset_builds_and_each_recipe_earns_its_verdict(tmp_path: Path, 
 
 
 @heavy
-@pytest.mark.skipif(os.environ.get("KILN_NIGHTLY") != "1", reason="nightly: KILN_NIGHTLY=1")
+@nightly
 def test_nightly_the_whole_tiny_catalog_builds(tmp_path: Path, hub: Path) -> None:
     names = sorted(p.stem for p in (ROOT / "recipes").glob("tiny-*.yaml"))
     world = _build(tmp_path, hub, names)

@@ -14,9 +14,11 @@ from pathlib import Path
 from typing import Any, cast
 
 import pytest
-from conftest import ROOT, World, heavy, make_world
+from conftest import ROOT, World, heavy, make_world, nightly
 
-pytestmark = heavy
+# Nightly (`make nightly`): its engine's target, verify and drafter programs are CI's
+# longest single build (2.5 minutes on 2 loaded cores).
+pytestmark = [heavy, nightly]
 
 BUILT = "tiny-qwen3-dspark-inductor"
 ONNXRUNTIME = "tiny-qwen3-dspark"  # its committed manifest: the same drafter's acceptance

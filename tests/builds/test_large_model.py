@@ -14,13 +14,9 @@ import os
 import shutil
 from pathlib import Path
 
-import pytest
-from conftest import World, heavy, make_world
+from conftest import World, heavy, make_world, nightly
 
-pytestmark = [
-    heavy,
-    pytest.mark.skipif(os.environ.get("KILN_NIGHTLY") != "1", reason="nightly: KILN_NIGHTLY=1"),
-]
+pytestmark = [heavy, nightly]
 
 # A Llama of 9 layers at hidden 2048 and intermediate 8192 over the tiny vocabulary:
 # 9 x (4 x 2048^2 + 3 x 2048 x 8192) + 2 x 512 x 2048 = 604 M parameters, 2.42 GB.

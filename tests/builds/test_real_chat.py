@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import ROOT, SLOW, World, heavy, make_world, serving
+from conftest import ROOT, SLOW, World, heavy, make_world, nightly, serving
 
 pytestmark = heavy
 
@@ -337,12 +337,7 @@ def test_the_evaluation_positions_table_counts_every_tokenizer(real: Chat) -> No
     assert min(counted.values()) >= 512  # every gate's n fits every tokenizer
 
 
-NIGHTLY = pytest.mark.skipif(
-    os.environ.get("KILN_NIGHTLY") != "1", reason="nightly: KILN_NIGHTLY=1"
-)
-
-
-@NIGHTLY
+@nightly
 @pytest.mark.parametrize(("name", "per_layer"), [(INT8, 7), (INT4, 4)])
 def test_nightly_quantized_recipes_pass_on_real_text_with_fused_kernels(
     quantized: Chat, name: str, per_layer: int
@@ -379,7 +374,7 @@ REST = tuple(
 )
 
 
-@NIGHTLY
+@nightly
 def test_nightly_the_other_smollm2_recipes_reproduce_their_manifests(
     quantized: Chat, tmp_path_factory: pytest.TempPathFactory
 ) -> None:

@@ -14,20 +14,16 @@ tests/func/test_sources_doit.py) and the BOS rule below.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, World, heavy, make_world
+from conftest import ROOT, World, heavy, make_world, nightly
 
 pytestmark = heavy
 
 FP32 = "gemma-3-270m"
 INT4 = "gemma-3-270m-int4-awq"
-nightly = pytest.mark.skipif(
-    os.environ.get("KILN_NIGHTLY") != "1", reason="nightly: KILN_NIGHTLY=1"
-)
 
 
 def test_a_tokenizer_whose_post_processor_adds_bos_gets_it_in_the_bundle() -> None:

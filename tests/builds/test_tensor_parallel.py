@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import World, bundle_dir, heavy, make_world
+from conftest import World, bundle_dir, heavy, make_world, nightly
 
 pytestmark = heavy
 
@@ -144,7 +144,7 @@ def test_a_rank_killed_mid_generation_fails_it_clearly_and_soon(tp: World) -> No
         os.kill(survivor, 0)
 
 
-@pytest.mark.skipif(os.environ.get("KILN_NIGHTLY") != "1", reason="nightly: KILN_NIGHTLY=1")
+@nightly
 def test_nightly_ngram_drafting_split_two_ways_is_lossless(tmp_path: Path, hub: Path) -> None:
     w = make_world(tmp_path, hub, ("tiny-llama-ngram-inductor",))
     w.write_recipe(

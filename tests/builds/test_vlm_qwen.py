@@ -5,7 +5,9 @@ with no torch. Qwen2-VL differs in its tower alone (no windows: every block atte
 over its picture), so it is checked where that shows: two pictures' logits. Qwen2.5-VL's
 decoder on the inductor backend (tiny-qwen2.5-vl-inductor, built in the same call: its
 programs take the [batch, tokens, 3] positions) passes the same gates and gives the
-onnxruntime bundle's logits and tokens where pictures of two grids span prefill windows.
+onnxruntime bundle's logits and tokens where pictures of two grids span prefill windows
+(nightly: CI builds tiny-qwen3-vl-inductor, whose programs take the same positions and
+DeepStack rows besides, tests/builds/test_vlm_qwen3.py).
 
 Each picture is resized to its own patch grid (4 to 16 image tokens here), the vision
 program takes any patch count, and the decoder rotates by (t, h, w) positions that the
@@ -33,12 +35,14 @@ from conftest import (
     STRIPES,
     World,
     alone,
+    build_later,
     built_world,
     bundle_dir,
     bundle_without_torch,
     check_fp32_vlm_record,
     check_pictures_survive_batches_and_chunks,
     heavy,
+    nightly,
     two_images,
 )
 
@@ -52,7 +56,7 @@ QUESTION = "What is in the picture?"
 
 @pytest.fixture(scope="module")
 def qwen(tmp_path_factory: pytest.TempPathFactory, hub: Path) -> World:
-    return built_world(tmp_path_factory, hub, RECIPE, QWEN2, INDUCTOR)
+    return built_world(tmp_path_factory, hub, RECIPE, QWEN2, later=(INDUCTOR,))
 
 
 def _opened(world: World, recipe: str) -> Any:
@@ -100,7 +104,7 @@ def _encoded(hf: tuple[Any, Any], pictures: list[Path], text: str) -> Any:
     return processor(images=loaded, text=chat, return_tensors="pt")
 
 
-@pytest.mark.parametrize("recipe", [RECIPE, QWEN2, INDUCTOR])
+@pytest.mark.parametrize("recipe", [RECIPE, QWEN2])
 def test_each_passes_every_gate_with_its_images_read(qwen: World, recipe: str) -> None:
     record = qwen.manifest(recipe)["evidence"][-1]
     check_fp32_vlm_record(record)
@@ -257,13 +261,16 @@ def test_pictures_without_their_grids_are_refused(bundle: Any) -> None:
 
 @pytest.fixture(scope="module")
 def compiled(qwen: World) -> Any:
-    """The inductor bundle of the same checkpoint."""
+    """The inductor bundle of the same checkpoint, built in the module's store; it
+    passes every gate."""
     import runtime
     from runtime.inductor_vlm import InductorGridVisionBundle
 
+    check_fp32_vlm_record(build_later(qwen, INDUCTOR).last(INDUCTOR))
     return runtime.open(bundle_dir(qwen, INDUCTOR), expect=InductorGridVisionBundle)
 
 
+@nightly
 def test_the_inductor_programs_take_3d_positions_and_give_the_onnxruntime_logits(
     compiled: Any, bundle: Any
 ) -> None:
@@ -283,6 +290,7 @@ def test_the_inductor_programs_take_3d_positions_and_give_the_onnxruntime_logits
     assert alone(compiled, (ids, features)) == alone(bundle, (ids, features))
 
 
+@nightly
 def test_the_inductor_bundle_keeps_each_rows_pictures_and_positions(compiled: Any) -> None:
     check_pictures_survive_batches_and_chunks(compiled)
 
