@@ -9,7 +9,8 @@ every step the bundle needs, in this process, in the default store, so a built b
 is reused; no reference, validate or manifest). Any image-text-to-text recipe runs:
 the ONNX ones (tiny-llava, tiny-gemma3-vlm, tiny-qwen2-vl, tiny-qwen2.5-vl, tiny-qwen3-vl,
 tiny-idefics3, tiny-internvl) and the inductor ones (tiny-llava-inductor,
-tiny-qwen2.5-vl-inductor, tiny-idefics3-inductor), each opened by runtime.open as its
+tiny-qwen2.5-vl-inductor, tiny-qwen3-vl-inductor, tiny-idefics3-inductor,
+tiny-internvl-inductor), each opened by runtime.open as its
 bundle.json says (the vision layout and the decoder's backend pick the runner, e.g.
 InductorGridVisionBundle). The anchor is the recipe's fetched checkpoint in
 transformers, the class its config.json names (architectures[0]:
