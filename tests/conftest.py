@@ -124,6 +124,14 @@ class World:
         data: dict[str, Any] = json.loads((self.root / "manifests" / f"{name}.json").read_text())
         return data
 
+    def checkpoint(self, name: str) -> Path:
+        """The recipe's checkpoint folder in the world's hub mirror, as its lock pins it.
+        transformers given a repo id asks the Hub for an adapter_config.json even with
+        local_files_only (5 retries, about 23 s where the Hub is unreachable); a folder
+        it reads from disk."""
+        m = self.manifest(name)["lock"]["model"]
+        return self.hub / f"models--{m['repo'].replace('/', '--')}" / "snapshots" / m["revision"]
+
     def last(self, name: str) -> dict[str, Any]:
         """The recipe's newest evidence record."""
         evidence: dict[str, Any] = self.manifest(name)["evidence"][-1]

@@ -199,12 +199,6 @@ def test_guided_json_on_sentencepiece_tokenizers(
     assert len({json.dumps(d) for d in docs}) > 2
 
 
-def _snapshot(world: World, recipe: str) -> Path:
-    """The checkpoint's folder in the session's hub mirror (no Hub request)."""
-    m = world.manifest(recipe)["lock"]["model"]
-    return world.hub / f"models--{m['repo'].replace('/', '--')}" / "snapshots" / m["revision"]
-
-
 @pytest.fixture(scope="module")
 def qwen3(built: World) -> Bundle:
     return runtime.open(bundle_dir(built, "tiny-qwen3"), expect=Bundle)
@@ -270,7 +264,7 @@ def test_steered_generation_equals_transformers_generate(qwen3: Bundle, built: W
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(
-        _snapshot(built, "tiny-qwen3"), dtype=torch.float32
+        built.checkpoint("tiny-qwen3"), dtype=torch.float32
     ).eval()
     plain = qwen3.generate([qwen3.encode(PROMPTS[0])], 16).tokens[0]
     bad = [[plain[1]], [plain[3], plain[4]]]  # words the plain output writes

@@ -34,9 +34,8 @@ def test_greedy_batch_with_left_padding_equals_transformers_generate(
     import torch
     from transformers import AutoModelForCausalLM
 
-    m = built.manifest("tiny-qwen3")["lock"]["model"]
     model = AutoModelForCausalLM.from_pretrained(
-        m["repo"], revision=m["revision"], cache_dir=built.hub, dtype=torch.float32
+        built.checkpoint("tiny-qwen3"), dtype=torch.float32
     ).eval()
     ids = [bundle.encode(p) for p in PROMPTS]
     batched = bundle.generate(ids, 24).tokens
@@ -61,9 +60,8 @@ def test_teacher_forced_logits_match_the_fp32_model(bundle: Bundle, built: World
     import torch
     from transformers import AutoModelForCausalLM
 
-    m = built.manifest("tiny-qwen3")["lock"]["model"]
     model = AutoModelForCausalLM.from_pretrained(
-        m["repo"], revision=m["revision"], cache_dir=built.hub, dtype=torch.float32
+        built.checkpoint("tiny-qwen3"), dtype=torch.float32
     )
     ids = bundle.encode(PROMPTS[1])
     with torch.no_grad():

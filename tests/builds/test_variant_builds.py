@@ -206,10 +206,7 @@ def test_lora_bundle_computes_what_peftmodel_computes(
 
     lock = variants_built.manifest("tiny-qwen3-lora")["lock"]
     base = AutoModelForCausalLM.from_pretrained(
-        lock["model"]["repo"],
-        revision=lock["model"]["revision"],
-        cache_dir=variants_built.hub,
-        dtype=torch.float32,
+        variants_built.checkpoint("tiny-qwen3-lora"), dtype=torch.float32
     ).eval()
     adapter = snapshot_download(
         lock["companions"]["adapter"]["repo"],
