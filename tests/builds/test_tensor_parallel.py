@@ -52,8 +52,7 @@ def unsplit(tp: World) -> Any:
     """The checkpoint in transformers, fp32 eager: the unsplit computation."""
     from transformers import AutoModelForCausalLM
 
-    folder = next((tp.hub / "models--kiln-tiny--llama" / "snapshots").iterdir())
-    return AutoModelForCausalLM.from_pretrained(folder, dtype="float32").eval()
+    return AutoModelForCausalLM.from_pretrained(tp.checkpoint(SPLIT), dtype="float32").eval()
 
 
 def test_the_split_bundle_passes_its_gates_and_records_its_ranks(tp: World) -> None:

@@ -119,7 +119,7 @@ def compiled(internvl: World) -> Any:
 
 
 def test_the_inductor_bundle_passes_every_gate(internvl: World) -> None:
-    check_fp32_vlm_record(internvl.manifest(INDUCTOR)["evidence"][-1])
+    check_fp32_vlm_record(internvl.last(INDUCTOR))
 
 
 def test_the_inductor_bundle_gives_the_onnxruntime_outputs_for_each_rows_tiles(

@@ -208,7 +208,7 @@ def test_the_inductor_programs_add_the_deepstack_rows_and_give_the_onnxruntime_o
     across its 8-token prefill windows give the onnxruntime bundle's ids, logits and
     greedy tokens, and batches and 5-token chunks keep each row's pictures; its prefill
     reads the DeepStack rows (zeroed, its logits move as the onnxruntime bundle's do)."""
-    check_fp32_vlm_record(world.manifest(INDUCTOR)["evidence"][-1])
+    check_fp32_vlm_record(world.last(INDUCTOR))
     check_inductor_gives_onnxruntime_outputs(compiled, bundle)
     check_pictures_survive_batches_and_chunks(compiled)
     ids, features = compiled.ask("Compare them.", [SQUARE, STRIPES])
