@@ -30,7 +30,10 @@
 # against the target's greedy tokens, acceptance recorded; no bench stage; unset, the
 # job is what it was), PROFILE (1: before the first recipe's build, its bundle alone and
 # bench/probes/load_profile.py on it, one process: where the load goes, the 8B bundle's
-# first load took 165 s; the build after it reuses that bundle). On a CPU host the same
+# first load took 165 s; the build after it reuses that bundle), BENCH_FIRST (1: each
+# recipe's bundle alone, then its bench, then the build's reference and validate: the
+# figures first, where the device time may end before validate does), HANDWRITTEN (0:
+# no hand-written Inductor step in the bf16 bench, only the bundle and HF). On a CPU host the same
 # job runs in the foreground, at a reduced size:
 #   TARGET=cpu LAYERS=2 JOBS=1 MAXB=2 CHUNK=32 BATCH=2 NEW=8 PYTHON=.venv/bin/python \
 #     WORK=/tmp/k8cpu OUT=/tmp/k8cpu bash bench/gpu_8b.sh job
@@ -93,18 +96,41 @@ job)
       touch "$WORK/catalog/.made" || exit 1
   fi
   ckpt=$WORK/catalog/checkpoints/qwen3-8b-shape
+  bench() {  # COMPUTE RECIPE: bench/decode_gpu.py through the recipe's bundle
+    local c=$1 r=$2 bundle
+    bundle=$($py bench/artifact.py "$r" bundle 2>&1)
+    if [ ! -e "$bundle/bundle.json" ]; then
+      echo "no bundle for $r ($bundle): no bench"
+      return
+    fi
+    # the bench: HF in bf16 is the baseline of both; the hand-written step with bf16 only.
+    # Alone on the GPU: after any evidence job of bench/gpu_real.sh on the same machine
+    while pgrep -f "gpu_real.sh jo[b]" >/dev/null; do sleep 5; done
+    local paths=(--paths inductor)
+    [ "$c" = bf16 ] && [ "${HANDWRITTEN:-1}" = 1 ] || paths=(--only-bundle)
+    watch "bench $r" timeout "${BENCH_SECONDS:-900}" $py bench/decode_gpu.py \
+      --checkpoint "$ckpt" --dtype bf16 --recipe "$r" --new-tokens "${NEW:-64}" --rounds 3 \
+      --hf-rounds 0 --batch "${BATCH:-8}" --bandwidth --result "$out/results.jsonl" --no-second-load "${paths[@]}" \
+      >"$out/decode_$c.txt" 2>&1
+    grep -v Warning "$out/decode_$c.txt" | tail -30
+  }
   for c in $computes; do
     r=qwen3-8b-shape-inductor-$c-$target
-    if [ "${PROFILE:-0}" = 1 ] && [ "$c" = "${computes%% *}" ]; then
-      # the first recipe's bundle alone (no reference, no validate), then where its load
-      # goes (bench/probes/load_profile.py), before validate opens it in 5 processes
+    first=$([ "$c" = "${computes%% *}" ] && echo 1 || echo 0)
+    if [ "$c" != bf16-dspark ] && { [ "${BENCH_FIRST:-0}" = 1 ] || { [ "${PROFILE:-0}" = 1 ] && [ "$first" = 1 ]; }; }; then
+      # the recipe's bundle alone (no reference, no validate), then, with PROFILE, where
+      # its load goes (bench/probes/load_profile.py) and, with BENCH_FIRST, its bench:
+      # the figures first where the session's device time may end before validate does
       watch "bundle $r" timeout "${BUILD_SECONDS:-1500}" $py -c \
         "import sys; from kiln.commands.build import ensure_bundle; ensure_bundle(sys.argv[1])" \
         "$r" >"$out/bundle_$c.log" 2>&1
       grep -E "^\.|done in|kernel files|rror" "$out/bundle_$c.log" | tail -12
-      watch "load $r" timeout 900 $py bench/probes/load_profile.py --recipe "$r" --runs 1 \
-        >"$out/load_$c.txt" 2>&1
-      grep -v Warning "$out/load_$c.txt" | tail -30
+      if [ "${PROFILE:-0}" = 1 ] && [ "$first" = 1 ]; then
+        watch "load $r" timeout 900 $py bench/probes/load_profile.py --recipe "$r" --runs 1 \
+          >"$out/load_$c.txt" 2>&1
+        grep -v Warning "$out/load_$c.txt" | tail -30
+      fi
+      [ "${BENCH_FIRST:-0}" = 1 ] && bench "$c" "$r"
     fi
     watch "build $r" timeout "${BUILD_SECONDS:-1500}" $py -m doit -n "${JOBS:-2}" -f dodo.py \
       build recipe="$r" allow_quality_fail=1 publish=1 >"$out/build_$c.log" 2>&1
@@ -115,20 +141,7 @@ job)
       $py -c "import json,sys; e=json.load(open(sys.argv[1]))['evidence'][-1]; m=e.get('metrics',{}); print('dspark', e.get('verdict'), {k: m.get(k) for k in ('speculative_match_rate','acceptance_rate','tokens_per_forward')})" "$KILN_ROOT/manifests/$r.json" 2>&1
       continue
     fi
-    bundle=$($py bench/artifact.py "$r" bundle 2>&1)
-    if [ ! -e "$bundle/bundle.json" ]; then
-      echo "no bundle for $r ($bundle): no bench"
-      continue
-    fi
-    # the bench: HF in bf16 is the baseline of both; the hand-written step with bf16 only.
-    # Alone on the GPU: after any evidence job of bench/gpu_real.sh on the same machine
-    while pgrep -f "gpu_real.sh jo[b]" >/dev/null; do sleep 5; done
-    paths=(--paths inductor); [ "$c" = bf16 ] || paths=(--only-bundle)
-    watch "bench $r" timeout "${BENCH_SECONDS:-900}" $py bench/decode_gpu.py \
-      --checkpoint "$ckpt" --dtype bf16 --recipe "$r" --new-tokens "${NEW:-64}" --rounds 3 \
-      --hf-rounds 0 --batch "${BATCH:-8}" --bandwidth --result "$out/results.jsonl" --no-second-load "${paths[@]}" \
-      >"$out/decode_$c.txt" 2>&1
-    grep -v Warning "$out/decode_$c.txt" | tail -30
+    [ "${BENCH_FIRST:-0}" = 1 ] || bench "$c" "$r"
   done
   $py - "$out" >"$out/summary.txt" 2>&1 <<'EOF'
 import json, re, sys
