@@ -15,16 +15,22 @@ bundle.json vision.layout "grid", vision.position_axes 3).
                    the causal-LM loop slices along seq for chunked prefill and prefix
                    reuse as it slices 1-D ones, and steps by one on all three axes
 
-Videos (Qwen2-VL, Qwen2.5-VL) come as their frames' image files (kiln decodes no video
-container): runtime/images.py video_pixel_values makes Qwen2VLVideoProcessor's patches,
-frames grouped in twos along t, and the same vision program runs on each video's grid
-(t > 1: its spans are per frame group, as cu_seqlens are). A video part renders
-<|video_pad|>, repeated once per feature row as the processor repeats it, so the ids
-are the processor's; the decoder's graph merges rows at the image token only, so its
-feeds carry the image token where the ids have the video one (the embedding is
-replaced either way). A video's t positions step by tokens_per_second *
+Videos come as their frames' image files (kiln decodes no video container), taken at
+`fps` frames a second (transformers' 24 for frames without their clip):
+runtime/images.py video_pixel_values makes the video processor's patches, frames
+grouped in twos along t, and the same vision program runs on each video's grid (t > 1:
+its spans are per frame group, as cu_seqlens are). A video part renders <|video_pad|>,
+repeated once per feature row as the processor repeats it, so the ids are the
+processor's; the decoder's graph merges rows at the image token only, so its feeds carry
+the image token where the ids have the video one (the embedding is replaced either
+way). Qwen2-VL, Qwen2.5-VL: a video's t positions step by tokens_per_second *
 second_per_grid_t (Qwen2.5-VL; 1 for Qwen2-VL), second_per_grid_t being
-temporal_patch_size / fps, at transformers' 24 fps for frames without their clip.
+temporal_patch_size / fps. Qwen3-VL: its processor keeps frames at 2 a second of the
+clip and writes each frame group as "<T seconds><|vision_start|><|video_pad|>...
+<|vision_end|>" inside the video part's own vision_start/end, T the group's time; its
+get_rope_index places each frame group as a picture of grid (1, h, w). So its features
+keep one (1, h, w) grid a frame group, each with its time (`stamps`), and the vision
+program runs a frame group at a time (the tower attends within a frame group only).
 
 Qwen3-VL's vision program also takes its learned position grid's taps (runtime/mrope.py
 position_taps; bundle.json vision.grid.position_grid) and gives DeepStack rows per level
@@ -39,6 +45,7 @@ No torch and no transformers at run time: onnxruntime, numpy, Pillow and tokeniz
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -47,22 +54,27 @@ import numpy as np
 
 from runtime.causal_lm import IMAGES
 from runtime.chat import Template, check_messages, texts
-from runtime.format import BundleError
+from runtime.format import BundleError, read_json
 from runtime.mrope import Grid, batch_positions, tokens_of, vision_inputs
 from runtime.vlm import VisionBundle
 
 DEEPSTACK = "deepstack_features"  # a DeepStack decoder's input (Qwen3-VL)
+VIDEO = "<|video_pad|>"  # the Qwen-VL processors' video token
 
 
 class ImageFeatures(np.ndarray):
     """Image feature rows [tokens, hidden] that remember the grid of each picture they
     came from (`grids`, in order), which the decoder's positions need: rows pass through
     the generation loop as any features do. A video among them is marked in `videos`,
-    with its t positions' step in `intervals` (1 for a picture)."""
+    with its t positions' step in `intervals` (1 for a picture). A Qwen3-VL video is one
+    grid a frame group, each with its time in `stamps` (None elsewhere), `starts` marking
+    where each picture or video begins."""
 
     grids: list[Grid]
     videos: list[bool]
     intervals: list[float]
+    stamps: list[float | None]
+    starts: list[bool]
 
     def __new__(
         cls,
@@ -70,17 +82,34 @@ class ImageFeatures(np.ndarray):
         grids: Sequence[Grid],
         videos: Sequence[bool] | None = None,
         intervals: Sequence[float] | None = None,
+        stamps: Sequence[float | None] | None = None,
+        starts: Sequence[bool] | None = None,
     ) -> ImageFeatures:
         made = np.asarray(rows).view(cls)
         made.grids = [tuple(int(x) for x in g) for g in grids]  # type: ignore[misc]
-        made.videos = list(videos) if videos is not None else [False] * len(grids)
-        made.intervals = list(intervals) if intervals is not None else [1.0] * len(grids)
+        count = len(made.grids)
+        made.videos = list(videos) if videos is not None else [False] * count
+        made.intervals = list(intervals) if intervals is not None else [1.0] * count
+        made.stamps = list(stamps) if stamps is not None else [None] * count
+        made.starts = list(starts) if starts is not None else [True] * count
         return made
 
     def __array_finalize__(self, obj: Any) -> None:
         self.grids = getattr(obj, "grids", [])
         self.videos = getattr(obj, "videos", [False] * len(self.grids))
         self.intervals = getattr(obj, "intervals", [1.0] * len(self.grids))
+        self.stamps = getattr(obj, "stamps", [None] * len(self.grids))
+        self.starts = getattr(obj, "starts", [True] * len(self.grids))
+
+    def parts(self) -> list[tuple[bool, list[int]]]:
+        """Each picture's and video's (is it a video, the indices of its grids)."""
+        found: list[tuple[bool, list[int]]] = []
+        for i, start in enumerate(self.starts):
+            if start or not found:
+                found.append((self.videos[i], [i]))
+            else:
+                found[-1][1].append(i)
+        return found
 
 
 class GridVisionBundle(VisionBundle):
@@ -100,8 +129,11 @@ class GridVisionBundle(VisionBundle):
         self.hidden = self.no_images.shape[1]
         self.no_images = np.zeros((0, (1 + self.levels) * self.hidden), np.float32)
         # the processor's video token (Qwen2VLProcessor's "<|video_pad|>")
-        found = self.tokenizer.token_to_id("<|video_pad|>")
+        found = self.tokenizer.token_to_id(VIDEO)
         self.video_token: int | None = None if found is None else int(found)
+        # the checkpoint's video_preprocessor_config.json, where it has one
+        named = spec.get("video_processor")
+        self.video_processor = read_json(self.path / named) if named else None
 
     def pixels(self, paths: Sequence[Path | str]) -> np.ndarray:
         """The patches of each image at `paths` as the processor makes them, [images,
@@ -127,47 +159,68 @@ class GridVisionBundle(VisionBundle):
         return self.run_vision(*self.patches(paths))
 
     def video_patches(
-        self, videos: Sequence[Sequence[Path | str]]
-    ) -> tuple[np.ndarray, list[Grid], list[float]]:
-        """The videos' patches (each given as its frames' image files), concatenated
-        [patches, width], each one's grid and its t positions' step (module docstring)."""
+        self, videos: Sequence[Sequence[Path | str]], fps: float | None = None
+    ) -> tuple[np.ndarray, ImageFeatures]:
+        """The videos' patches (each given as its frames' image files, taken `fps` a
+        second), concatenated [patches, width], and their grids, t steps and times as
+        empty ImageFeatures (module docstring)."""
         from runtime import images
 
         if self.video_token is None:
             raise BundleError("this bundle's tokenizer has no <|video_pad|>: it takes no video")
-        if self.side or self.levels:
-            raise BundleError(
-                "video input applies to Qwen2-VL and Qwen2.5-VL bundles; Qwen3-VL's processor "
-                "writes each frame group's timestamp into the text and samples frames by fps, "
-                "which this runtime does not reproduce"
-            )
-        opts = images.video_settings(self.processor)
-        made = images.video_pixel_values([[Path(p) for p in v] for v in videos], self.processor)
+        rate = images.DEFAULT_FPS if fps is None else float(fps)
+        if not (math.isfinite(rate) and rate > 0):
+            raise BundleError(f"fps={fps!r}: a video's frame rate is a number above 0")
+        opts = images.video_settings(self.processor, self.video_processor)
+        made = images.video_pixel_values(
+            [[Path(p) for p in v] for v in videos], self.processor, self.video_processor, rate
+        )
         grids = [(int(t), int(h), int(w)) for t, h, w in made["video_grid_thw"]]
+        none = np.zeros((0, self.no_images.shape[1]), np.float32)
+        if opts["stamped"]:  # Qwen3-VL: a (1, h, w) grid a frame group, with its time
+            split = [[(1, h, w)] * t for t, h, w in grids]
+            return made["pixel_values_videos"], ImageFeatures(
+                none,
+                [g for s in split for g in s],
+                [True] * sum(map(len, split)),
+                stamps=[x for times in made["video_timestamps"] for x in times],
+                starts=[i == 0 for s in split for i in range(len(s))],
+            )
         per_second = self.grid.get("tokens_per_second")
         if per_second is None and "window_index" in self.vision_inputs:
             raise BundleError(
                 "this Qwen2.5-VL bundle predates video input (its bundle.json has no "
                 "vision.grid.tokens_per_second); rebuild it"
             )
-        step = opts["temporal_patch_size"] / images.DEFAULT_FPS  # second_per_grid_t
+        step = opts["temporal_patch_size"] / rate  # second_per_grid_t
         interval = float(np.float32(per_second) * np.float32(step)) if per_second else 1.0
-        return made["pixel_values_videos"], grids, [interval] * len(grids)
+        return made["pixel_values_videos"], ImageFeatures(
+            none, grids, [True] * len(grids), [interval] * len(grids)
+        )
 
-    def video_features(self, videos: Sequence[Sequence[Path | str]]) -> ImageFeatures:
-        """The features of the videos, each given as its frames' image files, in order."""
+    def video_features(
+        self, videos: Sequence[Sequence[Path | str]], fps: float | None = None
+    ) -> ImageFeatures:
+        """The features of the videos, each given as its frames' image files (taken
+        `fps` a second; transformers' 24 when not given), in order."""
         if not videos:
             return ImageFeatures(self.no_images, [])
-        patches, grids, intervals = self.video_patches(videos)
-        rows = self.run_vision(patches, grids)
-        return ImageFeatures(np.asarray(rows), grids, [True] * len(grids), intervals)
+        patches, meta = self.video_patches(videos, fps)
+        rows = self.run_vision(patches, meta.grids)
+        return ImageFeatures(
+            np.asarray(rows), meta.grids, meta.videos, meta.intervals, meta.stamps, meta.starts
+        )
 
     def media_features(
-        self, images: Sequence[Path | str] = (), videos: Sequence[Sequence[Path | str]] = ()
+        self,
+        images: Sequence[Path | str] = (),
+        videos: Sequence[Sequence[Path | str]] = (),
+        fps: float | None = None,
     ) -> ImageFeatures:
-        """The features of `images` and then `videos`, in that order: the order of a
-        conversation whose image parts all come before its video parts."""
-        pictures, clips = self.image_features(images), self.video_features(videos)
+        """The features of `images` and then `videos` (taken `fps` a second), in that
+        order: the order of a conversation whose image parts all come before its video
+        parts."""
+        pictures, clips = self.image_features(images), self.video_features(videos, fps)
         return join(pictures, clips)
 
     def run_vision(self, patches: np.ndarray, grids: Sequence[Grid]) -> ImageFeatures:
@@ -231,7 +284,7 @@ class GridVisionBundle(VisionBundle):
         of the conversation's image and video parts."""
         checked = check_messages(messages, parts=True, videos=self.video_token is not None)
         for i, m in enumerate(checked):
-            for name in ("<|video_pad|>", self.image_placeholder):
+            for name in (VIDEO, self.image_placeholder):
                 if any(name in t for t in texts(m["content"])):
                     raise BundleError(
                         f"message {i} ({m['role']}) writes {name!r} in its text; give each "
@@ -240,11 +293,12 @@ class GridVisionBundle(VisionBundle):
         text = self.render_chat(messages, thinking)
         text = text.replace(self.image_placeholder, self.image_sequence)
         ids = list(self.tokenizer.encode(text, add_special_tokens=False).ids)
-        grids = list(getattr(images, "grids", []))
-        videos = list(getattr(images, "videos", [False] * len(grids)))
+        if not isinstance(images, ImageFeatures):
+            images = ImageFeatures(np.zeros((0, 1), np.float32), [])
+        parts = images.parts()
         marks = (self.image_token, self.video_token)
         said = ["video" if t == self.video_token else "image" for t in ids if t in marks]
-        given = ["video" if v else "image" for v in videos]
+        given = ["video" if video else "image" for video, _ in parts]
         if said != given:
             raise BundleError(
                 f"the conversation has {said.count('image')} image and {said.count('video')} "
@@ -254,6 +308,13 @@ class GridVisionBundle(VisionBundle):
                 "of its pictures and videos (image_features, video_features, in the parts' "
                 "order) as images="
             )
+        clips = [grids for video, grids in parts if video]
+        if any(images.stamps[g[0]] is not None for g in clips):
+            pieces = text.split(VIDEO)
+            after = zip(clips, pieces[1:], strict=True)
+            text = pieces[0] + "".join(_stamped(images, clip) + rest for clip, rest in after)
+            ids = list(self.tokenizer.encode(text, add_special_tokens=False).ids)
+        grids = list(images.grids)
         out: list[int] = []
         for t in ids:
             out.extend([t] * tokens_of(grids.pop(0), self.merge) if t in marks else [t])
@@ -264,13 +325,14 @@ class GridVisionBundle(VisionBundle):
         text: str,
         images: Sequence[Path | str] = (),
         videos: Sequence[Sequence[Path | str]] = (),
+        fps: float | None = None,
     ) -> tuple[list[int], np.ndarray]:
         """VisionBundle.ask: the images' (then the videos') features first, which decide
-        their tokens; a video is its frames' image files."""
+        their tokens; a video is its frames' image files, taken `fps` a second."""
         parts: list[dict[str, str]] = [{"type": "image"} for _ in images]
         parts += [{"type": "video"} for _ in videos]
         parts.append({"type": "text", "text": text})
-        features = self.media_features(images, videos)
+        features = self.media_features(images, videos, fps)
         return self.encode_chat([{"role": "user", "content": parts}], images=features), features
 
     def _as_images(self, ids: np.ndarray) -> np.ndarray:
@@ -323,8 +385,8 @@ class GridVisionBundle(VisionBundle):
 
 
 def join(*parts: np.ndarray) -> ImageFeatures:
-    """Features of pictures and videos one after the other, their grids, marks and t steps
-    kept in that order."""
+    """Features of pictures and videos one after the other, their grids, marks, t steps,
+    times and starts kept in that order."""
     rows = np.concatenate([np.asarray(p) for p in parts])
     keep = [p for p in parts if isinstance(p, ImageFeatures)]
     return ImageFeatures(
@@ -332,4 +394,15 @@ def join(*parts: np.ndarray) -> ImageFeatures:
         [g for p in keep for g in p.grids],
         [v for p in keep for v in p.videos],
         [i for p in keep for i in p.intervals],
+        [x for p in keep for x in p.stamps],
+        [x for p in keep for x in p.starts],
+    )
+
+
+def _stamped(features: ImageFeatures, clip: Sequence[int]) -> str:
+    """A Qwen3-VL video's text in place of its <|video_pad|>: each frame group's time
+    and its own vision_start, video token and vision_end (Qwen3VLProcessor
+    .replace_video_token, before the token is repeated per feature row)."""
+    return "".join(
+        f"<{features.stamps[i]:.1f} seconds><|vision_start|>{VIDEO}<|vision_end|>" for i in clip
     )

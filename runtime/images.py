@@ -553,72 +553,172 @@ VIDEO_DEFAULTS: dict[str, Any] = {
     "temporal_patch_size": 2,
     "merge_size": 2,
 }
+# Qwen3VLVideoProcessor's (video_processing_qwen3_vl.py): it also samples frames at `fps`
+# a second of the clip (between min_frames and max_frames), and Qwen3VLProcessor writes
+# each frame group's time into the text (stamped: video_pixel_values).
+QWEN3_VIDEO_DEFAULTS: dict[str, Any] = {
+    **COMMON,
+    "size": {"shortest_edge": 128 * 32 * 32, "longest_edge": 32 * 32 * 768},
+    "image_mean": (0.5, 0.5, 0.5),
+    "image_std": (0.5, 0.5, 0.5),
+    "patch_size": 16,
+    "temporal_patch_size": 2,
+    "merge_size": 2,
+    "do_sample_frames": True,
+    "fps": 2,
+    "num_frames": None,
+    "min_frames": 4,
+    "max_frames": 768,
+    "cap_pixels_per_frame": False,  # None warns and means False in transformers 5.24
+    "max_video_tokens": 768,
+}
+QWEN2_VIDEO = (None, "Qwen2VLProcessor", "Qwen2_5_VLProcessor")
+QWEN3_VIDEO = "Qwen3VLProcessor"
 # Video containers: kiln decodes none (no codec library at run time); frames come as
 # image files, which a user extracts first (ffmpeg -i clip.mp4 -vf fps=2 frame_%03d.png).
 CONTAINERS = (".mp4", ".mov", ".mkv", ".webm", ".avi", ".m4v", ".mpg", ".mpeg", ".flv", ".wmv")
 # A video's frames without their clip's timing are taken at transformers' default
-# (VideoMetadata.sampled_fps without an fps): what second_per_grid_ts is computed from.
+# (VideoMetadata.sampled_fps without an fps): what second_per_grid_ts (Qwen2.5-VL) and
+# the frame groups' times (Qwen3-VL) are computed from.
 DEFAULT_FPS = 24.0
 
 
 def video_pixel_values(
-    videos: Sequence[Sequence[Path]], config: dict[str, Any]
-) -> dict[str, np.ndarray]:
-    """The model inputs for videos given as their frames' image files, as transformers
-    5.24's Qwen2VLVideoProcessor makes them of the same frames (a list of pictures a
-    video; do_sample_frames off, its default: every frame is kept): each video's
-    `pixel_values_videos` patches [t * h * w, C * T * P * P] concatenated, and
-    `video_grid_thw` [videos, 3] int64. Its steps, which are torchvision's, not the
-    image processor's PIL ones:
+    videos: Sequence[Sequence[Path]],
+    config: dict[str, Any],
+    video_config: dict[str, Any] | None = None,
+    fps: float = DEFAULT_FPS,
+) -> dict[str, Any]:
+    """The model inputs for videos given as their frames' image files, taken `fps` frames
+    a second, as transformers 5.24's video processor makes them of the same frames (a
+    list of pictures a video; its settings from `video_config`, the checkpoint's
+    video_preprocessor_config.json, else from `config`, as AutoVideoProcessor falls back
+    to preprocessor_config.json): each video's `pixel_values_videos` patches [t * h * w,
+    C * T * P * P] concatenated, and `video_grid_thw` [videos, 3] int64. Its steps, which
+    are torchvision's, not the image processor's PIL ones:
 
-      smart_resize of the frames' (shared) size within the pixel budget, then
-      torch.nn.functional.interpolate(uint8, bicubic, antialias=True): PIL's kernel
-      (a = -0.5) with torch's int16 fixed-point weights, width first, each pass
-      rounded and clamped to uint8 (resize_uint8; no pass where a side is unchanged);
+      Qwen3-VL only: frames sampled at the processor's fps (sample_frames: uniformly
+      over the clip, between min_frames and max_frames), and each frame group's time,
+      the mean of its frames' (Qwen3VLProcessor._calculate_timestamps), in
+      `video_timestamps` (a list of t seconds a video);
+      smart_resize of the frames' (shared) size within the pixel budget (Qwen3-VL's
+      counts the frames in it), then torch.nn.functional.interpolate(uint8, bicubic,
+      antialias=True): PIL's kernel (a = -0.5) with torch's int16 fixed-point weights,
+      width first, each pass rounded and clamped to uint8 (resize_uint8; no pass where a
+      side is unchanged);
       rescale and normalize fused as (x - mean * 255) / (std * 255) in float32;
       frames grouped by temporal_patch_size, the last frame repeated to fill a group.
     """
-    opts = video_settings(config)
-    patches, grids = [], []
+    opts = video_settings(config, video_config)
+    patches, grids, stamps = [], [], []
     for frames in videos:
-        made, grid = _video(frames, opts)
+        made, grid, times = _video(frames, opts, fps)
         patches.append(made)
         grids.append(grid)
-    return {
+        stamps.append(times)
+    out: dict[str, Any] = {
         "pixel_values_videos": np.concatenate(patches),
         "video_grid_thw": np.array(grids, dtype=np.int64),
     }
+    if opts["stamped"]:
+        out["video_timestamps"] = stamps
+    return out
 
 
-def video_settings(config: dict[str, Any]) -> dict[str, Any]:
-    """A Qwen2-VL-style checkpoint's video processor settings: its processor config over
-    Qwen2VLVideoProcessor's defaults, min/max_pixels over size as its __init__ does; a
-    BundleError for other processors (Qwen3-VL's video processor samples frames by
-    timestamps and writes them into the text: not reproduced)."""
+def video_settings(
+    config: dict[str, Any], video_config: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """A Qwen2-VL-style checkpoint's video processor settings: its video processor
+    config (else its image processor's) over the video processor class's defaults, and
+    `stamped`: Qwen3-VL's, which samples frames and stamps their times in the text.
+    Qwen2-VL's __init__ reads min/max_pixels over size. A BundleError for other
+    processors."""
     if family(config) != "Qwen2VLImageProcessor":
         raise BundleError(
-            f"video input applies to Qwen2-VL and Qwen2.5-VL bundles; this one's processor "
-            f"is {config.get('image_processor_type')!r}"
+            f"video input applies to Qwen2-VL, Qwen2.5-VL and Qwen3-VL bundles; this one's "
+            f"processor is {config.get('image_processor_type')!r}"
         )
-    if config.get("processor_class") not in (None, "Qwen2VLProcessor", "Qwen2_5_VLProcessor"):
+    source = video_config if video_config is not None else config
+    kind = config.get("processor_class") or source.get("processor_class")
+    if kind not in (*QWEN2_VIDEO, QWEN3_VIDEO):
         raise BundleError(
-            f"video input applies to Qwen2-VL and Qwen2.5-VL bundles; {config['processor_class']} "
-            "(Qwen3-VL's) adds each frame group's timestamp to the text, which this runtime "
-            "does not reproduce"
+            f"video input applies to Qwen2-VL, Qwen2.5-VL and Qwen3-VL bundles; this one's "
+            f"processor is {kind!r}"
         )
-    merged = {**VIDEO_DEFAULTS, **{k: v for k, v in config.items() if v is not None}}
+    stamped = kind == QWEN3_VIDEO
+    defaults = QWEN3_VIDEO_DEFAULTS if stamped else VIDEO_DEFAULTS
+    # fps and num_frames set to null mean "not by fps", "not a count" (sample_frames)
+    kept = ("fps", "num_frames") if stamped else ()
+    merged = {**defaults, **{k: v for k, v in source.items() if v is not None or k in kept}}
     size = dict(merged["size"])
-    if "min_pixels" in merged:
+    if not stamped and "min_pixels" in merged:
         size["shortest_edge"] = merged["min_pixels"]
-    if "max_pixels" in merged:
+    if not stamped and "max_pixels" in merged:
         size["longest_edge"] = merged["max_pixels"]
     merged["size"] = size
+    merged["stamped"] = stamped
     if merged["resample"] != BICUBIC or not (merged["do_rescale"] and merged["do_normalize"]):
         raise BundleError(
-            "preprocessor_config.json: video frames are reproduced for bicubic resizing with "
-            "rescale and normalize on (Qwen2-VL's settings)"
+            "the video processor config: video frames are reproduced for bicubic resizing "
+            "with rescale and normalize on (the Qwen-VL processors' settings)"
+        )
+    if stamped and merged["num_frames"] is not None and merged["fps"] is not None:
+        raise BundleError(
+            "the video processor config sets both num_frames and fps, which "
+            "Qwen3VLVideoProcessor refuses as mutually exclusive"
         )
     return merged
+
+
+def sampled_frames(total: int, opts: dict[str, Any], fps: float) -> np.ndarray:
+    """The indices of the frames Qwen3VLVideoProcessor.sample_frames keeps of a clip of
+    `total` frames taken `fps` a second: opts' fps a second of it (at least min_frames,
+    at most max_frames and all of them), or num_frames, spread evenly from the first to
+    the last; all of them where do_sample_frames is off."""
+    if not opts["do_sample_frames"]:
+        return np.arange(total)
+    wanted = opts["num_frames"]
+    if wanted is None and opts["fps"] is not None:
+        wanted = int(total / fps * opts["fps"])
+        wanted = min(max(wanted, opts["min_frames"]), opts["max_frames"], total)
+    if wanted is None:
+        wanted = min(max(total, opts["min_frames"]), opts["max_frames"])
+    return np.linspace(0, total - 1, wanted).round().astype(int)
+
+
+def frame_group_times(indices: Sequence[int], fps: float, group: int) -> list[float]:
+    """Each frame group's time in seconds, the mean of its first and last frame's, the
+    last index repeated to fill the last group (Qwen3VLProcessor._calculate_timestamps)."""
+    kept = [int(i) for i in indices]
+    if len(kept) % group:
+        kept.extend(kept[-1] for _ in range(group - len(kept) % group))
+    seconds = [i / fps for i in kept]
+    return [(seconds[i] + seconds[i + group - 1]) / 2 for i in range(0, len(seconds), group)]
+
+
+def frames_resize(
+    frames: int, height: int, width: int, temporal: int, factor: int, low: int, high: int
+) -> tuple[int, int]:
+    """Qwen3VLVideoProcessor's smart_resize: (height, width) multiples of `factor` whose
+    product with the frames (rounded to `temporal`) is within [low, high] pixels."""
+    if height < factor or width < factor:
+        scale = max(factor / height, factor / width)
+        height, width = int(height * scale), int(width * scale)
+    if max(height, width) / min(height, width) > 200:
+        raise BundleError(
+            f"a {width}x{height} video is too narrow for Qwen3-VL: its aspect ratio is over 200"
+        )
+    h_bar, w_bar = round(height / factor) * factor, round(width / factor) * factor
+    t_bar = round(frames / temporal) * temporal
+    if t_bar * h_bar * w_bar > high:
+        beta = math.sqrt(frames * height * width / high)
+        h_bar = max(factor, math.floor(height / beta / factor) * factor)
+        w_bar = max(factor, math.floor(width / beta / factor) * factor)
+    elif t_bar * h_bar * w_bar < low:
+        beta = math.sqrt(low / (frames * height * width))
+        h_bar = math.ceil(height * beta / factor) * factor
+        w_bar = math.ceil(width * beta / factor) * factor
+    return h_bar, w_bar
 
 
 def video_frames(paths: Sequence[Path]) -> list[Image.Image]:
@@ -648,14 +748,50 @@ def video_frames(paths: Sequence[Path]) -> list[Image.Image]:
     return frames
 
 
-def _video(paths: Sequence[Path], opts: dict[str, Any]) -> tuple[np.ndarray, tuple[int, int, int]]:
-    """One video's patches and (t, h, w) grid (video_pixel_values)."""
+def _video(
+    paths: Sequence[Path], opts: dict[str, Any], fps: float
+) -> tuple[np.ndarray, tuple[int, int, int], list[float]]:
+    """One video's patches, (t, h, w) grid and frame group times (video_pixel_values;
+    no times unless the processor stamps them)."""
     patch, merge, group = opts["patch_size"], opts["merge_size"], opts["temporal_patch_size"]
-    frames = np.stack([np.moveaxis(np.asarray(f), -1, 0) for f in video_frames(paths)])
+    pictures = video_frames(paths)
+    times: list[float] = []
+    if opts["stamped"]:
+        kept = sampled_frames(len(pictures), opts, fps)
+        if len(kept) < group:  # transformers' smart_resize refuses it too
+            raise BundleError(
+                f"the video processor keeps {len(kept)} of these {len(pictures)} frames "
+                f"({opts['fps']} a second of a clip of {len(pictures) / fps:.2f} s at "
+                f"fps={fps:g}); Qwen3-VL takes at least {group}: give more frames or the "
+                "rate they were taken at"
+            )
+        pictures = [pictures[i] for i in kept]
+        times = frame_group_times(kept.tolist(), fps, group)
+    frames = np.stack([np.moveaxis(np.asarray(f), -1, 0) for f in pictures])
     size = opts["size"]
-    height, width = smart_resize(
-        frames.shape[2], frames.shape[3], patch * merge, size["shortest_edge"], size["longest_edge"]
-    )
+    if opts["stamped"]:
+        high = size["longest_edge"]
+        if opts["cap_pixels_per_frame"]:  # qwen-vl-utils' per-frame cap
+            cap = opts["max_video_tokens"] * (patch * merge) ** 2
+            each = max(min(cap, high // len(frames)), int(size["shortest_edge"] * 1.05))
+            high = each * len(frames)
+        height, width = frames_resize(
+            len(frames),
+            frames.shape[2],
+            frames.shape[3],
+            group,
+            patch * merge,
+            size["shortest_edge"],
+            high,
+        )
+    else:
+        height, width = smart_resize(
+            frames.shape[2],
+            frames.shape[3],
+            patch * merge,
+            size["shortest_edge"],
+            size["longest_edge"],
+        )
     frames = resize_uint8(frames, height, width)
     mean = np.asarray(opts["image_mean"], np.float32) * np.float32(1 / opts["rescale_factor"])
     std = np.asarray(opts["image_std"], np.float32) * np.float32(1 / opts["rescale_factor"])
@@ -666,9 +802,9 @@ def _video(paths: Sequence[Path], opts: dict[str, Any]) -> tuple[np.ndarray, tup
     grid_t, grid_h, grid_w = len(values) // group, height // patch, width // patch
     blocks = values.reshape(
         grid_t, group, channels, grid_h // merge, merge, patch, grid_w // merge, merge, patch
-    ).transpose(0, 3, 6, 4, 7, 2, 1, 5, 8)  # Qwen2VLVideoProcessor.patchify's permute
+    ).transpose(0, 3, 6, 4, 7, 2, 1, 5, 8)  # the video processors' patchify permute
     flat = blocks.reshape(grid_t * grid_h * grid_w, channels * group * patch * patch)
-    return np.ascontiguousarray(flat), (grid_t, grid_h, grid_w)
+    return np.ascontiguousarray(flat), (grid_t, grid_h, grid_w), times
 
 
 def resize_uint8(pixels: np.ndarray, height: int, width: int) -> np.ndarray:

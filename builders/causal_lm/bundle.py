@@ -109,8 +109,9 @@ def _chat(writer: Writer, ckpt: Any, tok_config: dict[str, Any], tokenizer: Any)
 
 def _vision(request: Request, writer: Writer, ckpt: Any, decoder: dict[str, Any]) -> dict[str, Any]:
     """A vision-language bundle's vision program (input `vision`, builders/vision/) as
-    vision.onnx, the checkpoint's preprocessor_config.json, which runtime/images.py
-    reads, and bundle.json's "vision": what the runtime needs to turn image files into
+    vision.onnx, the checkpoint's preprocessor_config.json (and its
+    video_preprocessor_config.json, where it has one), which runtime/images.py reads, and
+    bundle.json's "vision": what the runtime needs to turn image files into
     the features the decoder merges at the image token, and whether the decoder's
     image tokens attend both ways (`decoder`: its io.json)."""
     source = request.inputs["vision"]
@@ -118,6 +119,9 @@ def _vision(request: Request, writer: Writer, ckpt: Any, decoder: dict[str, Any]
     io = json.loads((source / "io.json").read_text())
     shutil.copyfile(source / engine["file"], writer.path("vision.onnx"))
     shutil.copyfile(ckpt / "preprocessor_config.json", writer.path("preprocessor_config.json"))
+    video = ckpt / "video_preprocessor_config.json"  # where the checkpoint has its own
+    if video.is_file():
+        shutil.copyfile(video, writer.path(video.name))
     return {
         "engine": {
             "file": "vision.onnx",
@@ -126,6 +130,7 @@ def _vision(request: Request, writer: Writer, ckpt: Any, decoder: dict[str, Any]
             "provider": engine["provider"],
         },
         "processor": "preprocessor_config.json",
+        **({"video_processor": video.name} if video.is_file() else {}),
         "image_token_id": io["image_token_id"],
         "tokens_per_image": io["tokens_per_image"],
         "hidden_size": io["hidden_size"],

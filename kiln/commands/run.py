@@ -45,6 +45,7 @@ def generate(
     num_beams: int = 1,
     image: str | None = None,
     video: str | None = None,
+    fps: float | None = None,
 ) -> None:
     import runtime
     from runtime import BundleError, Sampler
@@ -71,6 +72,14 @@ def generate(
     clips = _clips(audio) if audio else []
     pictures = _pictures(image) if image else []
     videos = _videos(video) if video else []
+    if fps is not None and not videos:
+        raise KilnError.one("fps applies to a video's frames", variables.at("fps"), "drop fps")
+    if fps is not None and fps <= 0:
+        raise KilnError.one(
+            f"fps={fps:g}: a video's frames are taken a number of times a second above 0",
+            variables.at("fps"),
+            "e.g. fps=2, the rate the frames were extracted at",
+        )
 
     names = selected(recipe) if recipe else []
     if len(names) != 1:
@@ -137,7 +146,7 @@ def generate(
         if chat:
             think = None if thinking is None else thinking == "1"
             turns = _conversation(system, earlier, prompt, len(pictures), len(videos))
-            features = _features(bundle, turns, pictures, videos)
+            features = _features(bundle, turns, pictures, videos, fps)
             _chat(bundle, turns, think, max_new_tokens, sampler, stats, decoding, features)
             return
         budget = max_new_tokens or PLAIN
@@ -348,10 +357,11 @@ def _features(
     turns: list[dict[str, Any]],
     pictures: list[Path],
     clips: list[list[Path]] | None = None,
+    fps: float | None = None,
 ) -> Any:
     """A vision-language bundle's image (and video) features for the conversation's
-    image parts and then its video parts (None for other bundles); as many images and
-    videos as parts, or a located error."""
+    image parts and then its video parts, their frames taken `fps` a second (None for
+    other bundles); as many images and videos as parts, or a located error."""
     from runtime.vlm import VisionBundle
 
     if not isinstance(bundle, VisionBundle):
@@ -371,16 +381,20 @@ def _features(
 
     if not isinstance(bundle, GridVisionBundle):
         raise KilnError.one(
-            f"video applies to Qwen2-VL-style recipes (their vision program takes frame "
-            f"groups); this bundle is run by {type(bundle).__name__}",
+            f"video applies to Qwen-VL recipes (their vision program takes frame groups); "
+            f"this bundle is run by {type(bundle).__name__}",
             variables.at("video"),
-            "drop video, or name tiny-qwen2.5-vl or tiny-qwen2-vl",
+            "drop video, or name tiny-qwen2.5-vl, tiny-qwen2-vl or tiny-qwen3-vl",
         )
-    return _in_part_order(bundle, turns, pictures, clips)
+    return _in_part_order(bundle, turns, pictures, clips, fps)
 
 
 def _in_part_order(
-    bundle: Any, turns: list[dict[str, Any]], pictures: list[Path], clips: list[list[Path]]
+    bundle: Any,
+    turns: list[dict[str, Any]],
+    pictures: list[Path],
+    clips: list[list[Path]],
+    fps: float | None = None,
 ) -> Any:
     """The features of the pictures and videos in the order of the conversation's parts
     (each kind in its own order), as encode_chat takes them."""
@@ -394,7 +408,7 @@ def _in_part_order(
         if p["type"] in ("image", "video")
     ]
     images = iter(bundle.image_features([p]) for p in pictures)
-    videos = iter(bundle.video_features([c]) for c in clips)
+    videos = iter(bundle.video_features([c], fps) for c in clips)
     return join(*(next(images) if k == "image" else next(videos) for k in kinds))
 
 

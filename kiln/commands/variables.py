@@ -82,8 +82,9 @@ class Var:
             value = self.type(text.strip())
         except ValueError:
             what = "an integer" if self.type is int else "a number"
+            example = _shown(self.default) if self.default is not None else "1"
             raise KilnError.one(
-                f"{text!r} is not {what}", where, f"e.g. {self.name}={_shown(self.default)}"
+                f"{text!r} is not {what}", where, f"e.g. {self.name}={example}"
             ) from None
         if isinstance(value, float) and not math.isfinite(value):
             raise KilnError.one(f"{text!r} is not a finite number", where)
@@ -402,11 +403,23 @@ RUN = Verb(
             "video",
             str,
             None,
-            "a Qwen2-VL or Qwen2.5-VL recipe's video as its frames' image files, in order, "
+            "a Qwen2-VL, Qwen2.5-VL or Qwen3-VL recipe's video as its frames' image files, in "
+            "order, "
             "comma-separated (2 or more, of one size; no video containers: extract frames "
             "first); videos separated by ';'. Asked about with the prompt after any images, "
             'or given to the {"type": "video"} parts of a messages file in order',
             metavar="FRAME,FRAME,...",
+        ),
+        Var(
+            "fps",
+            float,
+            None,
+            "how many of video='s frames a second of the clip (the rate they were extracted "
+            "at); unset: 24, transformers' rate for frames without their clip. Qwen2.5-VL "
+            "steps a video's time positions by it; Qwen3-VL keeps 2 frames a second of the "
+            "clip and writes each frame group's time into the prompt",
+            metavar="NUMBER",
+            minimum=0,
         ),
     ),
     "Generate with a recipe's bundle: `doit run recipe=NAME prompt=...` "

@@ -17,6 +17,7 @@ prefill windows.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ import numpy as np
 import pytest
 from conftest import (
     CIRCLE,
+    PICTURES,
     SQUARE,
     STRIPES,
     World,
@@ -183,13 +185,165 @@ def test_the_bundle_runs_without_torch_or_transformers_models(world: World) -> N
     ]
 
 
-def test_a_video_is_refused_with_what_qwen3_vl_would_need(bundle: Any) -> None:
-    """Qwen3-VL's processor writes each frame group's timestamp into the text (and its
-    video processor samples frames by fps): not reproduced, so refused, not guessed."""
-    from runtime import BundleError
+# ---------------------------------------------------------------- video as frames
 
-    with pytest.raises(BundleError, match="Qwen3-VL's processor writes each frame group"):
-        bundle.video_features([[CIRCLE, CIRCLE]])
+# 12 frames of 100 x 60, each a shipped picture turned by its own angle, so that a
+# wrong frame kept shows in the pixels. At transformers' 24 fps (frames without their
+# clip) the processor keeps 4 of them (its 2 a second, at least min_frames): 2 frame
+# groups, each 32 x 64 pixels (1 x 2 tokens) within the tiny's 16,384-pixel budget for
+# all frames; at fps=2 it keeps all 12: 6 frame groups, 1 token each.
+VIDEO_SOURCES = ("circle_64x48.png", "square_200x120.jpg", "stripes_37x91.png", "gray_50x70.png")
+
+
+@pytest.fixture(scope="module")
+def frames(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    from PIL import Image
+
+    folder = tmp_path_factory.mktemp("frames")
+    made = []
+    for i in range(12):
+        picture = Image.open(PICTURES / VIDEO_SOURCES[i % 4]).convert("RGB")
+        path = folder / f"frame_{i:02d}.png"
+        picture.resize((100, 60)).rotate(9 * i).save(path)
+        made.append(path)
+    return made
+
+
+def _video_encoded(hf: tuple[Any, Any], frames: list[Path], text: str, fps: float | None) -> Any:
+    """Qwen3VLProcessor's input_ids, mm_token_type_ids, pixel_values_videos and
+    video_grid_thw for one user turn of a video and `text`: its chat template, its frame
+    sampling, its timestamps and its <|video_pad|> expansion, by transformers' own
+    Qwen3VLVideoProcessor. transformers' video processors resize and normalize through
+    torchvision, which is not installed here (no CPU build of it for torch 2.13): those
+    two calls are replayed with the torch calls torchvision makes for uint8 frames on a
+    CPU (F.interpolate bicubic, antialiased; sub_ then div_ by mean and std), and the
+    frames come in RGB already (its convert_to_rgb is torchvision's too)."""
+    import importlib.util
+
+    import torch
+    from PIL import Image
+    from transformers.models.qwen3_vl.video_processing_qwen3_vl import (
+        Qwen3VLVideoProcessor,
+        smart_resize,
+    )
+    from transformers.video_utils import VideoMetadata
+
+    processor, _ = hf
+
+    class Frames(Qwen3VLVideoProcessor):
+        def resize(self, videos: Any, size: Any, resample: Any, factor: int, **kw: Any) -> Any:
+            if importlib.util.find_spec("torchvision"):
+                return super().resize(videos, size, resample, factor, **kw)
+            height, width = smart_resize(
+                num_frames=videos.shape[1],
+                height=videos.shape[-2],
+                width=videos.shape[-1],
+                temporal_factor=kw["temporal_factor"],
+                factor=factor,
+                min_pixels=size.shortest_edge,
+                max_pixels=size.longest_edge,
+            )
+            b, t, c = videos.shape[:3]
+            flat = videos.reshape(b * t, c, *videos.shape[-2:]).contiguous()
+            made = torch.nn.functional.interpolate(
+                flat, size=[height, width], mode="bicubic", antialias=True
+            )
+            return made.reshape(b, t, c, height, width)
+
+        def normalize(self, image: Any, mean: Any, std: Any, inplace: bool = False, **kw: Any):
+            if importlib.util.find_spec("torchvision"):
+                return super().normalize(image, mean, std, inplace=inplace)
+            mean = torch.as_tensor(mean, dtype=image.dtype).view(-1, 1, 1)
+            std = torch.as_tensor(std, dtype=image.dtype).view(-1, 1, 1)
+            return (image if inplace else image.clone()).sub_(mean).div_(std)
+
+    checkpoint = Path(hf[1].name_or_path)
+    config = json.loads((checkpoint / "preprocessor_config.json").read_text())
+    skip = ("image_processor_type", "processor_class")  # no video processor settings
+    settings = {k: v for k, v in config.items() if k not in skip}
+    before = getattr(processor, "video_processor", None)
+    processor.video_processor = Frames(**{**settings, "do_convert_rgb": False})
+    for name in ("vision_start", "vision_end"):  # Qwen3VLProcessor.__init__'s, not run
+        setattr(processor, f"{name}_token", f"<|{name}|>")
+        setattr(
+            processor, f"{name}_token_id", processor.tokenizer.convert_tokens_to_ids(f"<|{name}|>")
+        )
+    parts = [{"type": "video"}, {"type": "text", "text": text}]
+    chat = processor.apply_chat_template(
+        [{"role": "user", "content": parts}], add_generation_prompt=True
+    )
+    pictures = [Image.open(f).convert("RGB") for f in frames]
+    extra = {}
+    if fps is not None:
+        extra["video_metadata"] = [VideoMetadata(total_num_frames=len(frames), fps=fps)]
+    try:
+        return processor(text=chat, videos=[pictures], return_tensors="pt", **extra)
+    finally:
+        processor.video_processor = before
+
+
+@pytest.mark.parametrize("fps", [None, 2.0])
+def test_a_video_of_frames_gives_transformers_pixels_ids_times_positions_and_logits(
+    bundle: Any, hf: tuple[Any, Any], frames: list[Path], fps: float | None
+) -> None:
+    """The processor's frames kept (by the clip's fps), its patches within 1e-6, its
+    ids with each frame group's "<T seconds>" and vision_start/end, get_rope_index's
+    positions (each frame group a (1, h, w) picture) and transformers' logits at every
+    position, DeepStack rows added at the video's tokens."""
+    import torch
+
+    from runtime.mrope import rope_positions
+
+    _, model = hf
+    encoded = _video_encoded(hf, frames, "What happens?", fps)
+    ids, features = bundle.ask("What happens?", videos=[frames], fps=fps)
+    groups = 2 if fps is None else 6
+    assert encoded["video_grid_thw"].tolist() == [[groups, 2, 4] if fps is None else [6, 2, 2]]
+    patches, meta = bundle.video_patches([frames], fps)
+    assert np.abs(patches - encoded["pixel_values_videos"].numpy()).max() <= 1e-6
+    assert meta.grids == [(1, 2, 4) if fps is None else (1, 2, 2)] * groups
+    assert ids == encoded["input_ids"][0].tolist()
+    text = bundle.tokenizer.decode(ids, skip_special_tokens=False)
+    # kept frames 0, 4, 7, 11 of 12 at 24 fps: groups at (0 + 4) / 48 and (7 + 11) / 48 s;
+    # at 2 fps all 12: (2k + 2k + 1) / 4 = k + 0.25 s, which .1f writes as k.2
+    times = [f"<{t:.1f} seconds>" for t in meta.stamps]
+    wanted = [0.1, 0.4] if fps is None else [0.2, 1.2, 2.2, 3.2, 4.2, 5.2]
+    assert times == [f"<{t} seconds>" for t in wanted]
+    assert text.count("<|vision_start|>") == groups + 1  # the part's own, then one a group
+    assert all(t in text for t in times)
+    theirs_positions, _ = model.model.get_rope_index(
+        encoded["input_ids"],
+        encoded["mm_token_type_ids"],
+        video_grid_thw=encoded["video_grid_thw"],
+    )
+    tokens = [bundle.image_token, bundle.video_token]
+    ours = rope_positions(ids, tokens, features.grids, bundle.merge, features.intervals)
+    assert np.array_equal(ours, theirs_positions[:, 0].numpy())
+    with torch.no_grad():
+        theirs = model(**encoded).logits[0].numpy()
+    assert np.abs(bundle.logits(ids, features) - theirs).max() < 1e-4
+    flat = features.copy()
+    flat[:, 64:] = 0.0  # DeepStack's rows matter at video tokens too
+    assert np.abs(bundle.logits(ids, flat) - theirs).max() > 1e-2
+
+
+def test_doit_run_answers_about_a_video_at_the_rate_its_frames_were_taken(
+    world: World, frames: list[Path]
+) -> None:
+    video = "video=" + ",".join(str(f) for f in frames)
+    out = world.doit("run", f"recipe={RECIPE}", video, "fps=2", "prompt=What happens?")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip()
+    for given, said in (
+        ((video, "fps=0"), "fps=0: a video's frames are taken a number of times a second"),
+        ((video, "fps=-1"), "-1 is below 0"),
+        ((video, "fps=fast"), "'fast' is not a number"),
+        (("fps=2",), "fps applies to a video's frames"),
+    ):
+        out = world.doit("run", f"recipe={RECIPE}", *given, "prompt=What happens?")
+        text = out.stdout + out.stderr
+        assert out.returncode != 0 and said in text, text
+        assert "Traceback" not in text
 
 
 @pytest.fixture(scope="module")
