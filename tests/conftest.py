@@ -448,6 +448,33 @@ def alone(bundle: Any, prompt: tuple[list[int], Any], new: int = 10) -> list[int
     return list(bundle.generate_images([prompt], new).tokens[0])
 
 
+def check_video_positions_and_logits(
+    bundle: Any, model: Any, encoded: Any, ids: list[int], features: Any, **rope: Any
+) -> Any:
+    """A prompt with a video (`encoded`, the processor's; `ids` and `features`, the
+    bundle's): the bundle's positions are get_rope_index's (given `rope`, its video
+    keywords beyond the grid) and its logits transformers' at every position (< 1e-4);
+    transformers' logits."""
+    import numpy as np
+    import torch
+
+    from runtime.mrope import rope_positions
+
+    theirs_positions, _ = model.model.get_rope_index(
+        encoded["input_ids"],
+        encoded["mm_token_type_ids"],
+        video_grid_thw=encoded["video_grid_thw"],
+        **rope,
+    )
+    tokens = [bundle.image_token, bundle.video_token]
+    ours = rope_positions(ids, tokens, features.grids, bundle.merge, features.intervals)
+    assert np.array_equal(ours, theirs_positions[:, 0].numpy())
+    with torch.no_grad():
+        theirs = model(**encoded).logits[0].numpy()
+    assert np.abs(bundle.logits(ids, features) - theirs).max() < 1e-4
+    return theirs
+
+
 def check_pictures_survive_batches_and_chunks(bundle: Any) -> None:
     """A batch of a one-picture and a two-picture prompt, then prefill chunks of 5
     tokens that cut through the pictures' rows, each give every prompt's tokens alone

@@ -41,6 +41,7 @@ from conftest import (
     bundle_without_torch,
     check_fp32_vlm_record,
     check_pictures_survive_batches_and_chunks,
+    check_video_positions_and_logits,
     heavy,
     nightly,
     two_images,
@@ -393,10 +394,8 @@ def test_a_video_of_frames_gives_transformers_pixels_ids_positions_and_logits(
     processor's (16 <|video_pad|>), positions get_rope_index's with the video's
     second_per_grid_ts, and the logits at every position transformers' (so the vision
     program takes t = 2 grids as the tower does)."""
-    import torch
 
     from runtime import images
-    from runtime.mrope import rope_positions
 
     _, model = hf
     encoded, reference = _video_encoded(hf, frames, "What happens?")
@@ -407,18 +406,8 @@ def test_a_video_of_frames_gives_transformers_pixels_ids_positions_and_logits(
     ids, features = bundle.ask("What happens?", videos=[frames])
     assert ids == encoded["input_ids"][0].tolist()
     assert ids.count(bundle.video_token) == 16 and features.grids == [(2, 4, 8)]
-    theirs_positions, _ = model.model.get_rope_index(
-        encoded["input_ids"],
-        encoded["mm_token_type_ids"],
-        video_grid_thw=encoded["video_grid_thw"],
-        second_per_grid_ts=encoded["second_per_grid_ts"],
-    )
-    tokens = [bundle.image_token, bundle.video_token]
-    ours = rope_positions(ids, tokens, features.grids, bundle.merge, features.intervals)
-    assert np.array_equal(ours, theirs_positions[:, 0].numpy())
-    with torch.no_grad():
-        theirs = model(**encoded).logits[0].numpy()
-    assert np.abs(bundle.logits(ids, features) - theirs).max() < 1e-4
+    rope = {"second_per_grid_ts": encoded["second_per_grid_ts"]}
+    check_video_positions_and_logits(bundle, model, encoded, ids, features, **rope)
     # a picture and a video in one turn: the features follow the parts' order
     both, joined = bundle.ask("What happens?", [CIRCLE], [frames])
     assert joined.videos == [False, True] and len(joined) == 4 + 16

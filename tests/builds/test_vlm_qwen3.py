@@ -35,6 +35,7 @@ from conftest import (
     check_fp32_vlm_record,
     check_inductor_gives_onnxruntime_outputs,
     check_pictures_survive_batches_and_chunks,
+    check_video_positions_and_logits,
     heavy,
 )
 
@@ -290,9 +291,6 @@ def test_a_video_of_frames_gives_transformers_pixels_ids_times_positions_and_log
     ids with each frame group's "<T seconds>" and vision_start/end, get_rope_index's
     positions (each frame group a (1, h, w) picture) and transformers' logits at every
     position, DeepStack rows added at the video's tokens."""
-    import torch
-
-    from runtime.mrope import rope_positions
 
     _, model = hf
     encoded = _video_encoded(hf, frames, "What happens?", fps)
@@ -311,17 +309,7 @@ def test_a_video_of_frames_gives_transformers_pixels_ids_times_positions_and_log
     assert times == [f"<{t} seconds>" for t in wanted]
     assert text.count("<|vision_start|>") == groups + 1  # the part's own, then one a group
     assert all(t in text for t in times)
-    theirs_positions, _ = model.model.get_rope_index(
-        encoded["input_ids"],
-        encoded["mm_token_type_ids"],
-        video_grid_thw=encoded["video_grid_thw"],
-    )
-    tokens = [bundle.image_token, bundle.video_token]
-    ours = rope_positions(ids, tokens, features.grids, bundle.merge, features.intervals)
-    assert np.array_equal(ours, theirs_positions[:, 0].numpy())
-    with torch.no_grad():
-        theirs = model(**encoded).logits[0].numpy()
-    assert np.abs(bundle.logits(ids, features) - theirs).max() < 1e-4
+    theirs = check_video_positions_and_logits(bundle, model, encoded, ids, features)
     flat = features.copy()
     flat[:, 64:] = 0.0  # DeepStack's rows matter at video tokens too
     assert np.abs(bundle.logits(ids, flat) - theirs).max() > 1e-2
