@@ -17,12 +17,20 @@ marker and its position, then the global view's (image_sequence); InternVLProces
 writes every tile's tokens, thumbnail's last, as one run between the markers it puts
 around an unsplit picture's (<img>, </img>: tiles_sequence).
 
+InternVL also takes videos, as their frames' image files (kiln decodes no container):
+InternVLVideoProcessor resizes every frame to its size (torchvision's uint8 bicubic,
+runtime/images.py frame_tiles), each frame is one tile of the same vision program, and
+InternVLProcessor writes the video part's <video> as "Frame1: <img>...</img>\nFrame2:
+..." (frame_sequence), each frame's tokens an unsplit picture's. CropFeatures mark a
+video's entry by its frame count (`frames`).
+
 The decoder is the ordinary one (1-D positions, causal mask, features merged at the
 image tokens). No torch and no transformers at run time.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -36,6 +44,7 @@ from runtime.vlm import VisionBundle
 # tokens and the tag of the global view; a crop at row r, column c is <row_r_col_c>.
 FAKE_TOKEN = "<fake_token_around_image>"
 GLOBAL_TAG = "<global-img>"
+VIDEO = "<video>"  # InternVL's video token (its tokenizer_config.json video_token)
 
 RowsCols = tuple[int, int]
 
@@ -70,19 +79,41 @@ def crops_of(rows: int, cols: int) -> int:
     return rows * cols + 1 if rows or cols else 1
 
 
+def frame_sequence(unsplit: str, frames: int) -> str:
+    """The text InternVLProcessor puts in place of a video's <video>: a line a frame,
+    "FrameN: " and then the sequence of a picture that is one tile."""
+    return "\n".join(f"Frame{i + 1}: {unsplit}" for i in range(frames))
+
+
 class CropFeatures(np.ndarray):
     """Image feature rows [tokens, hidden] that remember the (rows, cols) grid of each
-    picture they came from (`grids`, in order), which its prompt's sequence needs."""
+    picture they came from (`grids`, in order), which its prompt's sequence needs; a
+    video's entry has its frame count in `frames` (0 for a picture) and grid (0, 0)."""
 
     grids: list[RowsCols]
+    frames: list[int]
 
-    def __new__(cls, rows: np.ndarray, grids: Sequence[RowsCols]) -> CropFeatures:
+    def __new__(
+        cls, rows: np.ndarray, grids: Sequence[RowsCols], frames: Sequence[int] | None = None
+    ) -> CropFeatures:
         made = np.asarray(rows).view(cls)
         made.grids = [(int(r), int(c)) for r, c in grids]
+        made.frames = [int(n) for n in frames] if frames is not None else [0] * len(made.grids)
         return made
 
     def __array_finalize__(self, obj: Any) -> None:
         self.grids = getattr(obj, "grids", [])
+        self.frames = getattr(obj, "frames", [0] * len(self.grids))
+
+
+def join(*parts: np.ndarray) -> CropFeatures:
+    """Features of pictures and videos one after the other, their grids and frame counts
+    kept in that order."""
+    rows = np.concatenate([np.asarray(p) for p in parts])
+    keep = [p for p in parts if isinstance(p, CropFeatures)]
+    return CropFeatures(
+        rows, [g for p in keep for g in p.grids], [n for p in keep for n in p.frames]
+    )
 
 
 class CropsVisionBundle(VisionBundle):
@@ -97,6 +128,8 @@ class CropsVisionBundle(VisionBundle):
         # InternVL's tiles are one run of tokens; Idefics3's crops each have their own
         self.tiled = images.family(self.processor) == "GotOcr2ImageProcessor"
         self.graph_inputs = {i.name for i in self.vision.get_inputs()}
+        found = self.tokenizer.token_to_id(VIDEO) if self.tiled else None
+        self.video_token: int | None = None if found is None else int(found)
 
     def crops(self, paths: Sequence[Path | str]) -> dict[str, np.ndarray]:
         """The processor's inputs for the images at `paths` (runtime/images.py
@@ -133,36 +166,78 @@ class CropsVisionBundle(VisionBundle):
             runs.append(self.vision.run(["image_features"], feeds)[0])
         return CropFeatures(np.concatenate(runs), grids)
 
+    def video_features(
+        self, videos: Sequence[Sequence[Path | str]], fps: float | None = None
+    ) -> CropFeatures:
+        """The features of the videos, each given as its frames' image files, in order:
+        every frame one tile of the vision program (module docstring). `fps` changes
+        nothing here: InternVL's video processor keeps every frame and writes no times,
+        as transformers' does without do_sample_frames."""
+        from runtime import images
+
+        if not videos:
+            return CropFeatures(self.no_images, [])
+        if self.video_token is None:
+            raise BundleError(f"this bundle's tokenizer has no {VIDEO}: it takes no video")
+        tiles = images.frame_tiles(
+            [[Path(p) for p in v] for v in videos], self.processor, self.video_processor
+        )
+        size = tuple(self.vision.get_inputs()[0].shape[-2:])
+        if any(t.shape[-2:] != size for t in tiles if all(isinstance(x, int) for x in size)):
+            raise BundleError(
+                f"the video processor resizes frames to {tiles[0].shape[-2:]}, but the "
+                f"vision program takes {size} tiles"
+            )
+        runs = [self.vision.run(["image_features"], {"pixel_values": t[None]})[0] for t in tiles]
+        return CropFeatures(np.concatenate(runs), [(0, 0)] * len(tiles), [len(t) for t in tiles])
+
+    def media_features(
+        self,
+        images: Sequence[Path | str] = (),
+        videos: Sequence[Sequence[Path | str]] = (),
+        fps: float | None = None,
+    ) -> CropFeatures:
+        """The features of `images` and then `videos`, in that order."""
+        return join(self.image_features(images), self.video_features(videos, fps))
+
     def encode_chat(
         self,
         messages: list[dict[str, Any]],
         thinking: bool | None = None,
         images: np.ndarray | None = None,
     ) -> list[int]:
-        """The conversation's token ids, each image part's placeholder replaced in the
-        rendered text by its picture's sequence: `images` are the pictures' features
-        (image_features), in the order of the conversation's image parts."""
+        """The conversation's token ids, each image part's placeholder (each video part's
+        <video>) replaced in the rendered text by its picture's (video's) sequence:
+        `images` are the pictures' and videos' features (image_features,
+        video_features, media_features), in the order of the conversation's parts."""
         from runtime.chat import check_messages, texts
 
-        for i, m in enumerate(check_messages(messages, parts=True)):
-            if any(self.image_placeholder in t for t in texts(m["content"])):
-                raise BundleError(
-                    f"message {i} ({m['role']}) writes the image placeholder "
-                    f"{self.image_placeholder!r} in its text; give each image as an "
-                    '{"type": "image"} part instead'
-                )
-        pieces = self.render_chat(messages, thinking).split(self.image_placeholder)
+        videos = self.video_token is not None
+        for i, m in enumerate(check_messages(messages, parts=True, videos=videos)):
+            for name in (self.image_placeholder, VIDEO):
+                if any(name in t for t in texts(m["content"])):
+                    raise BundleError(
+                        f"message {i} ({m['role']}) writes {name!r} in its text; give each "
+                        'image or video as an {"type": "image"} or {"type": "video"} part'
+                    )
+        marks = [re.escape(self.image_placeholder)] + ([re.escape(VIDEO)] if videos else [])
+        pieces = re.split(f"({'|'.join(marks)})", self.render_chat(messages, thinking))
+        said = ["video" if p == VIDEO else "image" for p in pieces[1::2]]
         grids = list(getattr(images, "grids", []))
-        if len(pieces) - 1 != len(grids):
+        frames = list(getattr(images, "frames", [0] * len(grids)))
+        given = ["video" if n else "image" for n in frames]
+        if said != given:
             raise BundleError(
-                f"the conversation has {len(pieces) - 1} image parts but {len(grids)} "
-                "pictures' features were given; this bundle's pictures are each cut into "
-                "their own number of crops, so give encode_chat the features of its "
-                "pictures (image_features) as images="
+                f"the conversation has {said.count('image')} image and {said.count('video')} "
+                f"video parts but the features given are of {given.count('image')} pictures "
+                f"and {given.count('video')} videos; this bundle's pictures are each cut "
+                "into their own number of crops, so give encode_chat the features of its "
+                "pictures and videos (image_features, video_features, in the parts' order) "
+                "as images="
             )
         text = pieces[0]
-        for (rows, cols), piece in zip(grids, pieces[1:], strict=True):
-            text += self.sequence(rows, cols)
+        for (rows, cols), n, piece in zip(grids, frames, pieces[2::2], strict=True):
+            text += frame_sequence(self.sequence(0, 0), n) if n else self.sequence(rows, cols)
             text += piece
         return list(self.tokenizer.encode(text, add_special_tokens=False).ids)
 
@@ -173,9 +248,17 @@ class CropsVisionBundle(VisionBundle):
             return tiles_sequence(self.image_sequence, token, per_crop, crops_of(rows, cols))
         return image_sequence(rows, cols, token, per_crop)
 
-    def ask(self, text: str, images: Sequence[Path | str] = ()) -> tuple[list[int], np.ndarray]:
-        """VisionBundle.ask: the images' features first, which decide their tokens."""
+    def ask(
+        self,
+        text: str,
+        images: Sequence[Path | str] = (),
+        videos: Sequence[Sequence[Path | str]] = (),
+        fps: float | None = None,
+    ) -> tuple[list[int], np.ndarray]:
+        """VisionBundle.ask: the images' (then the videos') features first, which decide
+        their tokens; a video is its frames' image files."""
         parts: list[dict[str, str]] = [{"type": "image"} for _ in images]
+        parts += [{"type": "video"} for _ in videos]
         parts.append({"type": "text", "text": text})
-        features = self.image_features(images)
+        features = self.media_features(images, videos, fps)
         return self.encode_chat([{"role": "user", "content": parts}], images=features), features

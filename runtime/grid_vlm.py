@@ -53,8 +53,8 @@ from typing import Any
 import numpy as np
 
 from runtime.causal_lm import IMAGES
-from runtime.chat import Template, check_messages, texts
-from runtime.format import BundleError, read_json
+from runtime.chat import check_messages, texts
+from runtime.format import BundleError
 from runtime.mrope import Grid, batch_positions, tokens_of, vision_inputs
 from runtime.vlm import VisionBundle
 
@@ -131,9 +131,6 @@ class GridVisionBundle(VisionBundle):
         # the processor's video token (Qwen2VLProcessor's "<|video_pad|>")
         found = self.tokenizer.token_to_id(VIDEO)
         self.video_token: int | None = None if found is None else int(found)
-        # the checkpoint's video_preprocessor_config.json, where it has one
-        named = spec.get("video_processor")
-        self.video_processor = read_json(self.path / named) if named else None
 
     def pixels(self, paths: Sequence[Path | str]) -> np.ndarray:
         """The patches of each image at `paths` as the processor makes them, [images,
@@ -259,18 +256,6 @@ class GridVisionBundle(VisionBundle):
             deep = rows[:, self.hidden :].reshape(len(rows), self.levels, self.hidden)
             feeds[DEEPSTACK] = np.ascontiguousarray(deep)
         return feeds
-
-    def render_chat(self, messages: list[dict[str, Any]], thinking: bool | None = None) -> str:
-        """Bundle.render_chat, whose messages may also hold {"type": "video"} parts."""
-        if self.video_token is None:
-            return super().render_chat(messages, thinking)
-        messages = check_messages(messages, parts=True, videos=True)
-        for i, m in enumerate(messages):
-            for text in texts(m["content"]):
-                self.policy.check(text, f"message {i} ({m['role']})")
-        text = Template(self.path, self.meta["chat"]).render(messages, thinking)
-        self.eos |= set(self.meta["chat"].get("end_of_turn", []))
-        return text
 
     def encode_chat(
         self,

@@ -572,8 +572,25 @@ QWEN3_VIDEO_DEFAULTS: dict[str, Any] = {
     "cap_pixels_per_frame": False,  # None warns and means False in transformers 5.24
     "max_video_tokens": 768,
 }
+# InternVLVideoProcessor's (video_processing_internvl.py): each frame resized to `size`,
+# one tile a frame (InternVLProcessor writes "FrameN: <img>...</img>" a frame).
+INTERNVL_VIDEO_DEFAULTS: dict[str, Any] = {
+    **COMMON,
+    "size": {"height": 384, "width": 384},
+    "image_mean": OPENAI_CLIP_MEAN,
+    "image_std": OPENAI_CLIP_STD,
+    "do_sample_frames": False,
+    "do_center_crop": None,
+}
 QWEN2_VIDEO = (None, "Qwen2VLProcessor", "Qwen2_5_VLProcessor")
 QWEN3_VIDEO = "Qwen3VLProcessor"
+INTERNVL_VIDEO = "InternVLProcessor"
+# which image processor each video processor goes with (the bundle's vision program)
+VIDEO_FAMILIES = {
+    **dict.fromkeys(QWEN2_VIDEO, "Qwen2VLImageProcessor"),
+    QWEN3_VIDEO: "Qwen2VLImageProcessor",
+    INTERNVL_VIDEO: "GotOcr2ImageProcessor",
+}
 # Video containers: kiln decodes none (no codec library at run time); frames come as
 # image files, which a user extracts first (ffmpeg -i clip.mp4 -vf fps=2 frame_%03d.png).
 CONTAINERS = (".mp4", ".mov", ".mkv", ".webm", ".avi", ".m4v", ".mpg", ".mpeg", ".flv", ".wmv")
@@ -610,6 +627,8 @@ def video_pixel_values(
       frames grouped by temporal_patch_size, the last frame repeated to fill a group.
     """
     opts = video_settings(config, video_config)
+    if opts["tiles"]:
+        raise BundleError("InternVL's video frames are tiles (frame_tiles), not patches")
     patches, grids, stamps = [], [], []
     for frames in videos:
         made, grid, times = _video(frames, opts, fps)
@@ -628,46 +647,77 @@ def video_pixel_values(
 def video_settings(
     config: dict[str, Any], video_config: dict[str, Any] | None = None
 ) -> dict[str, Any]:
-    """A Qwen2-VL-style checkpoint's video processor settings: its video processor
-    config (else its image processor's) over the video processor class's defaults, and
-    `stamped`: Qwen3-VL's, which samples frames and stamps their times in the text.
-    Qwen2-VL's __init__ reads min/max_pixels over size. A BundleError for other
-    processors."""
-    if family(config) != "Qwen2VLImageProcessor":
-        raise BundleError(
-            f"video input applies to Qwen2-VL, Qwen2.5-VL and Qwen3-VL bundles; this one's "
-            f"processor is {config.get('image_processor_type')!r}"
-        )
+    """A checkpoint's video processor settings: its video processor config (else its
+    image processor's, as AutoVideoProcessor falls back to it) over the video processor
+    class's defaults, with `stamped` (Qwen3-VL's, which samples frames and stamps their
+    times in the text) and `tiles` (InternVL's, a resized frame a tile). Qwen2-VL's
+    __init__ reads min/max_pixels over size. A BundleError for other processors and for
+    settings not reproduced."""
     source = video_config if video_config is not None else config
     kind = config.get("processor_class") or source.get("processor_class")
-    if kind not in (*QWEN2_VIDEO, QWEN3_VIDEO):
+    wanted = VIDEO_FAMILIES.get(kind)
+    named = family(config)
+    if wanted != named:
         raise BundleError(
-            f"video input applies to Qwen2-VL, Qwen2.5-VL and Qwen3-VL bundles; this one's "
-            f"processor is {kind!r}"
+            "video input applies to Qwen2-VL, Qwen2.5-VL, Qwen3-VL and InternVL bundles; "
+            f"this one's processor is {kind or named!r}"
         )
-    stamped = kind == QWEN3_VIDEO
-    defaults = QWEN3_VIDEO_DEFAULTS if stamped else VIDEO_DEFAULTS
+    stamped, tiles = kind == QWEN3_VIDEO, kind == INTERNVL_VIDEO
+    defaults = (
+        QWEN3_VIDEO_DEFAULTS if stamped else INTERNVL_VIDEO_DEFAULTS if tiles else VIDEO_DEFAULTS
+    )
     # fps and num_frames set to null mean "not by fps", "not a count" (sample_frames)
     kept = ("fps", "num_frames") if stamped else ()
     merged = {**defaults, **{k: v for k, v in source.items() if v is not None or k in kept}}
     size = dict(merged["size"])
-    if not stamped and "min_pixels" in merged:
+    if kind in QWEN2_VIDEO and "min_pixels" in merged:
         size["shortest_edge"] = merged["min_pixels"]
-    if not stamped and "max_pixels" in merged:
+    if kind in QWEN2_VIDEO and "max_pixels" in merged:
         size["longest_edge"] = merged["max_pixels"]
     merged["size"] = size
-    merged["stamped"] = stamped
+    merged["stamped"], merged["tiles"] = stamped, tiles
     if merged["resample"] != BICUBIC or not (merged["do_rescale"] and merged["do_normalize"]):
         raise BundleError(
             "the video processor config: video frames are reproduced for bicubic resizing "
-            "with rescale and normalize on (the Qwen-VL processors' settings)"
+            "with rescale and normalize on (the Qwen-VL and InternVL processors' settings)"
         )
     if stamped and merged["num_frames"] is not None and merged["fps"] is not None:
         raise BundleError(
             "the video processor config sets both num_frames and fps, which "
             "Qwen3VLVideoProcessor refuses as mutually exclusive"
         )
+    if tiles and (merged["do_sample_frames"] or merged["do_center_crop"]):
+        raise BundleError(
+            "the video processor config sets do_sample_frames or do_center_crop, which "
+            "this runtime does not reproduce for InternVL: every frame is kept and resized"
+        )
     return merged
+
+
+def frame_tiles(
+    videos: Sequence[Sequence[Path]], config: dict[str, Any], video_config: dict[str, Any] | None
+) -> list[np.ndarray]:
+    """InternVLVideoProcessor's pixel_values_videos for videos given as their frames'
+    image files: each video's frames [frames, 3, H, W] float32, every frame kept,
+    resized to the video processor's size as torchvision resizes uint8 (resize_uint8)
+    and rescaled and normalized in one step (the fused float32 arithmetic)."""
+    opts = video_settings(config, video_config)
+    if not opts["tiles"]:
+        raise BundleError("frame tiles are InternVL's video input")
+    size = opts["size"]
+    made = []
+    for paths in videos:
+        frames = np.stack([np.moveaxis(np.asarray(f), -1, 0) for f in video_frames(paths)])
+        made.append(_fused_normalize(resize_uint8(frames, size["height"], size["width"]), opts))
+    return made
+
+
+def _fused_normalize(frames: np.ndarray, opts: dict[str, Any]) -> np.ndarray:
+    """[..., C, H, W] uint8 frames rescaled and normalized as the video processors'
+    torchvision path does it: (x - mean * 255) / (std * 255) in float32."""
+    mean = np.asarray(opts["image_mean"], np.float32) * np.float32(1 / opts["rescale_factor"])
+    std = np.asarray(opts["image_std"], np.float32) * np.float32(1 / opts["rescale_factor"])
+    return (frames.astype(np.float32) - mean.reshape(-1, 1, 1)) / std.reshape(-1, 1, 1)
 
 
 def sampled_frames(total: int, opts: dict[str, Any], fps: float) -> np.ndarray:
@@ -792,10 +842,7 @@ def _video(
             size["shortest_edge"],
             size["longest_edge"],
         )
-    frames = resize_uint8(frames, height, width)
-    mean = np.asarray(opts["image_mean"], np.float32) * np.float32(1 / opts["rescale_factor"])
-    std = np.asarray(opts["image_std"], np.float32) * np.float32(1 / opts["rescale_factor"])
-    values = (frames.astype(np.float32) - mean.reshape(-1, 1, 1)) / std.reshape(-1, 1, 1)
+    values = _fused_normalize(resize_uint8(frames, height, width), opts)
     if pad := -len(values) % group:
         values = np.concatenate([values, np.repeat(values[-1:], pad, 0)])
     channels = values.shape[1]

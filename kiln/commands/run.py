@@ -377,14 +377,12 @@ def _features(
             )
     if not clips:
         return bundle.image_features(pictures)
-    from runtime.grid_vlm import GridVisionBundle
-
-    if not isinstance(bundle, GridVisionBundle):
+    if bundle.video_token is None:
         raise KilnError.one(
-            f"video applies to Qwen-VL recipes (their vision program takes frame groups); "
-            f"this bundle is run by {type(bundle).__name__}",
+            "video applies to recipes whose processor takes videos (Qwen2-VL, Qwen2.5-VL, "
+            f"Qwen3-VL, InternVL); this bundle ({type(bundle).__name__}) takes none",
             variables.at("video"),
-            "drop video, or name tiny-qwen2.5-vl, tiny-qwen2-vl or tiny-qwen3-vl",
+            "drop video, or name tiny-qwen2.5-vl, tiny-qwen3-vl or tiny-internvl",
         )
     return _in_part_order(bundle, turns, pictures, clips, fps)
 
@@ -398,7 +396,9 @@ def _in_part_order(
 ) -> Any:
     """The features of the pictures and videos in the order of the conversation's parts
     (each kind in its own order), as encode_chat takes them."""
-    from runtime.grid_vlm import join
+    from runtime.crops_vlm import CropsVisionBundle
+    from runtime.crops_vlm import join as crops_join
+    from runtime.grid_vlm import join as grid_join
 
     kinds = [
         p["type"]
@@ -409,6 +409,7 @@ def _in_part_order(
     ]
     images = iter(bundle.image_features([p]) for p in pictures)
     videos = iter(bundle.video_features([c], fps) for c in clips)
+    join = crops_join if isinstance(bundle, CropsVisionBundle) else grid_join
     return join(*(next(images) if k == "image" else next(videos) for k in kinds))
 
 

@@ -403,8 +403,8 @@ RUN = Verb(
             "video",
             str,
             None,
-            "a Qwen2-VL, Qwen2.5-VL or Qwen3-VL recipe's video as its frames' image files, in "
-            "order, "
+            "a Qwen2-VL, Qwen2.5-VL, Qwen3-VL or InternVL recipe's video as its frames' image "
+            "files, in order, "
             "comma-separated (2 or more, of one size; no video containers: extract frames "
             "first); videos separated by ';'. Asked about with the prompt after any images, "
             'or given to the {"type": "video"} parts of a messages file in order',

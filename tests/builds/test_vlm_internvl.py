@@ -16,12 +16,14 @@ and tokens for the same two pictures.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 from conftest import (
+    PICTURES,
     SQUARE,
     STRIPES,
     World,
@@ -107,6 +109,109 @@ def test_the_bundle_runs_without_torch_or_transformers_models(internvl: World) -
 
 def test_doit_run_answers_about_a_picture_of_its_own_tile_count(internvl: World) -> None:
     run_on_picture(internvl, RECIPE, STRIPES, 5)
+
+
+# ---------------------------------------------------------------- video as frames
+
+# 5 frames of 100 x 60, each a shipped picture turned by its own angle: InternVL's video
+# processor resizes every frame to one tile (32 x 32 here) and keeps them all.
+VIDEO_SOURCES = ("circle_64x48.png", "square_200x120.jpg", "stripes_37x91.png", "gray_50x70.png")
+
+
+@pytest.fixture(scope="module")
+def frames(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    from PIL import Image
+
+    folder = tmp_path_factory.mktemp("frames")
+    made = []
+    for i in range(5):
+        picture = Image.open(PICTURES / VIDEO_SOURCES[i % 4]).convert("RGB")
+        path = folder / f"frame_{i}.png"
+        picture.resize((100, 60)).rotate(9 * i).save(path)
+        made.append(path)
+    return made
+
+
+def _video_encoded(checkpoint: Path, frames: list[Path], text: str) -> Any:
+    """InternVLProcessor's input_ids and pixel_values for one user turn of a video and
+    `text`: its chat template and its <video> expansion ("FrameN: <img>...</img>" a
+    frame), fed InternVLVideoProcessor's steps. Its module imports torchvision, which is
+    not installed here (no CPU build of it for torch 2.13), so its steps are replayed
+    with the torch calls torchvision makes for uint8 frames on a CPU: every frame kept
+    (do_sample_frames off), F.interpolate to its size (bicubic, antialiased), the fused
+    (x - mean * 255) / (std * 255)."""
+    import torch
+    from PIL import Image
+    from transformers import BatchFeature
+
+    from builders.common.hf import load_processor
+
+    processor = load_processor(checkpoint)
+    config = json.loads((checkpoint / "preprocessor_config.json").read_text())
+    size = [config["size"]["height"], config["size"]["width"]]
+
+    class Frames:  # InternVLVideoProcessor's output, as InternVLProcessor reads it
+        model_input_names = ("pixel_values_videos",)
+
+        def __call__(self, videos: Any, **kwargs: Any) -> Any:
+            made = []
+            for video in videos:
+                pixels = np.stack([np.asarray(p) for p in video])
+                clip = torch.from_numpy(pixels).permute(0, 3, 1, 2).contiguous()
+                clip = torch.nn.functional.interpolate(
+                    clip, size=size, mode="bicubic", antialias=True
+                )
+                mean = torch.tensor(config["image_mean"]) * (1.0 / config["rescale_factor"])
+                std = torch.tensor(config["image_std"]) * (1.0 / config["rescale_factor"])
+                clip = clip.to(torch.float32).sub_(mean.view(-1, 1, 1)).div_(std.view(-1, 1, 1))
+                made.append(clip)
+            return BatchFeature({"pixel_values_videos": torch.stack(made)})
+
+    processor.video_processor = Frames()
+    processor.video_token = "<video>"  # InternVLProcessor.__init__'s, not run
+    parts = [{"type": "video"}, {"type": "text", "text": text}]
+    chat = processor.apply_chat_template(
+        [{"role": "user", "content": parts}], add_generation_prompt=True
+    )
+    pictures = [Image.open(f).convert("RGB") for f in frames]
+    return processor(text=chat, videos=[pictures], return_tensors="pt")
+
+
+def test_a_video_of_frames_gives_transformers_pixels_ids_and_logits(
+    internvl: World, bundle: Any, frames: list[Path]
+) -> None:
+    """Each frame one tile, pixels bit for bit the replayed processor's, the ids its
+    "Frame1: <img>...</img>" lines, and transformers' logits at every position; a
+    picture and the video in one turn keep the parts' order."""
+    import torch
+    from transformers import AutoModelForImageTextToText
+
+    from runtime import images
+
+    checkpoint = next(p.parent for p in internvl.store.rglob("checkpoint/config.json"))
+    model = AutoModelForImageTextToText.from_pretrained(checkpoint, attn_implementation="eager")
+    encoded = _video_encoded(checkpoint, frames, "What happens?")
+    tiles = images.frame_tiles([frames], bundle.processor, bundle.video_processor)
+    assert tiles[0].shape == (5, 3, 32, 32)
+    assert np.abs(tiles[0] - encoded["pixel_values"].numpy()).max() <= 1e-6
+    ids, features = bundle.ask("What happens?", videos=[frames])
+    assert ids == encoded["input_ids"][0].tolist()
+    text = bundle.tokenizer.decode(ids, skip_special_tokens=False)
+    assert [f"Frame{i}: <img>" in text for i in range(1, 7)] == [True] * 5 + [False]
+    assert features.frames == [5] and len(features) == 5 * bundle.tokens_per_image
+    with torch.no_grad():
+        theirs = model(**encoded).logits[0].numpy()
+    assert np.abs(bundle.logits(ids, features) - theirs).max() < 1e-4
+    both, joined = bundle.ask("What happens?", [SQUARE], [frames])
+    assert joined.frames == [0, 5] and joined.grids[0] == (2, 3)
+    assert bundle.generate_images([(both, joined)], 3).tokens[0]
+
+
+def test_doit_run_answers_about_a_video_of_frames(internvl: World, frames: list[Path]) -> None:
+    video = "video=" + ",".join(str(f) for f in frames)
+    out = internvl.doit("run", f"recipe={RECIPE}", video, "prompt=What happens?")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip()
 
 
 @pytest.fixture(scope="module")

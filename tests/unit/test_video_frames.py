@@ -87,7 +87,7 @@ def test_the_settings_are_the_video_processors_and_bad_ones_are_refused() -> Non
     assert not images.video_settings({**QWEN3, "processor_class": None})["stamped"]
     with pytest.raises(BundleError, match="mutually exclusive"):
         images.video_settings({**QWEN3, "num_frames": 8})
-    with pytest.raises(BundleError, match="Qwen3-VL bundles; this one's processor is 'Other'"):
+    with pytest.raises(BundleError, match="InternVL bundles; this one's processor is 'Other'"):
         images.video_settings({**QWEN3, "processor_class": "Other"})
     kept = images.sampled_frames(
         10, {**images.video_settings(QWEN3), "do_sample_frames": False}, 24
