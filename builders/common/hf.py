@@ -164,11 +164,12 @@ def load_for_export(checkpoint: Path, auto_class: str = "AutoModelForCausalLM") 
 def load_processor(checkpoint: Path) -> Any:
     """transformers' processor of a vision-language checkpoint, on its PIL backend (the
     one runtime/images.py follows). Qwen2-VL's, Qwen2.5-VL's, Qwen3-VL's and InternVL's
-    classes in transformers 5.24 also load a video processor, which needs torchvision
-    (not in the build extra); an image needs none, so without torchvision the same class
-    is built with the video part left out (tests/builds/test_tinyhub_vlm.py does the
-    same)."""
-    import importlib.util
+    classes in transformers 5.24 also load a video processor, which has no PIL backend:
+    without torchvision (not in the build extra) it cannot load, and with it
+    (the GPU machine's image) AutoProcessor's backend="pil" refuses it ("Could not load
+    any video processor class ... with pil backend"). The builders read images only, so
+    the same class is built with the video part left out on every host
+    (tests/builds/test_tinyhub_vlm.py does the same)."""
     import json
 
     import transformers
@@ -181,7 +182,7 @@ def load_processor(checkpoint: Path) -> Any:
         "qwen2_vl": "Qwen2VLProcessor",
         "qwen3_vl": "Qwen3VLProcessor",  # its video part as Qwen2.5-VL's
     }.get(kind)
-    if importlib.util.find_spec("torchvision") or (named is None and kind != "internvl"):
+    if named is None and kind != "internvl":
         return AutoProcessor.from_pretrained(checkpoint, backend="pil")
     if kind == "internvl":  # InternVLProcessor takes its video processor as None
 
