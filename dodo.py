@@ -50,10 +50,6 @@ DOIT_CONFIG = {
     "default_tasks": ["generate"] if any(get_var(v.name) for v in tasks.RUN.vars) else ["check"],
     # sqlite3 tolerates several doit processes at once; dbm does not. Either way the
     # DB is only a hint: up-to-date is decided by the store.
-    # One recipe's failed step stops its own later steps, not the other recipes': a
-    # catalog build goes on with every independent step and exits 1 at the end, the
-    # summary naming what failed and what was not run (doit's --continue).
-    "continue": True,
     "backend": "sqlite3",
     "dep_file": ".doit.sqlite",
     "verbosity": 2,

@@ -214,11 +214,12 @@ class CropsVisionBundle(VisionBundle):
 
         videos = self.video_token is not None
         for i, m in enumerate(check_messages(messages, parts=True, videos=videos)):
-            for name in (self.image_placeholder, VIDEO):
+            for name, kind in ((self.image_placeholder, "image"), (VIDEO, "video")):
                 if any(name in t for t in texts(m["content"])):
+                    what = "the image placeholder" if kind == "image" else "the video token"
                     raise BundleError(
-                        f"message {i} ({m['role']}) writes {name!r} in its text; give each "
-                        'image or video as an {"type": "image"} or {"type": "video"} part'
+                        f"message {i} ({m['role']}) writes {what} {name!r} in its text; "
+                        f'give each {kind} as an {{"type": "{kind}"}} part instead'
                     )
         marks = [re.escape(self.image_placeholder)] + ([re.escape(VIDEO)] if videos else [])
         pieces = re.split(f"({'|'.join(marks)})", self.render_chat(messages, thinking))
