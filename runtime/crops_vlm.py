@@ -182,8 +182,8 @@ class CropsVisionBundle(VisionBundle):
         tiles = images.frame_tiles(
             [[Path(p) for p in v] for v in videos], self.processor, self.video_processor
         )
-        size = tuple(self.vision.get_inputs()[0].shape[-2:])
-        if any(t.shape[-2:] != size for t in tiles if all(isinstance(x, int) for x in size)):
+        size = tuple(self.vision.get_inputs()[0].shape[-2:])  # fixed: the tile's side
+        if tiles[0].shape[-2:] != size:  # every video's frames are resized to one size
             raise BundleError(
                 f"the video processor resizes frames to {tiles[0].shape[-2:]}, but the "
                 f"vision program takes {size} tiles"
@@ -248,18 +248,3 @@ class CropsVisionBundle(VisionBundle):
         if self.tiled:
             return tiles_sequence(self.image_sequence, token, per_crop, crops_of(rows, cols))
         return image_sequence(rows, cols, token, per_crop)
-
-    def ask(
-        self,
-        text: str,
-        images: Sequence[Path | str] = (),
-        videos: Sequence[Sequence[Path | str]] = (),
-        fps: float | None = None,
-    ) -> tuple[list[int], np.ndarray]:
-        """VisionBundle.ask: the images' (then the videos') features first, which decide
-        their tokens; a video is its frames' image files."""
-        parts: list[dict[str, str]] = [{"type": "image"} for _ in images]
-        parts += [{"type": "video"} for _ in videos]
-        parts.append({"type": "text", "text": text})
-        features = self.media_features(images, videos, fps)
-        return self.encode_chat([{"role": "user", "content": parts}], images=features), features

@@ -305,21 +305,6 @@ class GridVisionBundle(VisionBundle):
             out.extend([t] * tokens_of(grids.pop(0), self.merge) if t in marks else [t])
         return out
 
-    def ask(
-        self,
-        text: str,
-        images: Sequence[Path | str] = (),
-        videos: Sequence[Sequence[Path | str]] = (),
-        fps: float | None = None,
-    ) -> tuple[list[int], np.ndarray]:
-        """VisionBundle.ask: the images' (then the videos') features first, which decide
-        their tokens; a video is its frames' image files, taken `fps` a second."""
-        parts: list[dict[str, str]] = [{"type": "image"} for _ in images]
-        parts += [{"type": "video"} for _ in videos]
-        parts.append({"type": "text", "text": text})
-        features = self.media_features(images, videos, fps)
-        return self.encode_chat([{"role": "user", "content": parts}], images=features), features
-
     def _as_images(self, ids: np.ndarray) -> np.ndarray:
         """`ids` with each video token as the image token: the decoder's graph writes
         feature rows at image tokens (module docstring)."""

@@ -127,13 +127,35 @@ class VisionBundle(Bundle):
         text = text.replace(self.image_placeholder, self.image_sequence)
         return list(self.tokenizer.encode(text, add_special_tokens=False).ids)
 
-    def ask(self, text: str, images: Sequence[Path | str] = ()) -> tuple[list[int], np.ndarray]:
-        """One user turn: the images, then the text (the order llava-1.5's and most
-        VLMs' templates put them in), as token ids and the images' features."""
+    def media_features(
+        self,
+        images: Sequence[Path | str] = (),
+        videos: Sequence[Sequence[Path | str]] = (),
+        fps: float | None = None,
+    ) -> np.ndarray:
+        """The features of `images` and then `videos` (each its frames' image files,
+        taken `fps` a second), in that order; here, pictures only (the bundles that take
+        videos, grid_vlm.py and crops_vlm.py, read them)."""
+        if videos:
+            raise BundleError("this bundle's processor takes no video")
+        return self.image_features(images)
+
+    def ask(
+        self,
+        text: str,
+        images: Sequence[Path | str] = (),
+        videos: Sequence[Sequence[Path | str]] = (),
+        fps: float | None = None,
+    ) -> tuple[list[int], np.ndarray]:
+        """One user turn: the images, then the videos, then the text (the order
+        llava-1.5's and most VLMs' templates put them in), as token ids and the
+        features; the features first, which decide the tokens where each picture (or
+        video) is its own size."""
         parts: list[dict[str, str]] = [{"type": "image"} for _ in images]
+        parts += [{"type": "video"} for _ in videos]
         parts.append({"type": "text", "text": text})
-        ids = self.encode_chat([{"role": "user", "content": parts}])
-        return ids, self.image_features(images)
+        features = self.media_features(images, videos, fps)
+        return self.encode_chat([{"role": "user", "content": parts}], images=features), features
 
     def generate_images(
         self,
