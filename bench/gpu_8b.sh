@@ -58,6 +58,7 @@ start)
         tar -C "$WORK/kiln" -xf - && touch "$WORK/kiln/.copied"
     fi
   fi
+  rm -f "$WORK/out/job.done"  # a second start's wait must not read the first job's mark
   cd "$WORK/kiln" && PYTHON=${PYTHON:-python3} setsid nohup bash bench/gpu_8b.sh job \
     >>"$WORK/out/job.log" 2>&1 </dev/null &
   sleep 5
@@ -190,7 +191,11 @@ wait)
   end=$((SECONDS + ${2:-570}))
   while [ ! -e "$WORK/out/job.done" ] && pgrep -f "gpu_8b.sh job" >/dev/null &&
     [ $SECONDS -lt $end ]; do sleep 5; done
-  if [ -e "$WORK/out/job.done" ]; then echo "job done"; else echo "job still running"; fi
+  if [ -e "$WORK/out/job.done" ] && ! pgrep -f "gpu_8b.sh job" >/dev/null; then
+    echo "job done"
+  else
+    echo "job still running"
+  fi
   tail -40 "$WORK/out/job.log"
   cat "$WORK/out/watch.txt" 2>/dev/null
   nvidia-smi --query-gpu=memory.used --format=csv,noheader; df -h "$WORK" | tail -1

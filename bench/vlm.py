@@ -1,8 +1,10 @@
-"""A vision-language bundle against transformers on the CPU, same image and question,
-one run (issue 40).
+"""A vision-language bundle against transformers on the CPU (or, for a GPU recipe, on
+its CUDA device), same image and question, one run (issue 40).
 
     .venv/bin/python bench/vlm.py [--recipe tiny-llava] [--image FILE] [--question TEXT]
-        [--new-tokens 64] [--rounds 5] [--threads 2]
+        [--new-tokens 64] [--rounds 5] [--threads 2] [--device auto|cpu|cuda]
+        [--hf-dtype auto|fp32|bf16|fp16]
+    e.g. on a GPU host: bench/vlm.py --recipe tiny-qwen3-vl-inductor-bf16-h200
 
 The recipe's bundle is built through kiln as `doit run` builds it (ensure_bundle:
 every step the bundle needs, in this process, in the default store, so a built bundle
@@ -65,6 +67,22 @@ no other side's work in between: the bundle's interleaved first token is slower 
 for the gap before it, as one after a sleep is): the time to first token, and where it
 goes (each stage timed alone, median).
 Timings on a shared 2-core machine move run to run: compare the sides of one run.
+
+On a GPU: `--device auto` (the default) reads the bundle's bundle.json: where its main
+engine runs on CUDA (engines.main provider or device "cuda", or CUDAExecutionProvider;
+e.g. tiny-llava-inductor-bf16-h200, tiny-qwen3-vl-inductor-bf16-h200, inductor on cuda
+in bf16), the HF side runs on the same GPU, else both run on the CPU. `--hf-dtype auto`
+loads HF in fp32 on the CPU and, on cuda, in the recipe's compute precision (bundle.json
+precision.compute: bf16 for those recipes; bf16 where it names none), the model moved
+with model.to(device, dtype) and the processor's outputs with BatchFeature.to(device,
+dtype) (which casts only the floating tensors, the pixel values). The HF side's stamps
+are synchronized on cuda (torch.cuda.synchronize() before each perf_counter that ends a
+timed region, and in the decode stamp's logits processor before each stamp, which
+generate's per-step stopping check syncs anyway), so they time the GPU's work, not the
+host's enqueueing; the bundle's runtime stamps its own. `--device cuda` on a host
+without CUDA stops with a one-line reason. `--threads` still sets the CPU threads (the
+vision program's onnxruntime session on the CPU, the host side). The host line adds the
+GPU's name.
 """
 
 from __future__ import annotations
@@ -77,7 +95,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
-from importlib.metadata import version
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
@@ -103,6 +121,39 @@ VISION_STAGES: dict[str | None, tuple[Prepare, Vision]] = {
 # bundle.json engines.main.backend whose greedy decoding runs on its own loop, which
 # takes no sampler (the module docstring: EOS left out of the stop set, not masked)
 DEVICE_LOOP = frozenset({"inductor"})
+# --hf-dtype (and bundle.json precision.compute) -> the torch dtype's name
+DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+
+
+def bundle_device(path: Path) -> str:
+    """The HF side's device for --device auto: "cuda" where the bundle's main engine runs
+    on CUDA (bundle.json engines.main:
+    an inductor engine's provider or device "cuda", an onnxruntime one's
+    CUDAExecutionProvider), else "cpu"."""
+    engine = json.loads((path / "bundle.json").read_text())["engines"]["main"]
+    where = f"{engine.get('device', '')} {engine.get('provider', '')}".lower()
+    return "cuda" if "cuda" in where else "cpu"
+
+
+def hf_dtype(path: Path, device: str, asked: str) -> str:
+    """--hf-dtype resolved: "auto" is fp32 on the CPU and, on cuda, the recipe's
+    compute precision (bundle.json precision.compute; bf16 where it names none)."""
+    if asked != "auto":
+        return asked
+    if device == "cpu":
+        return "fp32"
+    compute = (json.loads((path / "bundle.json").read_text()).get("precision") or {}).get("compute")
+    return compute if compute in DTYPES else "bf16"
+
+
+def check_cuda(device: str) -> None:
+    """A one-line stop where CUDA is asked for and this host has none."""
+    if device != "cuda":
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        raise SystemExit("--device cuda: this host has no CUDA device (torch.cuda.is_available())")
 
 
 def build(recipe: str) -> tuple[Path, Path]:
@@ -118,7 +169,7 @@ def build(recipe: str) -> tuple[Path, Path]:
     return bundle, checkpoint
 
 
-def host() -> str:
+def host(device: str = "cpu") -> str:
     name = platform.processor() or "?"
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -128,12 +179,23 @@ def host() -> str:
     except OSError:
         pass
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    return f"{name}, {os.cpu_count()} cores, load {load}"
+    gpu = ""
+    if device == "cuda":
+        import torch
+
+        gpu = f", GPU {torch.cuda.get_device_name()}"
+    return f"{name}, {os.cpu_count()} cores, load {load}{gpu}"
 
 
 def versions() -> str:
     names = ("onnxruntime", "torch", "transformers", "tokenizers", "numpy", "pillow")
-    return ", ".join(f"{n} {version(n)}" for n in names) + f", python {platform.python_version()}"
+    found = []
+    for n in names:
+        try:
+            found.append(f"{n} {version(n)}")
+        except PackageNotFoundError:  # e.g. no onnxruntime on a GPU host
+            found.append(f"{n} absent")
+    return ", ".join(found) + f", python {platform.python_version()}"
 
 
 def bundle_side(path: Path, threads: int, image: Path, question: str, n: int, eos: Any) -> Any:
@@ -191,7 +253,15 @@ def bundle_side(path: Path, threads: int, image: Path, question: str, n: int, eo
     return bundle, first_token, decode, stages
 
 
-def hf_side(checkpoint: Path, threads: int, image: Path, question: str, n: int) -> Any:
+def hf_side(
+    checkpoint: Path,
+    threads: int,
+    image: Path,
+    question: str,
+    n: int,
+    device: str = "cpu",
+    dtype_name: str = "fp32",
+) -> Any:
     import torch
     from transformers import GenerationConfig, LogitsProcessor
     from transformers.image_utils import load_image
@@ -202,7 +272,16 @@ def hf_side(checkpoint: Path, threads: int, image: Path, question: str, n: int) 
     torch.set_num_threads(threads)
     processor = load_processor(checkpoint)
     tokenizer = processor.tokenizer
-    model = load_causal_lm(checkpoint, IMAGE_TEXT)
+    dtype = getattr(torch, DTYPES[dtype_name])
+    model = load_causal_lm(checkpoint, IMAGE_TEXT).to(device=device, dtype=dtype)
+    cuda = device == "cuda"
+
+    def now() -> float:
+        """perf_counter, after the GPU's queued work is done (on cuda)."""
+        if cuda:
+            torch.cuda.synchronize()
+        return time.perf_counter()
+
     anchor = json.loads((checkpoint / "config.json").read_text())["architectures"][0]
     if type(model).__name__ != anchor:
         raise SystemExit(f"{checkpoint}: {IMAGE_TEXT} made {type(model).__name__}, not {anchor}")
@@ -229,19 +308,21 @@ def hf_side(checkpoint: Path, threads: int, image: Path, question: str, n: int) 
             self.stamps: list[float] = []
 
         def __call__(self, input_ids: Any, scores: Any) -> Any:
-            self.stamps.append(time.perf_counter())
+            self.stamps.append(now())
             return scores
 
     def inputs() -> Any:
         text = processor.apply_chat_template(messages(question), add_generation_prompt=True)
-        return processor(images=[load_image(str(image))], text=text, return_tensors="pt")
+        encoded = processor(images=[load_image(str(image))], text=text, return_tensors="pt")
+        return encoded.to(device=device, dtype=dtype)  # casts only the floating tensors
 
     def first_token() -> tuple[float, int]:
         start = time.perf_counter()
         with torch.no_grad():
             encoded = inputs()
             out = model.generate(**encoded, generation_config=one)
-        return time.perf_counter() - start, int(out[0, -1])
+            token = int(out[0, -1])  # syncs
+        return time.perf_counter() - start, token
 
     def decode() -> tuple[float, float, list[int]]:
         stamp = Stamp()
@@ -249,7 +330,7 @@ def hf_side(checkpoint: Path, threads: int, image: Path, question: str, n: int) 
         with torch.no_grad():
             encoded = inputs()
             out = model.generate(**encoded, generation_config=many, logits_processor=[stamp])
-        seconds = time.perf_counter() - start
+        seconds = now() - start
         new = out[0, encoded["input_ids"].shape[1] :].tolist()
         return seconds, stamp.stamps[-1] - stamp.stamps[0], new
 
@@ -257,9 +338,9 @@ def hf_side(checkpoint: Path, threads: int, image: Path, question: str, n: int) 
         t0 = time.perf_counter()
         with torch.no_grad():
             encoded = inputs()
-            t1 = time.perf_counter()
+            t1 = now()
             model.generate(**encoded, generation_config=one)
-        t2 = time.perf_counter()
+        t2 = now()
         return {"image read + processor (template, pixels)": t1 - t0, "generate(1)": t2 - t1}
 
     return model, eos_ids, first_token, decode, stages
@@ -329,6 +410,7 @@ def child(side: str, args: argparse.Namespace, eos: list[int]) -> dict[str, Any]
         command += ["--question", args.question, "--new-tokens", str(args.new_tokens)]
         command += ["--rounds", str(args.rounds), "--threads", str(args.threads)]
         command += ["--eos", ",".join(map(str, eos))]
+        command += ["--device", args.device, "--hf-dtype", args.hf_dtype]
         done = subprocess.run(command, check=False)
         if done.returncode:
             raise SystemExit(f"the {side} side's process exited {done.returncode}")
@@ -338,11 +420,13 @@ def child(side: str, args: argparse.Namespace, eos: list[int]) -> dict[str, Any]
 
 def one_side(args: argparse.Namespace) -> None:
     """--side: one side alone in this process; its measurements into --result."""
+    check_cuda(args.device)
     path, checkpoint = build(args.recipe)
+    resolve(args, path)
     n = args.new_tokens
     if args.side == "hf":
         model, eos, first, decode, stages = hf_side(
-            checkpoint, args.threads, args.image, args.question, n
+            checkpoint, args.threads, args.image, args.question, n, args.device, args.hf_dtype
         )
         about: dict[str, Any] = {"class": type(model).__name__, "eos": eos}
     else:
@@ -353,6 +437,14 @@ def one_side(args: argparse.Namespace) -> None:
         about = describe_bundle(bundle, args)
     measured = interleaved({args.side: (first, decode, stages)}, args.rounds)[args.side]
     args.result.write_text(json.dumps({"about": about, **measured}))
+
+
+def resolve(args: argparse.Namespace, path: Path) -> None:
+    """--device and --hf-dtype "auto" resolved from the bundle's bundle.json, in args."""
+    if args.device == "auto":
+        args.device = bundle_device(path)
+        check_cuda(args.device)
+    args.hf_dtype = hf_dtype(path, args.device, args.hf_dtype)
 
 
 def main() -> None:
@@ -370,6 +462,18 @@ def main() -> None:
         help="one: both sides in this process, rounds interleaved; two: each side in a "
         "fresh process of its own, HF's first",
     )
+    parser.add_argument(
+        "--device",
+        choices=("auto", "cpu", "cuda"),
+        default="auto",
+        help="where the HF side runs; auto: cuda where the bundle's engine runs on cuda",
+    )
+    parser.add_argument(
+        "--hf-dtype",
+        choices=("auto", *DTYPES),
+        default="auto",
+        help="the HF side's dtype; auto: fp32 on cpu, the recipe's compute precision on cuda",
+    )
     parser.add_argument("--side", choices=("bundle", "hf"), help=argparse.SUPPRESS)
     parser.add_argument("--result", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--eos", default="", help=argparse.SUPPRESS)
@@ -378,7 +482,9 @@ def main() -> None:
         return one_side(args)
     n = args.new_tokens
 
+    check_cuda(args.device)
     path, checkpoint = build(args.recipe)
+    resolve(args, path)
     processes = args.processes
     if processes == "two":
         got = {"hf": child("hf", args, [])}
@@ -386,7 +492,7 @@ def main() -> None:
         about, model_class = got["bundle"]["about"], got["hf"]["about"]["class"]
     else:
         model, eos, hf_first, hf_decode, hf_stages = hf_side(
-            checkpoint, args.threads, args.image, args.question, n
+            checkpoint, args.threads, args.image, args.question, n, args.device, args.hf_dtype
         )
         bundle, b_first, b_decode, b_stages = bundle_side(
             path, args.threads, args.image, args.question, n, eos
@@ -427,12 +533,16 @@ def report(
         if processes == "two"
         else "both sides in one process, rounds interleaved"
     )
-    print(f"{args.recipe}: one image ({args.image.name}), question {args.question!r}, CPU")
-    print(f"host: {host()}")
+    print(
+        f"{args.recipe}: one image ({args.image.name}), question {args.question!r}, "
+        f"{'CUDA' if args.device == 'cuda' else 'CPU'}"
+    )
+    print(f"host: {host(args.device)}")
     print(f"versions: {versions()}")
     print(
         f"bundle: {about['class']}, decoder {about['backend']} {about['where']}, vision "
-        f"{about['vision']}; HF: {model_class} fp32 eager; {args.threads} threads each; "
+        f"{about['vision']}; HF: {model_class} {args.hf_dtype} eager on "
+        f"{args.device}; {args.threads} threads each; "
         f"{args.rounds} rounds (+1 warm-up), medians; {how}"
     )
     print(
