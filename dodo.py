@@ -48,6 +48,10 @@ DOIT_CONFIG = {
     # the default task decides: given any variable of `run`, it generates (and says
     # what is missing); otherwise it checks.
     "default_tasks": ["generate"] if any(get_var(v.name) for v in tasks.RUN.vars) else ["check"],
+    # One recipe's failed step stops its own later steps, not the other recipes': a
+    # catalog build goes on with every independent step, the summary naming what
+    # failed and what was not run, and exits 1 as for any failed step (tasks.Run).
+    "continue": True,
     # sqlite3 tolerates several doit processes at once; dbm does not. Either way the
     # DB is only a hint: up-to-date is decided by the store.
     "backend": "sqlite3",

@@ -36,7 +36,7 @@ from doit.cmd_list import List as DoitList
 from doit.cmd_resetdep import ResetDep as DoitResetDep
 from doit.cmd_run import Run as DoitRun
 from doit.cmd_strace import Strace as DoitStrace
-from doit.exceptions import TaskError, TaskFailed
+from doit.exceptions import TaskError, TaskFailed, UnmetDependency
 from doit.reporter import ConsoleReporter
 
 from kiln import hostinfo
@@ -72,6 +72,10 @@ ALSO = {"site": [v.name for v in SERVE.vars]}
 # What this `doit build` did, told each task's outcome by the reporter (set by
 # task_build, in the main process whatever `-n` is).
 SUMMARY: Any = None
+# What failed in this run, as the reporter saw it (the main process): the failures,
+# and the tasks doit skipped because a task they need failed (dodo.py's `continue`).
+FAILED: list[Any] = []
+SKIPPED: list[str] = []
 
 
 class Reporter(ConsoleReporter):
@@ -97,6 +101,12 @@ class Reporter(ConsoleReporter):
         self._saw(task, "reused")
 
     def add_failure(self, task: Any, fail: Any) -> None:
+        if isinstance(fail, UnmetDependency):  # not run: a task it needs failed
+            SKIPPED.append(task.name)
+            if SUMMARY is None:  # a build's summary says "not run"; elsewhere one line
+                self.write(f"-  {task.name}: not run (needs {fail.message})\n")
+            return
+        FAILED.append(fail)
         self._for(task, super().add_failure, task, fail)
         self._saw(task, "failed")
 
@@ -459,7 +469,21 @@ class Anywhere(DoitCmdBase):  # type: ignore[misc]  # doit ships no types
 
 
 class Run(Anywhere, DoitRun):  # type: ignore[misc]
-    """`doit VERB` (and `doit run`): every kiln verb is a task doit's run runs."""
+    """`doit VERB` (and `doit run`): every kiln verb is a task doit's run runs.
+
+    With `continue` (dodo.py), doit reports each task skipped for a failed one as an
+    UnmetDependency, a TaskError, and so exits 2, "a task raised". kiln's exit codes
+    (README) say 1 for a failed step, its dependents not run: where every failure was a
+    task failing (TaskFailed) and the rest were skipped for them, the exit is 1. A task
+    that raised, or replay's infrastructure failure (a TaskError), still exits 2."""
+
+    def execute(self, params: Any, args: Any) -> int:
+        FAILED.clear()
+        SKIPPED.clear()
+        code: int = super().execute(params, args)
+        if code == 2 and SKIPPED and FAILED and all(isinstance(f, TaskFailed) for f in FAILED):
+            return 1
+        return code
 
 
 class Info(Anywhere, DoitInfo):  # type: ignore[misc]

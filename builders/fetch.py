@@ -180,12 +180,28 @@ def build(request: Request, writer: Writer) -> None:
 
 def _readable(request: Request, src: Path, shown: str) -> None:
     """A checkpoint's JSON is parsed by transformers, whose json.load recurses: each
-    file is parsed here first, capped in size and depth (kiln.pins.checkpoint_json)."""
+    file is parsed here first, capped in size and depth (kiln.pins.checkpoint_json).
+    A safetensors file is opened by safetensors itself, which reads its header and
+    checks that the tensors' offsets cover the data: a torn or truncated weights file
+    is refused here, where a digest pinned over the torn bytes would let it through,
+    not as a loader's traceback in the steps after."""
     if src.name.endswith(".json"):
         try:
             pins.checkpoint_json(src, shown)
         except pins.PinError as exc:
             raise request.error(exc.cause, exc.fix) from None
+    elif src.name.endswith(".safetensors"):
+        from safetensors import SafetensorError, safe_open
+
+        try:
+            with safe_open(str(src), framework="numpy"):
+                pass
+        except (SafetensorError, OSError) as exc:
+            raise request.error(
+                f"{shown} is not a readable safetensors file: {exc}",
+                "the file is torn or truncated: restore it (download it again), and pin "
+                "the restored file's sha256",
+            ) from None
 
 
 def _pinned(request: Request, what: str, pinned: str | None, got: str, fix: str) -> None:

@@ -189,6 +189,7 @@ class Bundle:
         # that feeds none passes 0 rows (builders/causal_lm/export.py)
         vision = self.meta.get("vision") or {}
         self.image_token: int | None = vision.get("image_token_id") if IMAGES in inputs else None
+        self.video_token: int | None = None  # a vision bundle that takes videos sets it
         self.no_images = np.zeros((0, int(vision.get("hidden_size", 0))), np.float32)
         self.image_blocks = vision.get("image_attention") == "bidirectional"
         self.max_batch_size = self.meta["limits"]["max_batch_size"]
@@ -228,7 +229,9 @@ class Bundle:
                 "this bundle carries no chat template (its checkpoint has none); "
                 "give a plain prompt instead"
             )
-        messages = check_messages(messages, parts=self.image_token is not None)
+        messages = check_messages(
+            messages, parts=self.image_token is not None, videos=self.video_token is not None
+        )
         for i, m in enumerate(messages):
             for text in texts(m["content"]):
                 self.policy.check(text, f"message {i} ({m['role']})")

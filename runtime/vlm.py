@@ -57,7 +57,6 @@ class VisionBundle(Bundle):
             str(self.path / engine["file"]), options, providers=[engine["provider"]]
         )
         self.processor: dict[str, Any] = read_json(self.path / spec["processor"])
-        self.video_token: int | None = None  # a bundle that takes videos sets it
         # the checkpoint's video_preprocessor_config.json, where it has one
         named = spec.get("video_processor")
         self.video_processor: dict[str, Any] | None = (
@@ -66,21 +65,6 @@ class VisionBundle(Bundle):
         self.tokens_per_image = int(spec["tokens_per_image"])
         self.image_placeholder = str(spec["image_placeholder"])
         self.image_sequence = str(spec["image_sequence"])
-
-    def render_chat(self, messages: list[dict[str, Any]], thinking: bool | None = None) -> str:
-        """Bundle.render_chat, whose messages may also hold {"type": "video"} parts where
-        the bundle takes videos (its video_token: grid_vlm.py, crops_vlm.py)."""
-        from runtime.chat import Template, check_messages, texts
-
-        if self.video_token is None:
-            return super().render_chat(messages, thinking)
-        messages = check_messages(messages, parts=True, videos=True)
-        for i, m in enumerate(messages):
-            for text in texts(m["content"]):
-                self.policy.check(text, f"message {i} ({m['role']})")
-        text = Template(self.path, self.meta["chat"]).render(messages, thinking)
-        self.eos |= set(self.meta["chat"].get("end_of_turn", []))
-        return text
 
     def pixels(self, paths: Sequence[Path | str]) -> np.ndarray:
         """The pixel values of the images at `paths`, as the checkpoint's processor
