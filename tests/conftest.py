@@ -85,6 +85,18 @@ class World:
         data: dict[str, Any] = yaml.safe_load((self.root / "recipes" / f"{name}.yaml").read_text())
         return data
 
+    def local_model(self, folder: Path) -> dict[str, str]:
+        """A recipe's `model:` for the checkpoint folder under this world's root, pinned
+        by its tree digest (kiln.pins)."""
+        from kiln.pins import sha256_file, tree_digest
+
+        digest = tree_digest(
+            (p.relative_to(folder).as_posix(), sha256_file(p))
+            for p in sorted(folder.rglob("*"))
+            if p.is_file()
+        )
+        return {"path": folder.relative_to(self.root).as_posix(), "sha256": digest}
+
     def write_recipe(self, name: str, data: dict[str, Any] | str) -> Path:
         path = self.root / "recipes" / f"{name}.yaml"
         path.write_text(data if isinstance(data, str) else yaml.safe_dump(data, sort_keys=False))

@@ -50,20 +50,13 @@ def seeded_checkpoint(folder: Path, hub: Path) -> int:
 
 
 def test_a_model_past_two_gib_builds_and_decodes(tmp_path: Path, hub: Path) -> None:
-    from kiln.pins import sha256_file, tree_digest
-
     world: World = make_world(tmp_path, hub, ("tiny-llama",))
     folder = world.root / "checkpoints" / "big-llama"
     params = seeded_checkpoint(folder, hub)
     assert params > 2**31 / 4  # past 2 GiB at fp32
-    digest = tree_digest(
-        (p.relative_to(folder).as_posix(), sha256_file(p))
-        for p in sorted(folder.rglob("*"))
-        if p.is_file()
-    )
     data = world.recipe("tiny-llama")
     data["description"] = "A seeded 600 M-parameter Llama past protobuf's 2 GiB limit."
-    data["model"] = {"path": "checkpoints/big-llama", "sha256": digest}
+    data["model"] = world.local_model(folder)
     data["validation"]["max_new_tokens"] = 4
     data["validation"]["prompts"] = "default"
     world.write_recipe("big-llama", data)
