@@ -38,6 +38,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import io
+import itertools
 import json
 import sys
 import time
@@ -107,6 +108,7 @@ class InductorEngine:
         self.device = meta["provider"]
         # seconds of each phase of this load, in order (bench/probes/load_profile.py)
         self.timings: dict[str, float] = {}
+        self.load = next(_LOADS)  # this process's loads, counted (_key_state)
         start = time.perf_counter()
         if self.device == "cuda" and not torch.cuda.is_available():
             raise BundleError(f"{file}: this bundle runs on CUDA; this host has no CUDA device")
@@ -238,7 +240,8 @@ class InductorEngine:
                 "although the engine's kernels were installed (is Inductor's FX-graph cache "
                 "off, TORCHINDUCTOR_FX_GRAPH_CACHE=0, or another process writing this cache "
                 "folder?): their numerics were not validated; "
-                f"rebuild the bundle on this host, or set {kernels.RECOMPILE}=1"
+                f"rebuild the bundle on this host, or set {kernels.RECOMPILE}=1 "
+                f"[{_key_state(carried, self.load)}]"
             )
         if tuned and not compile_here:
             names = sorted(set(tuned))
@@ -550,6 +553,31 @@ class InductorEngine:
         kernels = [e for e in prof.events() if e.device_type.name == "CUDA"]
         times = sorted(((e.name, e.time_range.elapsed_us()) for e in kernels), key=lambda x: -x[1])
         return len(kernels), sum(us for _, us in times), times
+
+
+def _key_state(carried: dict[str, Any] | None, load: int) -> str:
+    """This process's share of Inductor's cache keys (codecache.FxGraphHashDetails,
+    AOTAutogradCache): where a load misses kernels it installed, the state that may
+    differ from the compile's, said with the refusal. Under `doit -n 2` a validate in a
+    long-lived worker has missed where the same validate in a fresh one did not."""
+    import os
+
+    import torch
+
+    state = {
+        "threads": f"{torch.get_num_threads()} (carried {(carried or {}).get('threads')})",
+        "grad": torch.is_grad_enabled(),
+        "inference mode": torch.is_inference_mode_enabled(),
+        "default dtype": str(torch.get_default_dtype()).removeprefix("torch."),
+        "deterministic": torch.are_deterministic_algorithms_enabled(),
+        "autocast": torch.is_autocast_enabled("cpu"),
+        "load in this process": load,
+        "pid": os.getpid(),
+    }
+    return "; ".join(f"{k} {v}" for k, v in state.items())
+
+
+_LOADS = itertools.count(1)
 
 
 def _mapped(file: Path, program: dict[str, Any]) -> dict[str, Any]:

@@ -249,8 +249,11 @@ def files(folder: Path) -> dict[str, bytes]:
 
 
 class Misses:
-    """Inductor's and AOTAutograd's cache misses during a block: each is a graph
-    compiled afresh (and, in a max-autotune mode, autotuned)."""
+    """Inductor's and AOTAutograd's cache misses and bypasses during a block: each is
+    a graph compiled afresh (and, in a max-autotune mode, autotuned). A bypass is a
+    lookup the cache did not make (TORCHINDUCTOR_FX_GRAPH_CACHE=0, an uncacheable
+    graph): its graph compiled too, and counted only as a bypass, so a load with the
+    cache off passed as compiling nothing."""
 
     def __init__(self) -> None:
         self.before = self._counts()
@@ -259,9 +262,13 @@ class Misses:
     def _counts() -> int:
         from torch._dynamo.utils import counters
 
-        return int(counters["inductor"]["fxgraph_cache_miss"]) + int(
-            counters["aot_autograd"]["autograd_cache_miss"]
+        kinds = (
+            ("inductor", "fxgraph_cache_miss"),
+            ("inductor", "fxgraph_cache_bypass"),
+            ("aot_autograd", "autograd_cache_miss"),
+            ("aot_autograd", "autograd_cache_bypass"),
         )
+        return sum(int(counters[group][name]) for group, name in kinds)
 
     def count(self) -> int:
         return self._counts() - self.before

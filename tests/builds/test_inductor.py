@@ -389,6 +389,24 @@ def test_the_engine_carries_its_kernels_and_a_fresh_process_compiles_nothing(
     assert sorted(p.name for p in bundle.rglob("*")) == before
 
 
+def test_a_load_that_compiles_what_it_installed_is_refused_saying_its_state(
+    ind: World, tmp_path: Path
+) -> None:
+    """The guard behind "a load compiles nothing": with Inductor's FX-graph cache off,
+    the installed kernels are not found and the graphs compile afresh, with numerics
+    nobody validated; the load is refused, with this process's share of Inductor's
+    cache key (threads, grad mode, dtype, ...: what to compare where a long-lived
+    `doit -n 2` worker missed, runtime/inductor.py _key_state)."""
+    import re
+
+    bundle = ind.artifact(BUILT, "bundle")
+    done = _open_fresh(bundle, tmp_path / "cache", TORCHINDUCTOR_FX_GRAPH_CACHE="0")
+    assert done.returncode != 0, done.stdout[-2000:]
+    assert "graphs were compiled afresh on this load" in done.stderr, done.stderr[-3000:]
+    state = r"\[threads \d+ \(carried \d+\); grad \w+; .*; load in this process 1; pid \d+\]"
+    assert re.search(state, done.stderr), done.stderr[-3000:]
+
+
 def test_kernels_built_for_another_host_are_refused_unless_recompiling_is_asked(
     ind: World, tmp_path: Path
 ) -> None:
