@@ -125,24 +125,23 @@ DEVICE_LOOP = frozenset({"inductor"})
 DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 
 
-def bundle_device(path: Path) -> str:
+def bundle_device(meta: dict[str, Any]) -> str:
     """The HF side's device for --device auto: "cuda" where the bundle's main engine runs
-    on CUDA (bundle.json engines.main:
-    an inductor engine's provider or device "cuda", an onnxruntime one's
-    CUDAExecutionProvider), else "cpu"."""
-    engine = json.loads((path / "bundle.json").read_text())["engines"]["main"]
+    on CUDA (bundle.json engines.main: an inductor engine's provider or device "cuda",
+    an onnxruntime one's CUDAExecutionProvider), else "cpu"."""
+    engine = meta["engines"]["main"]
     where = f"{engine.get('device', '')} {engine.get('provider', '')}".lower()
     return "cuda" if "cuda" in where else "cpu"
 
 
-def hf_dtype(path: Path, device: str, asked: str) -> str:
+def hf_dtype(meta: dict[str, Any], device: str, asked: str) -> str:
     """--hf-dtype resolved: "auto" is fp32 on the CPU and, on cuda, the recipe's
     compute precision (bundle.json precision.compute; bf16 where it names none)."""
     if asked != "auto":
         return asked
     if device == "cpu":
         return "fp32"
-    compute = (json.loads((path / "bundle.json").read_text()).get("precision") or {}).get("compute")
+    compute = (meta.get("precision") or {}).get("compute")
     return compute if compute in DTYPES else "bf16"
 
 
@@ -441,10 +440,11 @@ def one_side(args: argparse.Namespace) -> None:
 
 def resolve(args: argparse.Namespace, path: Path) -> None:
     """--device and --hf-dtype "auto" resolved from the bundle's bundle.json, in args."""
+    meta = json.loads((path / "bundle.json").read_text())
     if args.device == "auto":
-        args.device = bundle_device(path)
+        args.device = bundle_device(meta)
         check_cuda(args.device)
-    args.hf_dtype = hf_dtype(path, args.device, args.hf_dtype)
+    args.hf_dtype = hf_dtype(meta, args.device, args.hf_dtype)
 
 
 def main() -> None:
