@@ -35,13 +35,14 @@ step must read every weight and the KV cache it attends over, so at batch 1 it c
 make more than bandwidth / (weight bytes + KV bytes) tokens a second. The bundle's
 bytes are its engine's (its weights, and its whole static cache [batch, kv_heads,
 max_seq_len, head_dim] per layer, which the decode attention reads every step whatever
-the position); HF's and the hand-written paths' are the model's weights and the KV of
-the longest sequence. Each row prints its rate as a share of its bound.
+the position; at batch 1 one row of it where the engine has a one-row decode program,
+runtime/inductor.py decode_one); HF's and the hand-written paths' are the model's
+weights and the KV of the longest sequence. Each row prints its rate as a share of its bound.
 
 --batch N (N > 1): N prompts at once (the default prompts, repeated as needed, left
 padded for HF), HF `generate` against the bundle; tokens/s counts every row's tokens,
-and the bound is N x the batch-1 one (the weights are read once for the N rows; the
-bundle's cache read is already its whole static batch). The hand-written paths are
+and the bound is N x bandwidth / (weights + the bundle's whole static cache) (the
+weights are read once for the N rows). The hand-written paths are
 batch 1 only.
 
 Without CUDA (this repository's CPU hosts), the hand-written paths, the kernel profile
@@ -399,8 +400,9 @@ def prepare_bundle(
     weights = sum(w.numel() * w.element_size() for w in engine.weights)
     cache = sum(c.numel() * c.element_size() for c in engine.cache)
     peak = torch.cuda.max_memory_allocated() - before if cuda else 0
-    memory = (loaded, peak, weights, cache)
-    kernels = engine.profile() if cuda else (0, 0.0, [])
+    rows_cached = engine.batch if engine.step_one is not None else 0
+    memory = (loaded, peak, weights, cache, rows_cached)
+    kernels = engine.profile(rows=1) if cuda else (0, 0.0, [])  # the batch-1 step's
     # Time to first token: the longest prompt the bundle holds (up to 512 tokens; 32
     # on a CPU, where 512 steps token by token of a reduced 8B shape take minutes).
     length = min(512 if cuda else 32, bundle.max_seq_len - 2)
@@ -544,7 +546,7 @@ def main() -> None:
             f"{busy:.0f} us of kernel time; launch-bound limit for that many kernels "
             f"{floor:.0f} tokens/s; capture + compile {time.perf_counter() - start:.0f} s"
         )
-    memory = (0, 0, 0, 0)
+    memory = (0, 0, 0, 0, 0)
     if rows:
         hf_rows: list[Any] = []
         hf_rows_first = hf_batch(model, rows, new, hf_rows)
@@ -556,7 +558,7 @@ def main() -> None:
         run, match, (kernels, busy, times), ready, memory, (length, ttft), batch = prepare_bundle(
             args.bundle, ids, new, want, rows, rows_want
         )
-        loaded, peak, weights, cache = memory
+        loaded, peak, weights, cache, _ = memory
         if batch is not None:
             runs[f"bundle, batch {args.batch}"] = batch[0]
             notes[f"bundle, batch {args.batch}"] = f"{batch[1]:.3f} of HF's batch-1 greedy tokens"
@@ -612,17 +614,24 @@ def main() -> None:
         kv = per_token_kv * max_len * next(model.parameters()).element_size()
         hf_bytes = sum(p.numel() * p.element_size() for p in model.parameters()) + kv
         engine_bytes = memory[2] + memory[3]
+        # the batch-1 step of an engine with a one-row decode program reads its row of
+        # the cache only (runtime/inductor.py decode_one)
+        one_row = memory[2] + memory[3] // memory[4] if memory[4] else engine_bytes
         for label in rates:
-            step = engine_bytes if label.startswith("bundle") else hf_bytes
             rows_of = args.batch if label.endswith(f"batch {args.batch}") else 1
+            step = hf_bytes
+            if label.startswith("bundle"):
+                step = engine_bytes if rows_of > 1 else one_row
             bounds[label] = rows_of * bandwidth / step if step else 0.0
         gb = 1e9
         print(
             f"bandwidth (device-to-device copy, {DEVICE}, median of the repeats): "
             f"{bandwidth / gb:.0f} GB/s. Bound at batch 1: the bundle "
             f"{bounds.get('bundle (runtime.open)', 0.0):.0f} "
-            f"tokens/s ({memory[2] / gb:.2f} GB weights + {memory[3] / gb:.3f} GB KV cache a "
-            f"step; its weights alone {bandwidth / max(memory[2], 1):.0f}), HF and the "
+            f"tokens/s ({memory[2] / gb:.2f} GB weights + "
+            f"{(one_row - memory[2]) / gb:.3f} GB KV cache a step"
+            f"{' (its one-row decode program: one row of the cache)' if memory[4] else ''}"
+            f"; its weights alone {bandwidth / max(memory[2], 1):.0f}), HF and the "
             f"hand-written paths {bandwidth / hf_bytes:.0f} tokens/s "
             f"({hf_bytes / gb:.2f} GB a step, KV of {max_len} positions included)"
         )

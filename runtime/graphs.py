@@ -22,10 +22,10 @@ caches, keyed by the graph, find the build's kernels.
                         constants read back on the CPU fail its _assert_tensor_metadata
                         ("Tensor device mismatch! Expected: cuda:0, Got: cpu")
 
-The decode graph is the decode program with the greedy bookkeeping
-(runtime/inductor.py _greedy_step), exported as one function, as torch.compile used to
-trace it; each graph is run_decompositions'd (export's inference IR: functional, with
-the inputs' in-place updates at its end) and returns a tuple.
+The decode graphs (decode, and decode_one's one row) are the decode programs with the
+greedy bookkeeping (runtime/inductor.py _greedy_step), exported as one function, as
+torch.compile used to trace it; each graph is run_decompositions'd (export's inference
+IR: functional, with the inputs' in-place updates at its end) and returns a tuple.
 """
 
 from __future__ import annotations
@@ -38,7 +38,9 @@ from typing import Any
 
 from runtime.format import BundleError
 
-PROGRAMS = ("decode", "prefill", "verify")  # <name>.pt2 in engine.zip, when built
+PROGRAMS = ("decode", "decode_one", "prefill", "verify")  # <name>.pt2 in engine.zip, when built
+# the programs with the greedy bookkeeping (runtime/inductor.py _greedy_step)
+STEPS = ("decode", "decode_one")
 GRAPHS = "graphs.json"
 CONSTANTS = "graphs.safetensors"
 SCHEMA_VERSION = 1
@@ -209,12 +211,12 @@ def derive(
     exported: dict[str, Any], inputs: dict[str, list[Any]], step: Any, attention: Any
 ) -> tuple[bytes, bytes]:
     """graphs.json and graphs.safetensors from the .pt2 programs (`exported`, by name),
-    each over the engine's own `inputs`: the decode program as `step(module)` (the
-    greedy step of runtime/inductor.py), exported under `attention()` (the decode
+    each over the engine's own `inputs`: the decode programs (STEPS) as `step(module)`
+    (the greedy step of runtime/inductor.py), exported under `attention()` (the decode
     step's sdpa backends), the others as they are."""
     out = {}
     for name, program in exported.items():
-        if name == "decode":
+        if name in STEPS:
             with attention():
                 out[name] = plain(step(program.module()), inputs[name])
         else:

@@ -21,6 +21,10 @@ no host work: on CUDA one step, and a block of BLOCK steps, are each captured in
 CUDA graph at load and replayed (so is the prefill chunk), and the host reads the
 generated ids once a block (runtime/inductor_lm.py). The same code runs on CPU,
 without the graphs.
+An engine with a one-row decode program (decode_one; program.json
+"decode_batch_one") runs greedy generation at batch 1 through it, over the first row of
+the same state and cache (views), in CUDA graphs of its own: the max-batch step reads
+every row's cache at every step, live or not.
 
 The engine carries its compiled kernels (runtime/kernels.py): a load installs them
 into this host's Inductor cache and compiles nothing, or refuses where they were built
@@ -195,9 +199,14 @@ class InductorEngine:
         self.history = torch.zeros(b, n, **kw)  # history[:, s]: the token step s chose
         self.bias = torch.zeros(self.vocab, device=self.device)  # -inf bans a token
         self.state = [self.ids, self.positions, self.slots, self.visible, self.bias, self.history]
+        # the one-row decode program's (decode_one): the first row of the same state and
+        # cache, as views, so it continues what the prefill chunk wrote there
+        self.state_one = [t if t is self.slots or t is self.bias else t[:1] for t in self.state]
+        self.cache_one = [c[:1] for c in self.cache]
         self._program_inputs()
         inputs = {
             "decode": [*self.weights, *self.state, *self.cache],
+            "decode_one": [*self.weights, *self.state_one, *self.cache_one],
             "prefill": [*self.weights, *self.chunk_in, *self.cache, *self.features],
             "verify": [*self.weights, *self.verify_in, *self.cache],
             **self._drafter_inputs(weights),
@@ -212,11 +221,13 @@ class InductorEngine:
                 self.graph_files = graphs.derive(exported, inputs, step, self._attention)
             programs = graphs.decode(*self.graph_files)  # compiled as a load reads them
         modes = {"decode": self.mode, "prefill": _mode(PREFILL_MODES[self.device])}
+        modes["decode_one"] = self.mode
         modes["verify"] = _mode(VERIFY_MODES[self.device])
         steps = {"decode": 1, "prefill": self.chunk, "verify": self.verify_len}
         misses = kernels.Misses()
         tuning = kernels.Tuning() if self.device == "cuda" else None
         self.steps: dict[int, Callable[..., Any]] = {}
+        self.step_one: Callable[..., Any] | None = None  # the one-row decode program's
         self.drafting: dict[str, Callable[..., Any]] = {}  # the drafter's programs
         for name, gm in programs.items():
             with self._timed(f"compile {name}"):
@@ -224,9 +235,12 @@ class InductorEngine:
                 compiled = self._compile(gm, mode, inputs[name], name, compile_here)
             if name in DRAFTER_PROGRAMS:
                 self.drafting[name] = compiled
+            elif name == "decode_one":
+                self.step_one = compiled
             else:
                 self.steps[steps[name]] = compiled
         self.graphs: dict[int, Any] = {}  # steps per replay -> captured CUDA graph
+        self.graphs_one: dict[int, Any] = {}  # the same, of the one-row decode program
         self.out: Any = None  # the logits of the last decode step
         self._warm()
         self.timings["total"] = time.perf_counter() - start
@@ -280,7 +294,7 @@ class InductorEngine:
         options = dict(t._inductor.list_mode_options(mode)) if mode else {}
         if self.device == "cuda":  # the mode's options, with CUDA_OPTIONS
             options |= {k: v for k, v in CUDA_OPTIONS.items() if hasattr(t._inductor.config, k)}
-        attention = self._attention() if name == "decode" else contextlib.nullcontext()
+        attention = self._attention() if name in graphs.STEPS else contextlib.nullcontext()
         # the CPU's vector ISA from its flags (runtime/kernels.py keys the kernels by
         # them), not from Inductor's probe, which compiles and loads a test program in
         # every process and, when that fails under a loaded host's contention, settles
@@ -322,6 +336,8 @@ class InductorEngine:
         chunk = self.chunk
         # each program's first call (on CUDA: its kernels' first launch)
         first = {"first call decode": self._step}
+        if self.step_one:
+            first["first call decode_one"] = self._step_one
         if chunk:
             first["first call prefill"] = self._prefill
         if self.verify_len:
@@ -355,6 +371,8 @@ class InductorEngine:
         with t.cuda.stream(side), self._timed("warm calls"):
             for _ in range(2):
                 self._step()
+                if self.step_one:
+                    self._step_one()
                 if chunk:
                     self._prefill()
                 if self.verify_len:
@@ -370,6 +388,12 @@ class InductorEngine:
                 self.graphs[steps] = graph
                 if steps == 1:
                     self.out = out
+                if self.step_one:
+                    self.reset()
+                    self.graphs_one[steps] = t.cuda.CUDAGraph()
+                    with t.cuda.graph(self.graphs_one[steps]):
+                        for _ in range(steps):
+                            self._step_one()
             if chunk:
                 self.reset()
                 self.chunk_graph = t.cuda.CUDAGraph()
@@ -452,6 +476,11 @@ class InductorEngine:
         """One decode step (its attention's backends chosen at compile: `_compile`)."""
         return self.steps[1](*self.weights, *self.state, *self.cache)
 
+    def _step_one(self) -> Any:
+        """One decode step of the first row alone (the one-row program)."""
+        assert self.step_one is not None
+        return self.step_one(*self.weights, *self.state_one, *self.cache_one)
+
     def reset(self) -> None:
         for t in (*self.cache, self.ids, self.positions, self.slots, self.visible, self.history):
             t.zero_()
@@ -464,16 +493,23 @@ class InductorEngine:
         if tokens:
             self.bias[self.torch.tensor(tokens, device=self.device)] = float("-inf")
 
-    def advance(self, steps: int) -> None:
-        """`steps` greedy decode steps from the device state, enqueued, not awaited."""
+    def advance(self, steps: int, rows: int | None = None) -> None:
+        """`steps` greedy decode steps from the device state, enqueued, not awaited; of
+        the first row alone through the one-row program where `rows` is 1 and the
+        engine has one (the other rows' state is then left as it was)."""
+        one = rows == 1 and self.step_one is not None
+        graphs = self.graphs_one if one else self.graphs
+        step = self._step_one if one else self._step
         with self.torch.inference_mode():
             while steps > 0:
                 take = BLOCK if steps >= BLOCK else 1
-                if self.graphs:
-                    self.graphs[take].replay()
+                if graphs:
+                    graphs[take].replay()
                 else:
                     for _ in range(take):
-                        self.out = self._step()
+                        out = step()
+                        if not one:
+                            self.out = out
                 steps -= take
 
     def call(
@@ -538,16 +574,18 @@ class InductorEngine:
         self.hidden = out[1] if isinstance(out, tuple) else None
         return out[0] if isinstance(out, tuple) else out
 
-    def profile(self) -> tuple[int, float, list[tuple[str, float]]]:
+    def profile(self, rows: int | None = None) -> tuple[int, float, list[tuple[str, float]]]:
         """(kernels, summed kernel microseconds, the kernels by time) of one decode
-        step, run outside its graph (the kernels the graph replays); CUDA only. Leaves
-        the state reset."""
+        step, run outside its graph (the kernels the graph replays); of the one-row
+        program where `rows` is 1 and the engine has one (as `advance`); CUDA only.
+        Leaves the state reset."""
         from torch.profiler import ProfilerActivity, profile
 
         t = self.torch
+        step = self._step_one if rows == 1 and self.step_one else self._step
         self.reset()
         with t.inference_mode(), profile(activities=[ProfilerActivity.CUDA]) as prof:
-            self._step()
+            step()
             t.cuda.synchronize()
         self.reset()
         kernels = [e for e in prof.events() if e.device_type.name == "CUDA"]

@@ -215,7 +215,7 @@ class InductorBundle(Bundle):
             launched = None
             if made < max_new_tokens - 1 and not all(done):
                 take = min(BLOCK, max_new_tokens - 1 - made)
-                engine.advance(take)
+                engine.advance(take, rows)
                 with torch.inference_mode():
                     ids_out = engine.history[:rows, width + made : width + made + take]
                     host = ids_out.to("cpu", non_blocking=True)

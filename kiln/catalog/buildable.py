@@ -504,6 +504,15 @@ def refusals(recipe: Recipe) -> list[Problem]:
                 "remove build.compile_mode, or use build.backend: inductor",
             )
         )
+    if recipe.build.decode_batch_one is not None and recipe.build.backend != "inductor":
+        problems.append(
+            Problem(
+                "build.decode_batch_one adds a program to an inductor engine; the "
+                f"{recipe.build.backend} backend has no decode program of its own",
+                _at("build", "decode_batch_one"),
+                "remove build.decode_batch_one, or use build.backend: inductor",
+            )
+        )
     problems += _compiled_quantized(recipe)
     problems += _variant_backend(recipe)
     problems += _tensor_parallel(recipe)

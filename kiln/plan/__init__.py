@@ -298,6 +298,17 @@ def attention_form(build: Build) -> str:
     return "onnxruntime" if build.backend == "onnxruntime" and build.target == "cpu" else "standard"
 
 
+def decode_batch_one(build: Build, drafter: str = "none") -> bool:
+    """Whether an inductor engine also holds a one-row decode program: the recipe's
+    build.decode_batch_one, else on GPU targets serving more than one row. A drafting
+    engine speculates at batch one only (its max_batch_size is 1)."""
+    if build.max_batch_size == 1 or drafter != "none":
+        return False
+    if build.decode_batch_one is not None:
+        return build.decode_batch_one
+    return str(build.target) != "cpu"
+
+
 def _engine(
     role: str,
     at: str,
@@ -331,6 +342,8 @@ def _engine(
         options["prefill_chunk_len"] = build.prefill_chunk_len
         options["verify_len"] = verify_len
         options["compile_mode"] = build.compile_mode
+        if decode_batch_one(build, drafter):
+            options["decode_batch_one"] = True
         if drafter != "none":
             options["drafter"] = drafter
     # Named only when split, so an unsplit engine's key is what it was before issue 42;

@@ -553,6 +553,13 @@ class Build(Strict):
         "greedy tokens identical). The CUDA graph is the runtime's own, so a mode that "
         "would capture one runs in its no-cudagraphs form. inductor only.",
     )
+    decode_batch_one: bool | None = Field(
+        None,
+        description="Also a decode program of one row, which generation at batch 1 runs: "
+        "the max-batch decode program reads every row's KV cache at every step "
+        "(unset: on GPU targets when max_batch_size > 1, off on CPU, where it is one more "
+        "compile; no effect at max_batch_size 1). inductor only.",
+    )
     mtp_engines: bool = Field(
         False,
         description="Also build the checkpoint's multi-token-prediction engine into the bundle. "

@@ -22,7 +22,7 @@ pytestmark = heavy
 BUILT = "tiny-llama-inductor"
 CPU_BF16 = "tiny-llama-inductor-bf16"
 GPU = "tiny-llama-inductor-h200"
-PROGRAMS = ("decode.pt2", "prefill.pt2")
+PROGRAMS = ("decode.pt2", "decode_one.pt2", "prefill.pt2")
 NGRAM = "tiny-llama-ngram-inductor"
 NGRAM_GPU = "tiny-llama-ngram-inductor-h200"
 INT8 = "tiny-llama-inductor-int8-wo-h200"
@@ -63,10 +63,12 @@ def test_the_engine_holds_decode_and_prefill_programs_and_one_copy_of_the_weight
         graphs = runtime_graphs.decode(
             archive.read(runtime_graphs.GRAPHS), archive.read(runtime_graphs.CONSTANTS)
         )
-    # what a load compiles: the decode program with its greedy bookkeeping, the prefill's
-    assert set(graphs) == {"decode", "prefill"}
+    # what a load compiles: the decode programs (max batch, and one row: the recipe's
+    # build.decode_batch_one) with their greedy bookkeeping, the prefill's
+    assert set(graphs) == {"decode", "decode_one", "prefill"}
     argmax = {k: any("argmax" in str(n.target) for n in g.graph.nodes) for k, g in graphs.items()}
-    assert argmax == {"decode": True, "prefill": False}
+    assert argmax == {"decode": True, "decode_one": True, "prefill": False}
+    assert program["decode_batch_one"] is True
     kernels = {n for n in names if n.startswith("kernels/")}
     assert kernels and names - kernels == {
         *PROGRAMS,
@@ -101,8 +103,22 @@ def test_the_runtime_prefills_in_chunks_and_decodes_what_the_reference_did(ind: 
     assert isinstance(bundle, InductorBundle) and sorted(bundle.session.steps) == [1, 16]
     reference = json.loads((ind.artifact(BUILT, "reference") / "reference.json").read_text())
     record = reference["records"][0]
+    engine = bundle.engine
+    one, steps = engine.step_one, []
+    assert one is not None
+
+    def counted(*args: Any) -> Any:
+        steps.append(args[len(engine.weights)].shape[0])  # the ids' rows
+        return one(*args)
+
+    engine.step_one = counted
     out = bundle.generate([record["prompt_ids"]], len(record["tokens"]))
     assert out.tokens[0] == record["tokens"]
+    # batch 1 decoded through the one-row program; two rows through the max-batch one,
+    # which gives each row the same tokens
+    assert steps == [1] * (len(record["tokens"]) - 1)
+    two = bundle.generate([record["prompt_ids"]] * 2, len(record["tokens"]))
+    assert two.tokens == [record["tokens"]] * 2 and len(steps) == len(record["tokens"]) - 1
     ids = record["prompt_ids"] + record["tokens"]
     chunked = bundle.logits(ids)  # 16-token chunks, then single tokens
     bundle.session.chunk = 0
@@ -252,8 +268,9 @@ def test_the_verify_program_has_the_verify_length_and_reads_the_shared_weights(
         verify = torch.export.load(io.BytesIO(archive.read("verify.pt2")))
     weights = (bundle / "weights.safetensors").stat().st_size
     kernels = {n for n in names if n.startswith("kernels/")}
-    assert names - kernels == {
-        *PROGRAMS,
+    assert names - kernels == {  # batch 1: no one-row decode program beside its decode
+        "decode.pt2",
+        "prefill.pt2",
         "verify.pt2",
         "program.json",
         "kernels.json",

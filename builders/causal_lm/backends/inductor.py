@@ -4,6 +4,13 @@ compiles with Inductor (and, on CUDA, replays in a CUDA graph).
 The engine is one uncompressed zip and its weights beside it, as plain safetensors
 files that a load maps rather than reads (the bundle step links all of them):
   decode.pt2           torch.export.save of one token's step
+  decode_one.pt2       the same step over one row (build.decode_batch_one; by default
+                       on GPU targets with max_batch_size > 1), which generation at batch
+                       1 runs over the first row of the same cache: the max-batch step
+                       reads every row's cache at every step, and at Qwen3-8B's
+                       geometry on the H100 a batch-1 step cost what a batch-8 step did
+                       (9.15 ms, 8 x 512 cache positions a layer: bench/results/
+                       gpu_8b_2026-12-07.txt)
   prefill.pt2          the same step over build.prefill_chunk_len tokens (when > 0)
   verify.pt2           the same step over verify_len tokens: a drafting variant's verify
                        forward (the last token and max_draft_len drafts), when set
@@ -109,6 +116,11 @@ class Options(BaseOptions):
         1,
         ge=1,
         description="Ranks the weights are split across (backends/_shards.py); 1: unsplit.",
+    )
+    decode_batch_one: bool = Field(
+        False,
+        description="Also a decode program of one row (kiln/plan decode_batch_one "
+        "resolves the recipe's setting).",
     )
     drafter: str = Field(
         "none",
@@ -247,6 +259,7 @@ def engine_files(
         ],
         "vocab_size": meta["vocab_size"],
         **({"verify_len": opts.verify_len} if opts.verify_len else {}),
+        **({"decode_batch_one": True} if "decode_one.pt2" in files else {}),
         **({"compile_mode": opts.compile_mode} if opts.compile_mode else {}),
         **({"drafter": drafting} if drafting else {}),
     }
@@ -328,20 +341,27 @@ def _programs(
     dtype: Any,
     images: tuple[Any, int, int] | None = None,
 ) -> dict[str, bytes]:
-    """decode.pt2, and prefill.pt2 and verify.pt2 where asked: `step` exported. With
+    """decode.pt2, and decode_one.pt2, prefill.pt2 and verify.pt2 where asked: `step`
+    exported (decode_one.pt2 at batch 1, the others at max_batch_size). With
     `images` (the step that takes image features, their width, and the position axes),
     the prefill program is that step, its features [B * T, width] and their count two
     more inputs; with 3 position axes (M-RoPE) every program's positions are [B, T, 3]."""
     import torch
 
     programs = {"decode.pt2": 1}
+    if opts.decode_batch_one and opts.max_batch_size > 1:
+        programs["decode_one.pt2"] = 1
     if opts.prefill_chunk_len:
         programs["prefill.pt2"] = opts.prefill_chunk_len
     programs.update(_verify_program(opts))
     files: dict[str, bytes] = {}
     for file, tokens in programs.items():
-        request.log(f"torch.export of the {tokens}-token step for {device} ({opts.compute})")
-        example = _example(entries, weights, opts, tokens, device, dtype)
+        batch = 1 if file == "decode_one.pt2" else opts.max_batch_size
+        request.log(
+            f"torch.export of the {tokens}-token step over {batch} rows for {device} "
+            f"({opts.compute})"
+        )
+        example = _example(entries, weights, opts, tokens, device, dtype, batch)
         if images is not None and images[2] == 3:  # a text token's triple: (p, p, p)
             at = len(weights) + 1
             triples = example[at][..., None].expand(-1, -1, 3).contiguous()
@@ -692,10 +712,11 @@ def _example(
     tokens: int,
     device: str,
     dtype: Any,
+    batch: int,
 ) -> tuple[Any, ...]:
     import torch
 
-    batch, length = opts.max_batch_size, opts.max_seq_len
+    length = opts.max_seq_len
     kw = {"device": device}
     cache = [
         torch.zeros(batch, e["shape"][1], length, e["shape"][3], dtype=dtype, device=device)
