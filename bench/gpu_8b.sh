@@ -18,6 +18,10 @@
 #                                    packs $WORK/out into $OUT/results8.tar.gz (and
 #                                    summary.txt beside it); call again until "job done"
 #
+# The wheels (.whl, cp312 manylinux, README of the device tool): pydantic, pydantic-core,
+# annotated-types, typing-inspection, doit, transformers and tokenizers at pyproject's pins,
+# llguidance, nvidia-modelopt with orloge, cpsat-logutils, omegaconf and pulp (the fp8
+# quantize step's modelopt imports pulp: without it, ModuleNotFoundError, 2026-12-07b).
 # The machine stays up 30 s after a call: make the calls back to back. Settings (env):
 # LAYERS (36), TARGET (sm90), COMPUTES ("bf16 fp8"), JOBS (doit -n, 2: the CPU reference
 # runs beside the engine), MAXB (the engine's batch, 8), CHUNK (prefill chunk, 128),

@@ -307,12 +307,19 @@ def fp32_logits(model: Any) -> None:
     the model's forward (Gemma's final softcapping) runs in fp32 too. CPU engines keep
     the model's own projection (below). Measured on the H100, torch 2.11
     (bench/probes/fp32_logits.py, bench/results/fp32_logits_2026-12-06.txt):
-    - one row (the decode step at batch 1): the input and weight cast to fp32, which
-      max-autotune fuses into the product's reduction: 1.00x the bf16 head's time.
-      mm's out_dtype there came back bf16 under max-autotune (an Inductor fault);
     - more rows (prefill chunks, batched decode steps): one bf16/fp16 matmul whose
-      fp32 accumulator is its output (mm's out_dtype): 1.04-1.15x; the casts cost
-      2.0x at 8 rows and 2.8-5.5x at 128.
+      fp32 accumulator is its output (mm's out_dtype): 1.04-1.15x the bf16 head's
+      time; the casts cost 2.0x at 8 rows and 2.8-5.5x at 128.
+    - one row (a decode step at batch 1): the same matmul over the row twice, the
+      first row's output kept. The casts to fp32, which this form replaced, are fused
+      into the product's reduction by max-autotune, but not with the engine's own
+      options (runtime/inductor.py CUDA_OPTIONS: no coordinate-descent tuning): at
+      Qwen3-8B's head (151,936 x 4,096) they cost 2,085 us a step, the fp32 weight
+      written out and read back (597 GB/s of the bf16 weight), against 444 us for two
+      rows through mm's out_dtype (2.8 TB/s); the 8B bundle's batch-1 step spent
+      2,070 us there (bench/probes/head_rows.py, bench/results/head_rows_2026-12-07.txt).
+      One row through out_dtype came back bf16 under max-autotune's own options (an
+      Inductor fault; float32 with the engine's), so two rows.
     On CPU mm has no out_dtype and the casts made the decode step's head 6.6-8.2x
     slower on the 2-core host, so CPU engines are left as they were."""
     import torch
@@ -321,8 +328,8 @@ def fp32_logits(model: Any) -> None:
 
     def forward(hidden: Any) -> Any:
         rows = hidden.reshape(-1, hidden.shape[-1])
-        if rows.shape[0] == 1:
-            out = torch.nn.functional.linear(rows.float(), head.weight.float())
+        if rows.shape[0] == 1:  # one row twice: the docstring says why
+            out = torch.mm(rows.expand(2, -1), head.weight.t(), out_dtype=torch.float32)[:1]
         else:
             out = torch.mm(rows, head.weight.t(), out_dtype=torch.float32)
         out = out.reshape(*hidden.shape[:-1], out.shape[-1])
