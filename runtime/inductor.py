@@ -379,21 +379,16 @@ class InductorEngine:
                     self._verify()
         t.cuda.current_stream().wait_stream(side)
         with self._timed("cuda graphs"):
-            for steps in (1, BLOCK):
-                self.reset()
-                graph = t.cuda.CUDAGraph()
-                with t.cuda.graph(graph):
-                    for _ in range(steps):
-                        out = self._step()
-                self.graphs[steps] = graph
-                if steps == 1:
-                    self.out = out
-                if self.step_one:
+            for one in (False, True) if self.step_one else (False,):
+                step, graphs = self._decode(one)
+                for steps in (1, BLOCK):
                     self.reset()
-                    self.graphs_one[steps] = t.cuda.CUDAGraph()
-                    with t.cuda.graph(self.graphs_one[steps]):
+                    graphs[steps] = t.cuda.CUDAGraph()
+                    with t.cuda.graph(graphs[steps]):
                         for _ in range(steps):
-                            self._step_one()
+                            out = step()
+                    if steps == 1 and not one:
+                        self.out = out
             if chunk:
                 self.reset()
                 self.chunk_graph = t.cuda.CUDAGraph()
@@ -481,6 +476,14 @@ class InductorEngine:
         assert self.step_one is not None
         return self.step_one(*self.weights, *self.state_one, *self.cache_one)
 
+    def _decode(self, one: bool) -> tuple[Callable[[], Any], dict[int, Any]]:
+        """The decode step and its CUDA graphs: the one-row program's where `one`."""
+        return (self._step_one, self.graphs_one) if one else (self._step, self.graphs)
+
+    def _one(self, rows: int | None) -> bool:
+        """Whether `rows` rows decode through the one-row program (1, and it is built)."""
+        return rows == 1 and self.step_one is not None
+
     def reset(self) -> None:
         for t in (*self.cache, self.ids, self.positions, self.slots, self.visible, self.history):
             t.zero_()
@@ -497,9 +500,8 @@ class InductorEngine:
         """`steps` greedy decode steps from the device state, enqueued, not awaited; of
         the first row alone through the one-row program where `rows` is 1 and the
         engine has one (the other rows' state is then left as it was)."""
-        one = rows == 1 and self.step_one is not None
-        graphs = self.graphs_one if one else self.graphs
-        step = self._step_one if one else self._step
+        one = self._one(rows)
+        step, graphs = self._decode(one)
         with self.torch.inference_mode():
             while steps > 0:
                 take = BLOCK if steps >= BLOCK else 1
@@ -582,7 +584,7 @@ class InductorEngine:
         from torch.profiler import ProfilerActivity, profile
 
         t = self.torch
-        step = self._step_one if rows == 1 and self.step_one else self._step
+        step = self._decode(self._one(rows))[0]
         self.reset()
         with t.inference_mode(), profile(activities=[ProfilerActivity.CUDA]) as prof:
             step()
